@@ -1,0 +1,3 @@
+from pairmq.cli import main
+
+main()

@@ -1,0 +1,130 @@
+"""The `pairmq` command."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pairmq import __version__
+from pairmq.server.config import KEYS, ConfigError, ServerConfig, load_config
+
+
+def _config_options(func):
+    """One flag per configuration key, generated from the same table as the TOML file."""
+    for key in reversed(KEYS):
+        if key.type is bool:
+            opt = click.option(f"{key.flag}/--no-{key.flag[2:]}", key.name, default=None,
+                               help=f"[{key.section}] {key.name}: {key.help}")
+        else:
+            opt = click.option(key.flag, key.name, type=key.type, default=None,
+                               help=f"[{key.section}] {key.name}: {key.help} "
+                                    f"(default {key.default})")
+        func = opt(func)
+    return func
+
+
+def _parse_users(users: tuple[str, ...]) -> dict[str, str]:
+    parsed = {}
+    for spec in users:
+        name, sep, password = spec.partition(":")
+        if not sep or not name or not password:
+            raise click.BadParameter(f"--user must be NAME:PASSWORD, got {spec!r}")
+        parsed[name] = password
+    return parsed
+
+
+def _load(config_path: str | None, values: dict[str, Any], users: tuple[str, ...]
+          ) -> ServerConfig:
+    try:
+        return load_config(config_path, values, _parse_users(users))
+    except ConfigError as e:
+        click.echo(f"config error: {e}", err=True)
+        sys.exit(2)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="pairmq")
+def main() -> None:
+    """pairmq: a highly available STOMP message broker."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML configuration file; flags win over it")
+@click.option("--user", "users", multiple=True, metavar="NAME:PASSWORD",
+              help="add a user (repeatable)")
+@_config_options
+def server(config_path: str | None, users: tuple[str, ...], **values: Any) -> None:
+    """Run one pairmq server."""
+    from pairmq.server.app import run
+
+    run(_load(config_path, values, users))
+
+
+@main.command()
+@click.argument("password", required=False)
+def passwd(password: str | None) -> None:
+    """Print the scrypt hash of PASSWORD for [auth.users.NAME] password (asks if omitted)."""
+    from pairmq.server.auth import hash_password
+
+    if password is None:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    click.echo(hash_password(password))
+
+
+@main.command()
+@click.option("--dir", "workdir", default=".pairmq-local", show_default=True,
+              type=click.Path(file_okay=False), help="where the local setup keeps its files")
+@click.option("--stomp", default="127.0.0.1:61613", show_default=True,
+              help="client listener HOST:PORT")
+def up(workdir: str, stomp: str) -> None:
+    """Start a local server for trying pairmq out (Ctrl-C stops it)."""
+    from rich.console import Console
+
+    from pairmq.server.app import run
+    from pairmq.server.auth import hash_password
+
+    root = Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    creds = root / "credentials"
+    if creds.exists():
+        login, _, password = creds.read_text().strip().partition(":")
+    else:
+        login, password = "admin", secrets.token_urlsafe(12)
+        creds.write_text(f"{login}:{password}\n")
+        creds.chmod(0o600)
+    config_file = root / "standalone.toml"
+    config_file.write_text(
+        "# Written by `pairmq up`; the password is in ./credentials\n"
+        "[server]\n"
+        'name = "standalone"\n'
+        f'data_dir = "{(root / "data" / "standalone").as_posix()}"\n'
+        f'stomp = "{stomp}"\n\n'
+        "[auth]\nallow_anonymous = false\n\n"
+        f"[auth.users.{login}]\n"
+        f'password = "{hash_password(password)}"\n'
+        'roles = ["admin"]\n'
+    )
+    config = _load(str(config_file), {}, ())
+    console = Console(stderr=True)
+    host, _, port = stomp.rpartition(":")
+    console.print(f"[bold]pairmq {__version__}[/bold]: one standalone server "
+                  "(the HA pair and witness arrive with the replication work)")
+    console.print(f"  STOMP     stomp://{stomp}")
+    console.print(f"  login     {login}")
+    console.print(f"  password  {password}   (kept in {creds})")
+    console.print(f"  config    {config_file}")
+    console.print("  try it    "
+                  f".venv/bin/python -c \"import stomp; c = stomp.Connection([('{host}', {port})]);"
+                  f" c.connect('{login}', '{password}', wait=True);"
+                  " c.send('/queue/hello', 'hi'); c.disconnect()\"")
+    console.print("  Ctrl-C stops it.")
+    run(config)
+
+
+if __name__ == "__main__":
+    main()

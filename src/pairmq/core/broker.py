@@ -1,0 +1,565 @@
+"""The messaging model: applies client commands, returns deliveries and events.
+
+Deterministic and free of I/O: time comes in as `now` (ms since the epoch), message ids
+from a counter, and everything a command causes is left in `outbox` (deliveries per
+connection) and `events` (destinations blocked/unblocked) for the server to act on. The
+journal can therefore record commands and replay them into the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
+from pairmq.core.errors import CoreError
+from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
+from pairmq.core.queue import Address, Queue
+from pairmq.core.session import PendingSend, Session, Transaction
+from pairmq.core.settings import CoreSettings
+from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Subscription
+
+# Headers that describe one frame's transport, not the message: never stored or forwarded.
+TRANSPORT_HEADERS = frozenset({
+    "receipt", "transaction", "content-length", "destination", "message-id", "subscription",
+    "ack", "redelivered", "delivery-count",
+})
+
+
+class Delivery(NamedTuple):
+    subscription: Subscription
+    entry: Entry
+    ack_id: str | None  # None for ack:auto
+    delivery_count: int
+
+
+class BrokerEvent(NamedTuple):
+    kind: str  # "blocked" | "unblocked" | "expired" | "dead-lettered"
+    address: Address | None
+    detail: str = ""
+
+
+class Broker:
+    def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
+        self.settings = settings or CoreSettings()
+        self.id_prefix = id_prefix
+        self.addresses: dict[str, Address] = {}
+        self.queues: dict[str, Queue] = {}  # "/queue/NAME" -> queue
+        self.durables: dict[str, Queue] = {}  # durable subscription key -> its queue
+        self.sessions: dict[int, Session] = {}
+        self.client_ids: dict[str, int] = {}
+        self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
+        self.outbox: dict[int, list[Delivery]] = {}
+        self.events: list[BrokerEvent] = []
+        self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
+                      "dead_lettered": 0, "unroutable_topic": 0}
+        self._message_seq = 0
+        self._session_seq = 0
+
+    # ----------------------------------------------------------------- sessions
+
+    def open_session(self, conn_id: int, version: str, client_id: str | None = None) -> Session:
+        if conn_id in self.sessions:
+            raise CoreError(f"connection {conn_id} already has a session")
+        if client_id is not None:
+            if client_id in self.client_ids:
+                raise CoreError(f"client-id {client_id!r} is already in use by another connection")
+            self.client_ids[client_id] = conn_id
+        self._session_seq += 1
+        session = Session(conn_id, f"s{self._session_seq}", version, client_id)
+        self.sessions[conn_id] = session
+        return session
+
+    def close_session(self, conn_id: int, now: int) -> None:
+        """The connection is gone: return what it held, abort its transactions."""
+        session = self.sessions.pop(conn_id, None)
+        if session is None:
+            return
+        for tx in session.txs.values():
+            self._undo(tx, now)
+        session.txs.clear()
+        for sub in list(session.subs.values()):
+            self._detach(sub, now, delete=False)
+        session.subs.clear()
+        for name, q in session.temp_queues.items():
+            self.reply_queues.pop(f"{session.token}.{name}", None)
+            self._delete_queue(q)
+        if session.client_id is not None:
+            self.client_ids.pop(session.client_id, None)
+        self.outbox.pop(conn_id, None)
+
+    def set_writable(self, conn_id: int, writable: bool, now: int) -> None:
+        """The server's socket buffer for this connection filled up or drained."""
+        session = self.sessions[conn_id]
+        session.writable = writable
+        if writable:
+            for sub in list(session.subs.values()):
+                self._dispatch(sub.queue, now)
+
+    def take_outbox(self) -> dict[int, list[Delivery]]:
+        out, self.outbox = self.outbox, {}
+        return out
+
+    def take_events(self) -> list[BrokerEvent]:
+        events, self.events = self.events, []
+        return events
+
+    # ----------------------------------------------------------------- SEND
+
+    def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
+             now: int, transaction: str | None = None) -> Address | None:
+        """Accept a message; returns its address when it is now full (block the sender)."""
+        session = self._session(conn_id)
+        kind, name = parse_destination(destination)
+        _check_message_headers(headers)
+        if kind == REPLY and name not in self.reply_queues:
+            raise CoreError(f"temporary queue {destination!r} no longer exists")
+        if transaction is not None:
+            self._tx(session, transaction).sends.append(PendingSend(destination, headers, body))
+            return None
+        return self._route(session, destination, kind, name, headers, body, now)
+
+    def _route(self, session: Session, destination: str, kind: str, name: str,
+               headers: dict[str, str], body: bytes, now: int) -> Address | None:
+        stored = {k: v for k, v in headers.items() if k not in TRANSPORT_HEADERS}
+        reply_to = stored.get("reply-to")
+        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+            temp_name = reply_to[len("/temp-queue/"):]
+            if temp_name:
+                self._temp_queue(session, temp_name)
+                stored["reply-to"] = f"/reply-queue/{session.token}.{temp_name}"
+        self._message_seq += 1
+        message_id = f"{self.id_prefix}{self._message_seq}"
+        stored.setdefault("timestamp", str(now))
+        priority = int(stored.get("priority", DEFAULT_PRIORITY))
+        expires = int(stored.get("expires", 0) or 0)
+        size = len(body) + sum(len(k) + len(v) for k, v in stored.items()) + 64
+        message = Message(message_id, destination, stored, body,
+                          stored.get("persistent") == "true", priority, expires, size)
+        self.stats["received"] += 1
+        if kind == TOPIC:
+            address = self._address(destination, TOPIC)
+            if not address.queues:
+                self.stats["unroutable_topic"] += 1
+                return None
+            for q in address.queues:
+                self._enqueue(q, Entry(message), now)
+        else:
+            if kind == QUEUE:
+                q = self._plain_queue(destination)
+            elif kind == TEMP:
+                q = self._temp_queue(session, name)
+            else:
+                q = self.reply_queues.get(name)
+                if q is None:
+                    raise CoreError(f"temporary queue {destination!r} no longer exists")
+            address = q.address
+            self._enqueue(q, Entry(message), now)
+        if address.limit and address.size > address.limit and not address.blocked:
+            address.blocked = True
+            self.events.append(BrokerEvent("blocked", address,
+                                           f"{address.size} bytes, limit {address.limit}"))
+        return address if address.blocked else None
+
+    def _enqueue(self, q: Queue, entry: Entry, now: int) -> None:
+        q.address.size += entry.message.size
+        q.push(entry)
+        if q.consumers:
+            self._dispatch(q, now)
+
+    # ----------------------------------------------------------------- SUBSCRIBE
+
+    def subscribe(self, conn_id: int, sub_id: str, destination: str, now: int,
+                  ack: str = "auto", prefetch: int | None = None,
+                  durable_name: str | None = None) -> Subscription:
+        session = self._session(conn_id)
+        if sub_id in session.subs:
+            raise CoreError(f"subscription id {sub_id!r} is already in use on this connection")
+        ack_mode = ACK_MODES.get(ack)
+        if ack_mode is None:
+            raise CoreError(f"unknown ack mode {ack!r}: use auto, client or client-individual")
+        if prefetch is None or prefetch <= 0:
+            prefetch = self.settings.default_prefetch
+        kind, name = parse_destination(destination)
+        durable = False
+        if kind == QUEUE:
+            q = self._plain_queue(destination)
+        elif kind == TEMP:
+            q = self._temp_queue(session, name)
+        elif kind == REPLY:
+            found = self.reply_queues.get(name)
+            if found is None:
+                raise CoreError(f"temporary queue {destination!r} no longer exists")
+            if found.owner != conn_id:
+                raise CoreError("only the connection that created a temporary queue may "
+                                "subscribe to it")
+            q = found
+        else:
+            address = self._address(destination, TOPIC)
+            if durable_name:
+                durable = True
+                q = self._durable_queue(session, address, name, durable_name)
+            else:
+                q = Queue(f"{destination}#{session.token}/{sub_id}", address, name)
+                address.queues.append(q)
+        sub = Subscription(session, sub_id, destination, q, ack_mode, prefetch, durable)
+        session.subs[sub_id] = sub
+        q.consumers.append(sub)
+        self._dispatch(q, now)
+        return sub
+
+    def _durable_queue(self, session: Session, address: Address, topic_name: str,
+                       durable_name: str) -> Queue:
+        key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name
+        q = self.durables.get(key)
+        if q is not None and q.consumers:
+            raise CoreError(f"durable subscription {key!r} is already active on another "
+                            "connection")
+        if q is not None and q.address is not address:
+            # Re-subscribing a durable name to another topic replaces it, as in ActiveMQ.
+            self._drop_durable(key)
+            q = None
+        if q is None:
+            q = Queue(f"durable:{key}", address, topic_name)
+            q.durable_key = key
+            address.queues.append(q)
+            self.durables[key] = q
+        return q
+
+    def unsubscribe(self, conn_id: int, sub_id: str | None, now: int,
+                    delete_durable: bool = False, durable_name: str | None = None) -> None:
+        """Remove a subscription; with delete_durable, also the durable subscription behind it."""
+        session = self._session(conn_id)
+        sub = session.subs.pop(sub_id, None) if sub_id is not None else None
+        if sub is not None:
+            self._detach(sub, now, delete=delete_durable)
+            return
+        if delete_durable and durable_name:
+            key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name
+            q = self.durables.get(key)
+            if q is None:
+                raise CoreError(f"no durable subscription {key!r}")
+            if q.consumers:
+                raise CoreError(f"durable subscription {key!r} is active on another connection")
+            self._drop_durable(key)
+            return
+        raise CoreError(f"no subscription with id {sub_id!r} on this connection")
+
+    def _detach(self, sub: Subscription, now: int, delete: bool) -> None:
+        q = sub.queue
+        session = sub.session
+        if sub in q.consumers:
+            q.consumers.remove(sub)
+        held = list(sub.unacked.items())
+        sub.unacked.clear()
+        for ack_id, entry in held:
+            session.acks.pop(ack_id, None)
+            self._forget_legacy(session, sub.id, entry.message.message_id, ack_id)
+        entries = [entry for _, entry in held]
+        temporary_topic_queue = q.address.kind == TOPIC and q.durable_key is None
+        if temporary_topic_queue or (delete and q.durable_key is not None):
+            for entry in entries:
+                self._consumed(q, entry)
+            if q.durable_key is not None:
+                self._drop_durable(q.durable_key)
+            else:
+                self._delete_queue(q)
+            return
+        self._return(q, entries, now)
+        self._dispatch(q, now)
+
+    def _drop_durable(self, key: str) -> None:
+        q = self.durables.pop(key)
+        self._delete_queue(q)
+
+    def _delete_queue(self, q: Queue) -> None:
+        address = q.address
+        if q in address.queues:
+            address.queues.remove(q)
+        for entry in q.clear():
+            self._consumed(q, entry)
+        q.deleted = True
+        if q.address.kind == TEMP and address.blocked:
+            address.blocked = False
+            self.events.append(BrokerEvent("unblocked", address, "deleted"))
+
+    # ----------------------------------------------------------------- ACK / NACK
+
+    def ack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
+        session = self._session(conn_id)
+        tx = self._tx(session, transaction) if transaction is not None else None
+        sub, entries = self._take_acked(session, ack_id)
+        if tx is not None:
+            tx.acked.extend((sub.queue, e) for e in entries)
+        else:
+            for entry in entries:
+                self._consumed(sub.queue, entry)
+        self.stats["acknowledged"] += len(entries)
+        self._dispatch(sub.queue, now)
+
+    def nack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
+        session = self._session(conn_id)
+        tx = self._tx(session, transaction) if transaction is not None else None
+        sub, entries = self._take_acked(session, ack_id)
+        if tx is not None:
+            tx.nacked.extend((sub.queue, e) for e in entries)
+        else:
+            self._return(sub.queue, entries, now)
+        self._dispatch(sub.queue, now)
+
+    def legacy_ack_id(self, conn_id: int, message_id: str, sub_id: str | None) -> str:
+        """STOMP 1.0/1.1 name a delivery by message-id (and subscription): find its ack id."""
+        session = self._session(conn_id)
+        index = session.legacy_index or {}
+        ack_id = index.get((sub_id or "", message_id))
+        if ack_id is None:
+            where = f" on subscription {sub_id!r}" if sub_id else ""
+            raise CoreError(f"no unacknowledged message with message-id {message_id!r}{where}")
+        return ack_id
+
+    def _take_acked(self, session: Session, ack_id: str) -> tuple[Subscription, list[Entry]]:
+        sub = session.acks.get(ack_id)
+        if sub is None:
+            raise CoreError(f"no unacknowledged message with ack id {ack_id!r} on this connection")
+        if sub.ack_mode == ACK_CLIENT:
+            ids: list[str] = []
+            for key in sub.unacked:
+                ids.append(key)
+                if key == ack_id:
+                    break
+        else:
+            ids = [ack_id]
+        entries = []
+        for key in ids:
+            entry = sub.unacked.pop(key)
+            session.acks.pop(key, None)
+            self._forget_legacy(session, sub.id, entry.message.message_id, key)
+            entries.append(entry)
+        return sub, entries
+
+    @staticmethod
+    def _forget_legacy(session: Session, sub_id: str, message_id: str, ack_id: str) -> None:
+        index = session.legacy_index
+        if index is None:
+            return
+        for key in ((sub_id, message_id), ("", message_id)):
+            if index.get(key) == ack_id:
+                del index[key]
+
+    # ----------------------------------------------------------------- transactions
+
+    def begin(self, conn_id: int, transaction: str) -> None:
+        session = self._session(conn_id)
+        if transaction in session.txs:
+            raise CoreError(f"transaction {transaction!r} is already open")
+        session.txs[transaction] = Transaction()
+
+    def commit(self, conn_id: int, transaction: str, now: int) -> list[Address]:
+        """Apply the transaction's work at once; returns addresses now full."""
+        session = self._session(conn_id)
+        tx = self._tx(session, transaction)
+        for pending in tx.sends:  # check everything before changing anything
+            kind, name = parse_destination(pending.destination)
+            if kind == REPLY and name not in self.reply_queues:
+                raise CoreError(f"temporary queue {pending.destination!r} no longer exists; "
+                                f"transaction {transaction!r} left open")
+        del session.txs[transaction]
+        blocked: list[Address] = []
+        for pending in tx.sends:
+            kind, name = parse_destination(pending.destination)
+            full = self._route(session, pending.destination, kind, name, pending.headers,
+                               pending.body, now)
+            if full is not None and full not in blocked:
+                blocked.append(full)
+        touched: list[Queue] = []
+        for q, entry in tx.acked:
+            self._consumed(q, entry)
+            if q not in touched:
+                touched.append(q)
+        self._return_grouped(tx.nacked, now, touched)
+        for q in touched:
+            self._dispatch(q, now)
+        return blocked
+
+    def abort(self, conn_id: int, transaction: str, now: int) -> None:
+        session = self._session(conn_id)
+        tx = self._tx(session, transaction)
+        del session.txs[transaction]
+        self._undo(tx, now)
+
+    def _undo(self, tx: Transaction, now: int) -> None:
+        touched: list[Queue] = []
+        self._return_grouped(tx.acked + tx.nacked, now, touched)
+        for q in touched:
+            self._dispatch(q, now)
+
+    def _return_grouped(self, items: Iterable[tuple[Queue, Entry]], now: int,
+                        touched: list[Queue]) -> None:
+        grouped: dict[int, tuple[Queue, list[Entry]]] = {}
+        for q, entry in items:
+            grouped.setdefault(id(q), (q, []))[1].append(entry)
+        for q, entries in grouped.values():
+            self._return(q, entries, now)
+            if q not in touched:
+                touched.append(q)
+
+    # ----------------------------------------------------------------- expiry
+
+    def sweep_expired(self, now: int) -> int:
+        """Expire waiting messages past their `expires`; returns how many."""
+        count = 0
+        queues = [q for a in self.addresses.values() for q in a.queues]
+        queues += [q for s in self.sessions.values() for q in s.temp_queues.values()]
+        for q in queues:
+            if q.expiring:
+                for entry in q.remove_where(lambda e: 0 < e.message.expires <= now):
+                    self._expire(q, entry, now)
+                    count += 1
+        return count
+
+    def _expire(self, q: Queue, entry: Entry, now: int) -> None:
+        self.stats["expired"] += 1
+        if self.settings.expired_policy == "dead-letter" and not q.is_dead_letter:
+            self._dead_letter(q, entry, "expired", now)
+        else:
+            self._consumed(q, entry)
+            self.events.append(BrokerEvent("expired", q.address, entry.message.message_id))
+
+    # ----------------------------------------------------------------- internals
+
+    def _dispatch(self, q: Queue, now: int) -> None:
+        """Hand waiting messages to consumers with room, round-robin."""
+        consumers = q.consumers
+        n = len(consumers)
+        if not n or not q.count:
+            return
+        idle = 0
+        while q.count:
+            sub = consumers[q.rr % n]
+            q.rr += 1
+            if not sub.can_take():
+                idle += 1
+                if idle >= n:
+                    return
+                continue
+            entry = q.pop()
+            if entry is None:
+                return
+            expires = entry.message.expires
+            if expires and expires <= now:
+                self._expire(q, entry, now)
+                continue
+            idle = 0
+            self._deliver(sub, entry)
+
+    def _deliver(self, sub: Subscription, entry: Entry) -> None:
+        entry.deliveries += 1
+        session = sub.session
+        if sub.ack_mode == ACK_AUTO:
+            ack_id = None
+            self._consumed(sub.queue, entry)
+        else:
+            session.ack_seq += 1
+            ack_id = str(session.ack_seq)
+            sub.unacked[ack_id] = entry
+            session.acks[ack_id] = sub
+            index = session.legacy_index
+            if index is not None:
+                message_id = entry.message.message_id
+                index[(sub.id, message_id)] = ack_id
+                index[("", message_id)] = ack_id
+        self.stats["delivered"] += 1
+        box = self.outbox.get(session.id)
+        if box is None:
+            box = self.outbox[session.id] = []
+        box.append(Delivery(sub, entry, ack_id, entry.deliveries))
+
+    def _consumed(self, q: Queue, entry: Entry) -> None:
+        """The entry leaves the broker: release its bytes, maybe unblocking producers."""
+        address = q.address
+        address.size -= entry.message.size
+        if address.blocked and address.size <= address.limit * self.settings.resume_ratio:
+            address.blocked = False
+            self.events.append(BrokerEvent("unblocked", address, f"{address.size} bytes"))
+
+    def _return(self, q: Queue, entries: list[Entry], now: int) -> None:
+        """Delivered but not acknowledged: back to the head, or to the dead-letter queue."""
+        if q.deleted:
+            for entry in entries:
+                self._consumed(q, entry)
+            return
+        limit = self.settings.max_delivery_attempts
+        keep = []
+        for entry in entries:
+            if limit and entry.deliveries >= limit and not q.is_dead_letter:
+                self._dead_letter(q, entry, "max-delivery-attempts", now)
+            else:
+                keep.append(entry)
+        if keep:
+            q.push_front(keep)
+
+    def _dead_letter(self, q: Queue, entry: Entry, reason: str, now: int) -> None:
+        self._consumed(q, entry)
+        old = entry.message
+        headers = dict(old.headers)
+        headers.pop("expires", None)
+        headers["original-destination"] = old.destination
+        headers["dead-letter-reason"] = reason
+        destination = f"/queue/{self.settings.dead_letter_prefix}{q.dead_letter_name}"
+        dlq = self._plain_queue(destination)
+        moved = Message(old.message_id, destination, headers, old.body, old.persistent,
+                        old.priority, 0, old.size)
+        self.stats["dead_lettered"] += 1
+        self.events.append(BrokerEvent("dead-lettered", dlq.address,
+                                       f"{old.message_id} from {old.destination}: {reason}"))
+        self._enqueue(dlq, Entry(moved), now)
+
+    def _address(self, name: str, kind: str) -> Address:
+        address = self.addresses.get(name)
+        if address is None:
+            address = self.addresses[name] = Address(name, kind, self.settings.max_size_bytes)
+        return address
+
+    def _plain_queue(self, destination: str) -> Queue:
+        q = self.queues.get(destination)
+        if q is None:
+            address = self._address(destination, QUEUE)
+            name = destination[len("/queue/"):]
+            q = self.queues[destination] = Queue(destination, address, name)
+            q.is_dead_letter = name.startswith(self.settings.dead_letter_prefix)
+            address.queues.append(q)
+        return q
+
+    def _temp_queue(self, session: Session, name: str) -> Queue:
+        q = session.temp_queues.get(name)
+        if q is None:
+            token = f"{session.token}.{name}"
+            address = Address(f"/reply-queue/{token}", TEMP, self.settings.max_size_bytes)
+            q = Queue(f"/temp-queue/{name}", address, f"temp.{name}")
+            q.owner = session.id
+            address.queues.append(q)
+            session.temp_queues[name] = q
+            self.reply_queues[token] = q
+        return q
+
+    def _session(self, conn_id: int) -> Session:
+        session = self.sessions.get(conn_id)
+        if session is None:
+            raise CoreError("not connected")
+        return session
+
+    @staticmethod
+    def _tx(session: Session, transaction: str) -> Transaction:
+        tx = session.txs.get(transaction)
+        if tx is None:
+            raise CoreError(f"unknown transaction {transaction!r}")
+        return tx
+
+
+def _check_message_headers(headers: dict[str, str]) -> None:
+    priority = headers.get("priority")
+    if priority is not None and not (priority.isdigit() and 0 <= int(priority) <= 9):
+        raise CoreError(f"priority must be an integer from 0 to 9, got {priority!r}")
+    expires = headers.get("expires")
+    if expires is not None and expires != "" and not expires.isdigit():
+        raise CoreError(f"expires must be a time in ms since the epoch, got {expires!r}")

@@ -1,0 +1,27 @@
+"""Destination names: which kind a name is, and what part of it names the queue."""
+
+from __future__ import annotations
+
+from pairmq.core.errors import CoreError
+
+QUEUE = "queue"
+TOPIC = "topic"
+TEMP = "temp-queue"
+REPLY = "reply-queue"
+
+_PREFIXES = (("/queue/", QUEUE), ("/topic/", TOPIC), ("/temp-queue/", TEMP),
+             ("/reply-queue/", REPLY))
+
+
+def parse_destination(destination: str) -> tuple[str, str]:
+    """Split `/queue/orders` into ("queue", "orders"); refuse anything else with a clear error."""
+    for prefix, kind in _PREFIXES:
+        if destination.startswith(prefix):
+            name = destination[len(prefix):]
+            if not name:
+                raise CoreError(f"destination {destination!r} has no name after {prefix!r}")
+            return kind, name
+    raise CoreError(
+        f"unknown destination {destination!r}: it must start with /queue/, /topic/, "
+        "/temp-queue/ or /reply-queue/"
+    )

@@ -1,0 +1,31 @@
+"""Messages and their per-queue delivery state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_PRIORITY = 4
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    """An accepted message. Immutable once routed: topic subscribers share one instance."""
+
+    message_id: str
+    destination: str
+    headers: dict[str, str]  # the sender's headers, transport headers removed, server ones added
+    body: bytes
+    persistent: bool = False
+    priority: int = DEFAULT_PRIORITY
+    expires: int = 0  # absolute ms since the epoch; 0 = never
+    size: int = 0  # bytes counted against the destination's limit
+    # The serializer caches the encoded header block here; it is not broker state.
+    wire: dict[str, bytes] | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One message in one queue: topic fan-out gives each subscription its own entry."""
+
+    message: Message
+    deliveries: int = 0  # how many times this entry was handed to a consumer

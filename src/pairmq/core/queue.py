@@ -1,0 +1,120 @@
+"""Queues with ten priority levels, and the addresses whose size limits drive flow control."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pairmq.core.message import Entry
+
+if TYPE_CHECKING:
+    from pairmq.core.subscription import Subscription
+
+PRIORITY_LEVELS = 10
+
+
+class Address:
+    """A destination name and the bytes held for it by all its queues (until acknowledged)."""
+
+    __slots__ = ("blocked", "kind", "limit", "name", "queues", "size")
+
+    def __init__(self, name: str, kind: str, limit: int) -> None:
+        self.name = name  # e.g. "/queue/orders"
+        self.kind = kind  # "queue" | "topic" | "temp"
+        self.limit = limit  # 0 = unlimited
+        self.size = 0
+        self.blocked = False
+        self.queues: list[Queue] = []  # a queue's address has one; a topic's, one per subscription
+
+
+class Queue:
+    """Messages waiting for a consumer, highest priority first, FIFO within a priority."""
+
+    __slots__ = (
+        "_levels",
+        "_top",
+        "address",
+        "consumers",
+        "count",
+        "dead_letter_name",
+        "deleted",
+        "durable_key",
+        "expiring",
+        "is_dead_letter",
+        "name",
+        "owner",
+        "rr",
+    )
+
+    def __init__(self, name: str, address: Address, dead_letter_name: str) -> None:
+        self.name = name
+        self.address = address
+        self.dead_letter_name = dead_letter_name  # base NAME of /queue/DLQ.NAME
+        self.is_dead_letter = False
+        self.deleted = False  # set when a subscription queue or temp queue goes away
+        self._levels: list[deque[Entry]] = [deque() for _ in range(PRIORITY_LEVELS)]
+        self._top = -1  # highest level that may be non-empty
+        self.count = 0
+        self.expiring = 0  # entries with an expiry, so sweeps skip queues without any
+        self.consumers: list[Subscription] = []
+        self.rr = 0  # round-robin cursor over consumers
+        self.durable_key: str | None = None
+        self.owner: int | None = None  # connection id owning a temp queue
+
+    def push(self, entry: Entry) -> None:
+        p = entry.message.priority
+        self._levels[p].append(entry)
+        if p > self._top:
+            self._top = p
+        self.count += 1
+        if entry.message.expires:
+            self.expiring += 1
+
+    def push_front(self, entries: list[Entry]) -> None:
+        """Return entries to the head, keeping their relative order."""
+        for entry in reversed(entries):
+            p = entry.message.priority
+            self._levels[p].appendleft(entry)
+            if p > self._top:
+                self._top = p
+            self.count += 1
+            if entry.message.expires:
+                self.expiring += 1
+
+    def pop(self) -> Entry | None:
+        levels = self._levels
+        top = self._top
+        while top >= 0:
+            level = levels[top]
+            if level:
+                entry = level.popleft()
+                self._top = top
+                self.count -= 1
+                if entry.message.expires:
+                    self.expiring -= 1
+                return entry
+            top -= 1
+        self._top = -1
+        return None
+
+    def entries(self) -> Iterator[Entry]:
+        for level in reversed(self._levels):
+            yield from level
+
+    def remove_where(self, predicate) -> list[Entry]:
+        """Take out every waiting entry for which predicate(entry) holds."""
+        removed: list[Entry] = []
+        for i, level in enumerate(self._levels):
+            if not level:
+                continue
+            keep: deque[Entry] = deque()
+            for entry in level:
+                (removed if predicate(entry) else keep).append(entry)
+            self._levels[i] = keep
+        self.count -= len(removed)
+        self.expiring -= sum(1 for e in removed if e.message.expires)
+        return removed
+
+    def clear(self) -> list[Entry]:
+        return self.remove_where(lambda _e: True)

@@ -1,0 +1,47 @@
+"""A client connection as the core sees it: its subscriptions, transactions and temp queues."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pairmq.core.message import Entry
+
+if TYPE_CHECKING:
+    from pairmq.core.queue import Queue
+    from pairmq.core.subscription import Subscription
+
+
+@dataclass(slots=True)
+class PendingSend:
+    destination: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(slots=True)
+class Transaction:
+    """Work deferred to COMMIT: sends to route, and deliveries acked or nacked meanwhile."""
+
+    sends: list[PendingSend] = field(default_factory=list)
+    acked: list[tuple[Queue, Entry]] = field(default_factory=list)
+    nacked: list[tuple[Queue, Entry]] = field(default_factory=list)
+
+
+class Session:
+    __slots__ = ("ack_seq", "acks", "client_id", "id", "legacy_index", "subs", "temp_queues",
+                 "token", "txs", "version", "writable")
+
+    def __init__(self, conn_id: int, token: str, version: str, client_id: str | None) -> None:
+        self.id = conn_id
+        self.token = token  # unique in this server's life: names this session's temp queues
+        self.version = version
+        self.client_id = client_id
+        self.writable = True
+        self.subs: dict[str, Subscription] = {}
+        self.acks: dict[str, Subscription] = {}  # ack id -> subscription holding it
+        # STOMP 1.0/1.1 acknowledge by message-id: (subscription id or "", message id) -> ack id
+        self.legacy_index: dict[tuple[str, str], str] | None = None if version == "1.2" else {}
+        self.txs: dict[str, Transaction] = {}
+        self.temp_queues: dict[str, Queue] = {}
+        self.ack_seq = 0

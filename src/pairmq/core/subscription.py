@@ -1,0 +1,38 @@
+"""Subscriptions and their windows of unacknowledged deliveries."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pairmq.core.message import Entry
+
+if TYPE_CHECKING:
+    from pairmq.core.queue import Queue
+    from pairmq.core.session import Session
+
+ACK_AUTO = 0
+ACK_CLIENT = 1
+ACK_INDIVIDUAL = 2
+ACK_MODES = {"auto": ACK_AUTO, "client": ACK_CLIENT, "client-individual": ACK_INDIVIDUAL}
+
+
+class Subscription:
+    __slots__ = ("ack_mode", "destination", "durable", "id", "prefetch", "queue", "session",
+                 "unacked")
+
+    def __init__(self, session: Session, sub_id: str, destination: str, queue: Queue,
+                 ack_mode: int, prefetch: int, durable: bool) -> None:
+        self.session = session
+        self.id = sub_id
+        self.destination = destination
+        self.queue = queue
+        self.ack_mode = ack_mode
+        self.prefetch = prefetch
+        self.durable = durable
+        # ack id -> entry, in delivery order (client mode acks cumulatively along it)
+        self.unacked: dict[str, Entry] = {}
+
+    def can_take(self) -> bool:
+        if not self.session.writable:
+            return False
+        return self.ack_mode == ACK_AUTO or len(self.unacked) < self.prefetch

@@ -1,0 +1,48 @@
+"""Passwords: plain or scrypt hashes, checked without blocking the event loop."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+
+from pairmq.server.config import User
+
+SCRYPT_PREFIX = "scrypt$"
+_N, _R, _P = 2**14, 8, 1
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    """The form `pairmq passwd` prints: scrypt$N$r$p$salt$hash (base64)."""
+    salt = salt or secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
+    b64 = base64.b64encode
+    return f"{SCRYPT_PREFIX}{_N}${_R}${_P}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+def is_hashed(stored: str) -> bool:
+    return stored.startswith(SCRYPT_PREFIX)
+
+
+def verify_password(stored: str, given: str) -> bool:
+    """Constant-time comparison; slow (tens of ms) for hashes: call it off the event loop."""
+    if not is_hashed(stored):
+        return hmac.compare_digest(stored.encode(), given.encode())
+    try:
+        _, n, r, p, salt, digest = stored.split("$")
+        expected = base64.b64decode(digest)
+        actual = hashlib.scrypt(given.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r),
+                                p=int(p), dklen=len(expected), maxmem=256 * 1024 * 1024)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(expected, actual)
+
+
+def check_login(users: dict[str, User], login: str, passcode: str) -> bool:
+    user = users.get(login)
+    if user is None:
+        # Spend the same effort for an unknown user, so timing does not reveal who exists.
+        verify_password(hash_password("x", b"0" * 16), passcode)
+        return False
+    return verify_password(user.password, passcode)

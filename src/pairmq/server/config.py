@@ -1,0 +1,197 @@
+"""The server's configuration: one table of keys drives the TOML file and the flags alike."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pairmq.core.settings import EXPIRED_POLICIES, CoreSettings
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    """A configuration the server refuses to start with; the message names the key."""
+
+
+def _address(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f'must be HOST:PORT, got "{value}"'
+    return None
+
+
+def _at_least(n: int) -> Callable[[int], str | None]:
+    return lambda v: None if v >= n else f"must be an integer >= {n}, got {v}"
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}, got \"{v}\""
+
+
+@dataclass(frozen=True)
+class Key:
+    section: str
+    name: str
+    type: type
+    default: Any
+    help: str
+    check: Callable[[Any], str | None] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+KEYS: tuple[Key, ...] = (
+    Key("server", "name", str, "standalone", "server name, used in message ids and logs"),
+    Key("server", "data_dir", str, "data/standalone", "directory for this server's data"),
+    Key("server", "stomp", str, "127.0.0.1:61613", "STOMP listener HOST:PORT", _address),
+    Key("server", "heartbeat_ms", int, 10000, "heart-beat offered to clients (ms, 0 = none)",
+        _at_least(0)),
+    Key("server", "log_level", str, "info", "debug, info, warning or error", _one_of(LOG_LEVELS)),
+    Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
+        _at_least(256)),
+    Key("limits", "max_headers", int, 1000, "most headers in one frame", _at_least(1)),
+    Key("limits", "max_header_bytes", int, 10240, "longest header line (bytes)", _at_least(16)),
+    Key("destinations", "default_prefetch", int, 1000,
+        "unacknowledged messages per client-ack subscription", _at_least(1)),
+    Key("destinations", "max_delivery_attempts", int, 10,
+        "deliveries before a message is dead-lettered (0 = unlimited)", _at_least(0)),
+    Key("destinations", "dead_letter_prefix", str, "DLQ.", "dead-letter queue name prefix",
+        lambda v: None if v else "must not be empty"),
+    Key("destinations", "expired_policy", str, "dead-letter", "dead-letter or drop",
+        _one_of(EXPIRED_POLICIES)),
+    Key("destinations", "max_size_bytes", int, 64 * 1024 * 1024,
+        "bytes a destination holds before producers are blocked (0 = unlimited)", _at_least(0)),
+    Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
+)
+
+KEYS_BY_SECTION: dict[str, dict[str, Key]] = {}
+for _key in KEYS:
+    KEYS_BY_SECTION.setdefault(_key.section, {})[_key.name] = _key
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    password: str  # plain, or "scrypt$..." from `pairmq passwd`
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    values: Mapping[str, Any]  # key name -> value, for every key in KEYS
+    users: Mapping[str, User] = field(default_factory=dict)
+    source: str = "defaults"
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def core_settings(self) -> CoreSettings:
+        v = self.values
+        return CoreSettings(
+            default_prefetch=v["default_prefetch"],
+            max_delivery_attempts=v["max_delivery_attempts"],
+            dead_letter_prefix=v["dead_letter_prefix"],
+            expired_policy=v["expired_policy"],
+            max_size_bytes=v["max_size_bytes"],
+        )
+
+    @property
+    def stomp_host(self) -> str:
+        return self.values["stomp"].rpartition(":")[0]
+
+    @property
+    def stomp_port(self) -> int:
+        return int(self.values["stomp"].rpartition(":")[2])
+
+
+def _typed(key: Key, value: Any, where: str) -> Any:
+    if key.type is bool:
+        ok = isinstance(value, bool)
+    elif key.type is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, key.type)
+    if not ok:
+        raise ConfigError(f"{where} must be {_type_name(key.type)}, got {value!r}")
+    if key.check is not None:
+        problem = key.check(value)
+        if problem:
+            raise ConfigError(f"{where} {problem}")
+    return value
+
+
+def _type_name(t: type) -> str:
+    return {bool: "true or false", int: "an integer", str: "a string"}[t]
+
+
+def _users(table: Any, source: str) -> dict[str, User]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [auth.users] must be a table of users")
+    users = {}
+    for name, spec in table.items():
+        where = f"{source}: [auth.users.{name}]"
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where} must be a table with password and roles")
+        unknown = set(spec) - {"password", "roles"}
+        if unknown:
+            raise ConfigError(f"{where} has unknown key {sorted(unknown)[0]!r}")
+        password = spec.get("password")
+        if not isinstance(password, str) or not password:
+            raise ConfigError(f"{where} password must be a non-empty string")
+        roles = spec.get("roles", [])
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise ConfigError(f"{where} roles must be a list of strings")
+        users[name] = User(name, password, tuple(roles))
+    return users
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+                extra_users: Mapping[str, str] | None = None) -> ServerConfig:
+    """Read the TOML file (if any), apply flag overrides, validate everything."""
+    values = {key.name: key.default for key in KEYS}
+    users: dict[str, User] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source} is not valid TOML: {e}") from None
+        for section, table in doc.items():
+            if section == "ha":
+                raise ConfigError(f"{source}: [ha] (the pair) is not available in this version "
+                                  "yet; remove the section to run a standalone server")
+            known = KEYS_BY_SECTION.get(section)
+            if known is None:
+                raise ConfigError(f"{source}: unknown section [{section}]")
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [{section}] must be a table")
+            for name, value in table.items():
+                if section == "auth" and name == "users":
+                    users.update(_users(value, source))
+                    continue
+                key = known.get(name)
+                if key is None:
+                    raise ConfigError(f"{source}: unknown key {name!r} in [{section}]")
+                values[name] = _typed(key, value, f"{source}: [{section}] {name}")
+    by_name = {key.name: key for key in KEYS}
+    for name, value in (overrides or {}).items():
+        if value is None:
+            continue
+        key = by_name[name]
+        values[name] = _typed(key, value, f"{key.flag}")
+    for name, password in (extra_users or {}).items():
+        users[name] = User(name, password, ("admin",))
+    return ServerConfig(values, users, source)

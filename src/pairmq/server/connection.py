@@ -1,0 +1,440 @@
+"""One client connection: bytes to frames (protocol), frames to broker commands (core).
+
+An `asyncio.Protocol` rather than streams: data_received hands a whole socket read to
+the parser, every frame in it is applied, and all output is written once at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pairmq import __version__
+from pairmq.core import CoreError, Delivery
+from pairmq.core.queue import Address
+from pairmq.protocol import (
+    Frame,
+    FrameParser,
+    ProtocolError,
+    negotiate_heart_beat,
+    negotiate_version,
+    parse_heart_beat,
+    serialize,
+)
+from pairmq.server import wire
+from pairmq.server.auth import check_login, is_hashed, verify_password
+
+if TYPE_CHECKING:
+    from pairmq.server.app import PairmqServer
+
+log = logging.getLogger("pairmq.connection")
+
+CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
+WRITE_HIGH_WATER = 1024 * 1024
+WRITE_LOW_WATER = 256 * 1024
+SUPPORTED = "1.0,1.1,1.2"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StompConnection(asyncio.Protocol):
+    def __init__(self, server: PairmqServer) -> None:
+        self.server = server
+        self.broker = server.broker
+        self.conn_id = server.next_conn_id()
+        cfg = server.config
+        self.parser = FrameParser(max_frame_bytes=cfg.max_frame_bytes,
+                                  max_headers=cfg.max_headers,
+                                  max_header_bytes=cfg.max_header_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.version = "1.2"
+        self.connected = False
+        self.closing = False
+        self.waiting = False  # an scrypt password check is running in a thread
+        self.backlog: deque[Frame] = deque()
+        self.out: list[bytes] = []
+        self.blocked_on: set[Address] = set()
+        self.sub_lines: dict[str, bytes] = {}
+        self.last_read = self.last_write = 0.0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    # ------------------------------------------------------------ asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.last_read = self.last_write = self.server.loop.time()
+        self.server.connections[self.conn_id] = self
+        self._timers["connect"] = self.server.loop.call_later(CONNECT_TIMEOUT_S,
+                                                             self._connect_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_read = self.server.loop.time()
+        try:
+            frames = self.parser.feed(data)
+        except ProtocolError as e:
+            self.fail(str(e))
+            self.server.flush()
+            return
+        if frames:
+            if self.waiting or self.backlog:
+                self.backlog.extend(frames)
+            else:
+                self.process(frames)
+            self.server.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self.server.forget(self)
+        if self.connected:
+            self.broker.close_session(self.conn_id, now_ms())
+        self.server.flush()
+
+    def pause_writing(self) -> None:
+        if self.connected:
+            self.broker.set_writable(self.conn_id, False, now_ms())
+
+    def resume_writing(self) -> None:
+        if self.connected and not self.closing:
+            self.broker.set_writable(self.conn_id, True, now_ms())
+            self.server.flush()
+
+    # ------------------------------------------------------------ frames
+
+    def process(self, frames: list[Frame]) -> None:
+        for i, frame in enumerate(frames):
+            if self.closing:
+                return
+            if self.waiting:
+                self.backlog.extend(frames[i:])
+                return
+            self.handle(frame)
+
+    def handle(self, frame: Frame) -> None:
+        command = frame.command
+        if not self.connected and command not in ("CONNECT", "STOMP"):
+            self.fail(f"not connected: the first frame must be CONNECT or STOMP, not {command}",
+                      frame)
+            return
+        handler = HANDLERS.get(command)
+        if handler is None:
+            self.fail(f"unknown command {command!r}", frame)
+            return
+        try:
+            handler(self, frame)
+        except (CoreError, ProtocolError) as e:
+            self.fail(str(e), frame)
+            return
+        receipt = frame.headers.get("receipt")
+        if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
+            self.drain_deliveries()
+            self.out.append(wire.receipt(receipt, self.version))
+            self.server.dirty.add(self)
+
+    def on_connect(self, frame: Frame) -> None:
+        if self.connected or self.waiting:
+            raise CoreError("already connected")
+        h = frame.headers
+        version = negotiate_version(h.get("accept-version"))
+        if version is None:
+            self.fail("no common STOMP version: this server supports 1.0, 1.1 and 1.2", frame,
+                      extra={"version": SUPPORTED})
+            return
+        self.version = version
+        cx, cy = parse_heart_beat(h.get("heart-beat", "0,0"))
+        client_id = h.get("client-id")
+        login = h.get("login")
+        if login is None:
+            if self.server.config.allow_anonymous:
+                self.finish_connect(version, cx, cy, client_id, None)
+            else:
+                self.fail("authentication failed", frame,
+                          detail="this server requires a login and passcode")
+            return
+        passcode = h.get("passcode", "")
+        users = self.server.config.users
+        user = users.get(login)
+        if user is not None and not is_hashed(user.password):
+            if verify_password(user.password, passcode):
+                self.finish_connect(version, cx, cy, client_id, login)
+            else:
+                self._auth_failed(login, frame)
+            return
+        # A hash takes tens of ms to check: do it in a thread and hold later frames meanwhile.
+        self.waiting = True
+        assert self.transport is not None
+        self.transport.pause_reading()
+        future = self.server.loop.run_in_executor(None, check_login, users, login, passcode)
+        future.add_done_callback(
+            lambda f: self._auth_done(f, version, cx, cy, client_id, login, frame))
+
+    def _auth_done(self, future: asyncio.Future, version: str, cx: int, cy: int,
+                   client_id: str | None, login: str, frame: Frame) -> None:
+        self.waiting = False
+        if self.closing:
+            return
+        ok = not future.cancelled() and future.exception() is None and future.result()
+        if ok:
+            self.finish_connect(version, cx, cy, client_id, login)
+        else:
+            self._auth_failed(login, frame)
+        if not self.closing:
+            assert self.transport is not None
+            self.transport.resume_reading()
+            frames = list(self.backlog)
+            self.backlog.clear()
+            self.process(frames)
+        self.server.flush()
+
+    def _auth_failed(self, login: str, frame: Frame) -> None:
+        log.warning("Refused login %r from %s: bad login or passcode", login, self.peer)
+        self.fail("authentication failed", frame, detail="bad login or passcode")
+
+    def finish_connect(self, version: str, cx: int, cy: int, client_id: str | None,
+                       login: str | None) -> None:
+        try:
+            session = self.broker.open_session(self.conn_id, version, client_id)
+        except CoreError as e:
+            self.fail(str(e))
+            return
+        self.connected = True
+        self.parser.version = version
+        beat = self.server.config.heartbeat_ms
+        outgoing, incoming = negotiate_heart_beat(beat, beat, cx, cy)
+        headers = {"version": version, "heart-beat": f"{beat},{beat}",
+                   "session": session.token, "server": f"pairmq/{__version__}"}
+        self.out.append(serialize(Frame("CONNECTED", headers), version))
+        self.server.dirty.add(self)
+        loop = self.server.loop
+        if outgoing:
+            self._timers["beat"] = loop.call_later(outgoing / 1000, self._beat, outgoing / 1000)
+        if incoming:
+            self._timers["watch"] = loop.call_later(incoming / 1000, self._watch, incoming / 1000)
+        log.debug("Connection %d from %s logged in as %r (STOMP %s, heart-beat out %d ms, "
+                  "in %d ms)", self.conn_id, self.peer, login, version, outgoing, incoming)
+
+    def on_send(self, frame: Frame) -> None:
+        h = frame.headers
+        destination = h.get("destination")
+        if destination is None:
+            raise CoreError("SEND requires a destination header")
+        full = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
+                                h.get("transaction"))
+        if full is not None:
+            self.block_on(full)
+
+    def on_subscribe(self, frame: Frame) -> None:
+        h = frame.headers
+        destination = h.get("destination")
+        if destination is None:
+            raise CoreError("SUBSCRIBE requires a destination header")
+        sub_id = h.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                raise CoreError("SUBSCRIBE requires an id header")
+            sub_id = destination
+        prefetch = _int_header(h, "prefetch-count")
+        if prefetch is None:
+            prefetch = _int_header(h, "activemq.prefetchSize")
+        durable_name = h.get("activemq.subscriptionName")
+        if durable_name is None and (h.get("durable") == "true" or h.get("persistent") == "true"):
+            durable_name = sub_id
+        self.broker.subscribe(self.conn_id, sub_id, destination, now_ms(),
+                              ack=h.get("ack", "auto"), prefetch=prefetch,
+                              durable_name=durable_name)
+
+    def on_unsubscribe(self, frame: Frame) -> None:
+        h = frame.headers
+        sub_id = h.get("id")
+        if sub_id is None and self.version == "1.0":
+            sub_id = h.get("destination")
+        durable_name = h.get("activemq.subscriptionName")
+        delete = durable_name is not None or h.get("durable") == "true" \
+            or h.get("persistent") == "true"
+        if sub_id is None and not delete:
+            raise CoreError("UNSUBSCRIBE requires an id header")
+        self.broker.unsubscribe(self.conn_id, sub_id, now_ms(), delete_durable=delete,
+                                durable_name=durable_name or sub_id)
+        if sub_id is not None:
+            self.sub_lines.pop(sub_id, None)
+
+    def _ack_id(self, frame: Frame) -> str:
+        h = frame.headers
+        if self.version == "1.2":
+            ack_id = h.get("id")
+            if ack_id is None:
+                raise CoreError(f"{frame.command} requires an id header (the MESSAGE's ack "
+                                "header)")
+            return ack_id
+        message_id = h.get("message-id")
+        if message_id is None:
+            raise CoreError(f"{frame.command} requires a message-id header")
+        return self.broker.legacy_ack_id(self.conn_id, message_id, h.get("subscription"))
+
+    def on_ack(self, frame: Frame) -> None:
+        self.broker.ack(self.conn_id, self._ack_id(frame), now_ms(),
+                        frame.headers.get("transaction"))
+
+    def on_nack(self, frame: Frame) -> None:
+        self.broker.nack(self.conn_id, self._ack_id(frame), now_ms(),
+                         frame.headers.get("transaction"))
+
+    def _transaction(self, frame: Frame) -> str:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            raise CoreError(f"{frame.command} requires a transaction header")
+        return tx
+
+    def on_begin(self, frame: Frame) -> None:
+        self.broker.begin(self.conn_id, self._transaction(frame))
+
+    def on_commit(self, frame: Frame) -> None:
+        for address in self.broker.commit(self.conn_id, self._transaction(frame), now_ms()):
+            self.block_on(address)
+
+    def on_abort(self, frame: Frame) -> None:
+        self.broker.abort(self.conn_id, self._transaction(frame), now_ms())
+
+    def on_disconnect(self, frame: Frame) -> None:
+        self.drain_deliveries()
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self.out.append(wire.receipt(receipt, self.version))
+        self.close()
+
+    # ------------------------------------------------------------ output
+
+    def write_deliveries(self, deliveries: list[Delivery]) -> None:
+        version = self.version
+        lines = self.sub_lines
+        out = self.out
+        for delivery in deliveries:
+            sub_id = delivery.subscription.id
+            line = lines.get(sub_id)
+            if line is None:
+                line = lines[sub_id] = wire.subscription_line(sub_id, version)
+            out.append(wire.encode_delivery(delivery, version, line))
+        self.server.dirty.add(self)
+
+    def drain_deliveries(self) -> None:
+        """Write this connection's pending deliveries now, so a RECEIPT never overtakes them."""
+        box = self.broker.outbox.pop(self.conn_id, None)
+        if box:
+            self.write_deliveries(box)
+
+    def flush_out(self) -> None:
+        if self.out and self.transport is not None:
+            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
+            self.out.clear()
+            self.transport.write(data)
+            self.last_write = self.server.loop.time()
+
+    def fail(self, message: str, frame: Frame | None = None, detail: str = "",
+             extra: dict[str, str] | None = None) -> None:
+        """ERROR naming the problem, then close: the specification requires both."""
+        if self.closing:
+            return
+        receipt = frame.headers.get("receipt") if frame is not None else None
+        if self.connected:
+            self.drain_deliveries()
+        log.info("Closing connection %d from %s: %s", self.conn_id, self.peer, message)
+        self.out.append(wire.error(message, self.version, receipt, detail, extra))
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        self.flush_out()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------ flow control
+
+    def block_on(self, address: Address) -> None:
+        if address in self.blocked_on:
+            return
+        self.blocked_on.add(address)
+        self.server.waiters.setdefault(address, set()).add(self)
+        if len(self.blocked_on) == 1 and self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+
+    def unblock(self, address: Address) -> None:
+        self.blocked_on.discard(address)
+        if not self.blocked_on and not self.closing and not self.waiting \
+                and self.transport is not None:
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------ timers
+
+    def _connect_timeout(self) -> None:
+        if not self.connected and not self.closing:
+            log.info("Closing connection %d from %s: no CONNECT within %.0f s", self.conn_id,
+                     self.peer, CONNECT_TIMEOUT_S)
+            self.close()
+
+    def _beat(self, interval: float) -> None:
+        if self.closing or self.transport is None:
+            return
+        loop = self.server.loop
+        idle = loop.time() - self.last_write
+        if idle >= interval * 0.95:
+            self.transport.write(b"\n")
+            self.last_write = loop.time()
+            idle = 0.0
+        self._timers["beat"] = loop.call_later(interval - idle, self._beat, interval)
+
+    def _watch(self, interval: float) -> None:
+        if self.closing:
+            return
+        loop = self.server.loop
+        silent = loop.time() - self.last_read
+        if silent > 2 * interval:
+            log.info("Closing connection %d from %s: no heart-beat for %.0f ms", self.conn_id,
+                     self.peer, silent * 1000)
+            self.close()
+            return
+        self._timers["watch"] = loop.call_later(max(2 * interval - silent, 0.01), self._watch,
+                                                interval)
+
+
+def _int_header(headers: dict[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise CoreError(f"{name} must be an integer, got {value!r}") from None
+    if number < 0:
+        raise CoreError(f"{name} must not be negative, got {value!r}")
+    return number
+
+
+_OWN_RECEIPTS = frozenset({"CONNECT", "STOMP", "DISCONNECT"})
+
+HANDLERS: dict[str, Callable[[StompConnection, Frame], None]] = {
+    "CONNECT": StompConnection.on_connect,
+    "STOMP": StompConnection.on_connect,
+    "SEND": StompConnection.on_send,
+    "SUBSCRIBE": StompConnection.on_subscribe,
+    "UNSUBSCRIBE": StompConnection.on_unsubscribe,
+    "ACK": StompConnection.on_ack,
+    "NACK": StompConnection.on_nack,
+    "BEGIN": StompConnection.on_begin,
+    "COMMIT": StompConnection.on_commit,
+    "ABORT": StompConnection.on_abort,
+    "DISCONNECT": StompConnection.on_disconnect,
+}

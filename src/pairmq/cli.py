@@ -111,19 +111,83 @@ def up(workdir: str, stomp: str) -> None:
     )
     config = _load(str(config_file), {}, ())
     console = Console(stderr=True)
-    host, _, port = stomp.rpartition(":")
     console.print(f"[bold]pairmq {__version__}[/bold]: one standalone server "
                   "(the HA pair and witness arrive with the replication work)")
     console.print(f"  STOMP     stomp://{stomp}")
     console.print(f"  login     {login}")
     console.print(f"  password  {password}   (kept in {creds})")
     console.print(f"  config    {config_file}")
-    console.print("  try it    "
-                  f".venv/bin/python -c \"import stomp; c = stomp.Connection([('{host}', {port})]);"
-                  f" c.connect('{login}', '{password}', wait=True);"
-                  " c.send('/queue/hello', 'hi'); c.disconnect()\"")
+    example = (f".venv/bin/pairmq send -s {stomp} -u {login} -p {password} /queue/hello hi && "
+               f".venv/bin/pairmq receive -s {stomp} -u {login} -p {password} /queue/hello")
+    console.print("  try it    ", end="")
+    print(example, file=sys.stderr, flush=True)
     console.print("  Ctrl-C stops it.")
     run(config)
+
+
+def _client_options(func):
+    func = click.option("-p", "--passcode", default=None, help="passcode")(func)
+    func = click.option("-u", "--login", default=None, help="login")(func)
+    func = click.option("-s", "--server", "address", default="127.0.0.1:61613",
+                        show_default=True, help="server HOST:PORT")(func)
+    return func
+
+
+def _connect(address: str, login: str | None, passcode: str | None):
+    from pairmq.client.blocking import BlockingConnection, StompError
+
+    host, _, port = address.rpartition(":")
+    try:
+        return BlockingConnection(host, int(port), login, passcode)
+    except StompError as e:
+        raise click.ClickException(f"server refused: {e}") from None
+    except OSError as e:
+        raise click.ClickException(f"cannot reach {address}: {e}") from None
+
+
+@main.command()
+@_client_options
+@click.option("--persistent/--no-persistent", default=True, show_default=True)
+@click.argument("destination")
+@click.argument("body")
+def send(address: str, login: str | None, passcode: str | None, persistent: bool,
+         destination: str, body: str) -> None:
+    """Send BODY to DESTINATION and wait for the server's receipt."""
+    from pairmq.client.blocking import StompError
+
+    conn = _connect(address, login, passcode)
+    try:
+        conn.send(destination, body.encode(), {"persistent": "true"} if persistent else {})
+    except StompError as e:
+        raise click.ClickException(f"server refused: {e}") from None
+    finally:
+        conn.close()
+    click.echo(f"sent to {destination}")
+
+
+@main.command()
+@_client_options
+@click.option("-n", "--count", default=1, show_default=True, help="messages to receive")
+@click.option("--timeout", default=10.0, show_default=True, help="seconds to wait for each")
+@click.argument("destination")
+def receive(address: str, login: str | None, passcode: str | None, count: int, timeout: float,
+            destination: str) -> None:
+    """Receive COUNT messages from DESTINATION (acknowledged once printed)."""
+    from pairmq.client.blocking import StompError
+
+    conn = _connect(address, login, passcode)
+    try:
+        conn.subscribe(destination, ack="client-individual")
+        for _ in range(count):
+            message = conn.read_frame(timeout)
+            click.echo(message.body.decode(errors="replace"))
+            conn.ack(message)
+    except StompError as e:
+        raise click.ClickException(f"server refused: {e}") from None
+    except TimeoutError:
+        raise click.ClickException(f"no message on {destination} within {timeout} s") from None
+    finally:
+        conn.close()
 
 
 if __name__ == "__main__":

@@ -200,6 +200,10 @@ class FrameParser:
                 if length is None:
                     size = -1
                     find_from = body
+                elif length.isdigit() and length.isascii() and len(length) < 10:
+                    size = int(length)
+                    if body - start + size > max_frame:
+                        raise ProtocolError(f"frame too large: more than {max_frame} bytes")
                 else:
                     size = self._content_length(length, body - start)
             else:
@@ -238,7 +242,7 @@ class FrameParser:
                     version = self._version = agreed
 
     def _content_length(self, value: str, header_bytes: int) -> int:
-        """Validate a content-length value and the frame size it implies."""
+        """Validate an unusual content-length value (not a short run of ASCII digits)."""
         if not (value.isascii() and value.isdigit()):
             shown = value if len(value) <= 40 else value[:40] + "..."
             raise ProtocolError(f'invalid content-length: "{shown}"')

@@ -1,0 +1,1 @@
+"""Benchmarks for pairmq, run as scripts from the repository root (see `make bench`)."""

@@ -1,0 +1,60 @@
+"""Fixtures of the integration suite: stomp.py and raw clients that are closed at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration import rawstomp
+from tests.integration.clients import Client
+from tests.serverproc import ServerProcess
+
+
+def _address(target: ServerProcess | tuple[str, int]) -> tuple[str, int]:
+    return target.address if isinstance(target, ServerProcess) else target
+
+
+@pytest.fixture
+def stomp_client() -> Iterator[Callable[..., Client]]:
+    """`stomp_client(server, version="1.2", login=None, passcode=None, headers=None,
+    heartbeats=(0, 0), connect=True)` -> a CONNECTED stomp.py Client (closed at teardown)."""
+    made: list[Client] = []
+
+    def factory(
+        target: ServerProcess | tuple[str, int],
+        version: str = "1.2",
+        login: str | None = None,
+        passcode: str | None = None,
+        headers: dict[str, str] | None = None,
+        heartbeats: tuple[int, int] = (0, 0),
+        connect: bool = True,
+    ) -> Client:
+        client = Client(_address(target), version=version, heartbeats=heartbeats)
+        made.append(client)
+        if connect:
+            client.connect(login, passcode, headers=headers)
+        return client
+
+    yield factory
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def raw_client() -> Iterator[Callable[..., Any]]:
+    """`raw_client(server, **connect_kwargs)` -> (RawStomp, answer frame); closed at teardown."""
+    made: list[rawstomp.RawStomp] = []
+
+    def factory(
+        target: ServerProcess | tuple[str, int], **kwargs: Any
+    ) -> tuple[rawstomp.RawStomp, rawstomp.Frame]:
+        kwargs.setdefault("expect", "CONNECTED")
+        client, frame = rawstomp.connect(_address(target), **kwargs)
+        made.append(client)
+        return client, frame
+
+    yield factory
+    for client in made:
+        client.close()

@@ -26,5 +26,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
 
+fuzz: $(STAMP)
+	$(BIN)/python benchmarks/fuzz_campaign.py --frames 100000
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

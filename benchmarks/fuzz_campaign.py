@@ -144,6 +144,8 @@ class Frame:
 class ProtocolViolation(Exception):
     """The server sent bytes that are not a valid STOMP server frame."""
 
+    frames: tuple[Frame, ...] | list[Frame] = ()
+
 
 class ResponseParser:
     """Incremental parser for what a server sends; strict about structure."""
@@ -153,9 +155,13 @@ class ResponseParser:
 
     def feed(self, data: bytes) -> list[Frame]:
         self.buf += data
-        frames = []
+        frames: list[Frame] = []
         while True:
-            frame = self._next()
+            try:
+                frame = self._next()
+            except ProtocolViolation as exc:
+                exc.frames = frames  # the good frames before the bad one
+                raise
             if frame is None:
                 return frames
             frames.append(frame)
@@ -673,6 +679,10 @@ def server_fds(pid: int) -> tuple[int, int]:
     return fds, sockets
 
 
+def server_rss_mb(pid: int) -> float:
+    return round(sum(p.memory_info().rss for p in _processes(pid)) / 2**20, 1)
+
+
 def wait_for_connections(pid: int, target: int, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while True:
@@ -814,6 +824,8 @@ class Result:
     fds_after: int = -1
     socket_fds_before: int = -1
     socket_fds_after: int = -1
+    rss_mb_before: float = -1.0
+    rss_mb_after: float = -1.0
     roundtrips_ok: int = 0
     roundtrip_failures: list[str] = field(default_factory=list)
     roundtrip_max_latency: float = 0.0
@@ -845,6 +857,8 @@ class Result:
             "fds_after": self.fds_after,
             "socket_fds_before": self.socket_fds_before,
             "socket_fds_after": self.socket_fds_after,
+            "rss_mb_before": self.rss_mb_before,
+            "rss_mb_after": self.rss_mb_after,
             "roundtrips_ok": self.roundtrips_ok,
             "roundtrip_failures": len(self.roundtrip_failures),
             "roundtrip_max_latency_ms": round(self.roundtrip_max_latency * 1000, 1),
@@ -974,6 +988,9 @@ class Campaign:
                 self.result.frames_sent += case.frames
                 self.result.connections += 1
                 self.result.bytes_sent += len(case.data)
+                if self.result.connections % 50 == 0:
+                    self.result.stats.update(stats)
+                    stats.clear()
         with self.lock:
             self.result.stats.update(stats)
 
@@ -986,7 +1003,7 @@ class Campaign:
             else:
                 self.dead = True
             return
-        state = {"error": False, "after_error": False, "broken": False}
+        state = {"error": False, "after_error": False, "broken": False, "version": "-"}
         parser = ResponseParser()
 
         def feed(data: bytes) -> None:
@@ -994,12 +1011,14 @@ class Campaign:
                 return
             try:
                 frames = parser.feed(data)
+                violation = None
             except ProtocolViolation as exc:
                 state["broken"] = True
-                self.finding("unparsable_output", index, case, mode, str(exc))
-                return
+                frames, violation = exc.frames, exc
             for frame in frames:
                 stats[f"recv_{frame.command}"] += 1
+                if frame.command == "CONNECTED":
+                    state["version"] = frame.headers.get("version", "1.0")
                 if state["error"] and not state["after_error"]:
                     state["after_error"] = True
                     self.finding("frame_after_error", index, case, mode, frame.command)
@@ -1007,6 +1026,9 @@ class Campaign:
                     state["error"] = True
                     if not frame.headers.get("message"):
                         self.finding("error_without_message", index, case, mode, repr(frame))
+            if violation is not None:
+                detail = f"[session version {state['version']}] {violation}"
+                self.finding("unparsable_output", index, case, mode, detail)
 
         def read(until: float, idle: float | None = None, stop_on_error=False) -> bool | None:
             """Read until EOF (True), the deadline or idle time (False), or an ERROR (None)."""
@@ -1108,6 +1130,7 @@ def run_campaign(
     check_good_client(address, roundtrips=2, persistent=True)
     result.conns_before = wait_for_connections(pid, 0, 10.0)
     result.fds_before, result.socket_fds_before = server_fds(pid)
+    result.rss_mb_before = server_rss_mb(pid)
 
     tripper = RoundTripper(address)
     tripper.start()
@@ -1135,6 +1158,7 @@ def run_campaign(
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
+        result.rss_mb_after = server_rss_mb(pid)
     if dump_dir is not None and result.problems():
         result.dump = campaign.dump_recent(dump_dir / f"fuzz-seed{seed}-recent-cases.txt")
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import socket
 import struct
 import time
@@ -33,6 +34,15 @@ TS = b"\nts:"
 
 class LoadError(Exception):
     """The server misbehaved (ERROR frame, closed connection, no answer in time)."""
+
+
+class Stopped(Exception):
+    """The orchestrator asked for a stop: not an error of this process."""
+
+
+def _detach_from_ctrl_c() -> None:
+    """Ctrl-C reaches the whole process group; the orchestrator stops us via the stop flag."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def cpu_seconds() -> float:
@@ -69,6 +79,7 @@ class ProducerConfig:
     persistent: bool
     rate: float | None
     deadline: float  # time.monotonic() after which the producer gives up
+    stall_s: float  # a server that reads nothing from us for this long is stuck
 
 
 @dataclass(frozen=True)
@@ -198,6 +209,26 @@ def server_error(sock: socket.socket, buf: bytearray) -> str:
 # --- producer ---
 
 
+def send_all(sock: socket.socket, data: bytes, stop: Any, stall_s: float) -> None:
+    """`sendall` that stays responsive: gives up on a stop or a server stalled for stall_s.
+
+    The socket has a POLL_S timeout, so a send blocked by TCP wakes up to check.
+    """
+    view = memoryview(data)
+    send = sock.send
+    last = time.monotonic()
+    while view:
+        try:
+            view = view[send(view) :]
+        except TimeoutError:
+            if stop.value:
+                raise Stopped from None
+            if time.monotonic() - last > stall_s:
+                raise LoadError(f"the server read nothing for {stall_s}s") from None
+            continue
+        last = time.monotonic()
+
+
 def frame_parts(destination: str, size: int, persistent: bool) -> tuple[bytes, bytes]:
     """The bytes of a SEND frame before and after the ts value, built once."""
     head = f"SEND\ndestination:{destination}\ncontent-length:{size}\n"
@@ -212,31 +243,34 @@ def producer_main(cfg: ProducerConfig, shared: RunShared) -> None:
     result: dict[str, Any] = {"sent": 0, "first_send_ns": 0, "last_send_ns": 0, "cpu_s": 0.0}
     sock: socket.socket | None = None
     buf = bytearray()
+    _detach_from_ctrl_c()
     try:
         sock, buf = open_session(cfg.host, cfg.port, cfg.deadline)
         shared.events.put(("ready", "producer", cfg.index, None))
         if not shared.start.wait(max(0.0, cfg.deadline - time.monotonic())):
             raise LoadError("never told to start")
         if shared.stop.value:
-            return
+            raise Stopped
         cpu0 = cpu_seconds()
-        # A send blocked by TCP for this long means the server stopped reading.
-        sock.settimeout(max(0.1, cfg.deadline - time.monotonic()))
+        sock.settimeout(POLL_S)
         try:
-            if cfg.rate:
-                _send_paced(sock, cfg, shared, result)
-            else:
-                _send_flood(sock, cfg, shared, result)
-        except OSError as exc:
-            raise LoadError(f"send failed: {exc!r}{server_error(sock, buf)}") from None
-        # The RECEIPT proves the server has taken in every SEND before it.
-        sock.sendall(b"DISCONNECT\nreceipt:bye\n\n\x00")
-        try:
+            try:
+                if cfg.rate:
+                    _send_paced(sock, cfg, shared, result)
+                else:
+                    _send_flood(sock, cfg, shared, result)
+                # The RECEIPT proves the server has taken in every SEND before it.
+                send_all(sock, b"DISCONNECT\nreceipt:bye\n\n\x00", shared.stop, cfg.stall_s)
+            except OSError as exc:
+                raise LoadError(f"send failed: {exc!r}{server_error(sock, buf)}") from None
             expect(sock, buf, b"RECEIPT", cfg.deadline, shared.stop, **{"receipt-id": "bye"})
-        except LoadError:
-            if not shared.stop.value:
-                raise
-        result["cpu_s"] = cpu_seconds() - cpu0
+        finally:
+            result["cpu_s"] = cpu_seconds() - cpu0
+    except Stopped:
+        pass
+    except LoadError as exc:
+        if not shared.stop.value:  # after a stop, a missing RECEIPT is no news
+            result["error"] = f"producer {cfg.index}: {exc}"
     except Exception as exc:
         result["error"] = f"producer {cfg.index}: {type(exc).__name__}: {exc}"
     finally:
@@ -251,16 +285,16 @@ def _send_flood(
     """As fast as TCP takes it: one sendall of ~128 KiB of frames at a time."""
     head, tail = frame_parts(cfg.destination, cfg.size, cfg.persistent)
     batch = max(1, FLOOD_BATCH_BYTES // (len(head) + 20 + len(tail)))
-    sendall, mono, stop = sock.sendall, time.monotonic_ns, shared.stop
+    mono, stop, stall_s = time.monotonic_ns, shared.stop, cfg.stall_s
     sent = 0
     result["first_send_ns"] = mono()
     while sent < cfg.count:
         if stop.value:
-            break
+            raise Stopped
         k = min(batch, cfg.count - sent)
         now = mono()
-        # One ts per batch: every frame in it reaches the kernel in this call.
-        sendall((head + b"%d" % now + tail) * k)
+        # One ts per batch: every frame in it is handed to the kernel right now.
+        send_all(sock, (head + b"%d" % now + tail) * k, stop, stall_s)
         sent += k
         result["sent"] = sent
         result["last_send_ns"] = now
@@ -272,18 +306,18 @@ def _send_paced(
     """Offer cfg.rate msgs/s: wake every ~1 ms and send what is due by now."""
     assert cfg.rate
     head, tail = frame_parts(cfg.destination, cfg.size, cfg.persistent)
-    sendall, mono, stop, sleep = sock.sendall, time.monotonic_ns, shared.stop, time.sleep
+    mono, stop, sleep, stall_s = time.monotonic_ns, shared.stop, time.sleep, cfg.stall_s
     ns_per_msg = 1e9 / cfg.rate
     sent = 0
     now = start = result["first_send_ns"] = mono()
     while sent < cfg.count:
         if stop.value:
-            break
+            raise Stopped
         now = mono()
         # Message i is due at start + i * ns_per_msg; falling behind means catching up.
         due = min(cfg.count, int((now - start) / ns_per_msg) + 1)
         if due > sent:
-            sendall((head + b"%d" % now + tail) * (due - sent))
+            send_all(sock, (head + b"%d" % now + tail) * (due - sent), stop, stall_s)
             sent = due
             result["sent"] = sent
             result["last_send_ns"] = now
@@ -299,6 +333,7 @@ def consumer_main(cfg: ConsumerConfig, shared: RunShared) -> None:
     result: dict[str, Any] = {"received": 0, "last_recv_ns": 0, "cpu_s": 0.0}
     latencies = array("q")
     sock: socket.socket | None = None
+    _detach_from_ctrl_c()
     try:
         sock, buf = open_session(cfg.host, cfg.port, cfg.deadline)
         sock.sendall(
@@ -350,9 +385,7 @@ def _consume(
     # Blocking socket with a kernel receive timeout: one recvfrom per wakeup,
     # where a Python-level timeout would add a poll() before every recv.
     sock.settimeout(None)
-    sock.setsockopt(
-        socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, int(POLL_S * 1e6))
-    )
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, int(POLL_S * 1e6)))
     try:
         while not stop.value:
             n = len(buf)

@@ -79,6 +79,7 @@ class RunStats:
     producer_cpu_util: float = 0.0
     consumer_cpu_util: float = 0.0
     server_cpu_s: float | None = None
+    host_cpu_s: float = 0.0  # every core of the machine, busy, during the run
     wall_s: float = 0.0  # start signal .. stop signal
     errors: list[str] = field(default_factory=list)
 
@@ -95,6 +96,12 @@ def process_cpu(proc: psutil.Process | None) -> float | None:
         return total
     except psutil.Error:
         return None
+
+
+def host_busy_cpu() -> float:
+    """CPU seconds the whole machine spent busy (all cores, kernel work included)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
 
 def percentile(sorted_values: list[int], q: float) -> float | None:
@@ -163,34 +170,51 @@ def run_once(
     t0 = time.monotonic()
     cpu_main0 = 0.0
     server_cpu0 = None
+    host_cpu0 = 0.0
     try:
         for i in range(n_consumers):
             cfg = ConsumerConfig(i, host, port, destination, deadline, sample_every)
             p = ctx.Process(target=consumer_main, args=(cfg, shared), name=f"consumer-{i}")
             p.start()
             procs[("consumer", i)] = p
-        if not wait_ready([("consumer", i) for i in range(n_consumers)]):
-            return stats
-        per_rate = rate / n_producers if rate else None
-        for i, count in enumerate(split(total, n_producers)):
-            pcfg = ProducerConfig(
-                i, host, port, destination, count, args.size, args.persistent, per_rate, deadline
+        if wait_ready([("consumer", i) for i in range(n_consumers)]):
+            per_rate = rate / n_producers if rate else None
+            for i, count in enumerate(split(total, n_producers)):
+                pcfg = ProducerConfig(
+                    i,
+                    host,
+                    port,
+                    destination,
+                    count,
+                    args.size,
+                    args.persistent,
+                    per_rate,
+                    deadline,
+                    args.idle_timeout,
+                )
+                p = ctx.Process(target=producer_main, args=(pcfg, shared), name=f"producer-{i}")
+                p.start()
+                procs[("producer", i)] = p
+        if len(procs) == n_consumers + n_producers and wait_ready(
+            [("producer", i) for i in range(n_producers)]
+        ):
+            server_cpu0 = process_cpu(server)
+            host_cpu0 = host_busy_cpu()
+            cpu_main0 = cpu_seconds()
+            t0 = time.monotonic()
+            shared.start.set()
+            _watch(
+                args, shared, stats, results, take_event, n_producers, total, t0, deadline, server
             )
-            p = ctx.Process(target=producer_main, args=(pcfg, shared), name=f"producer-{i}")
-            p.start()
-            procs[("producer", i)] = p
-        if not wait_ready([("producer", i) for i in range(n_producers)]):
-            return stats
-
-        server_cpu0 = process_cpu(server)
-        cpu_main0 = cpu_seconds()
-        t0 = time.monotonic()
-        shared.start.set()
-        _watch(args, shared, stats, results, take_event, n_producers, total, t0, deadline, server)
     finally:
         stats.wall_s = time.monotonic() - t0
         shared.stop.value = 1
         shared.start.set()  # producers still waiting to start must see the stop
+        if host_cpu0:
+            stats.host_cpu_s = round(host_busy_cpu() - host_cpu0, 3)
+        if server_cpu0 is not None:
+            after = process_cpu(server)
+            stats.server_cpu_s = None if after is None else round(after - server_cpu0, 3)
         until = time.monotonic() + COLLECT_TIMEOUT_S
         while len(results) < len(procs) and time.monotonic() < until:
             take_event(0.05)
@@ -201,9 +225,6 @@ def run_once(
                 p.join(5)
                 if key not in results:
                     stats.errors.append(f"{key[0]} {key[1]} did not report and was terminated")
-        if server_cpu0 is not None:
-            after = process_cpu(server)
-            stats.server_cpu_s = None if after is None else round(after - server_cpu0, 3)
         stats.loadgen_cpu_s = cpu_seconds() - cpu_main0 if cpu_main0 else 0.0
 
     _summarise(stats, results)
@@ -349,6 +370,16 @@ def run_scenario(
         "server_cpu_s": server_cpu,
         "flood_server_cpu_s": flood.server_cpu_s,
         "flood_wall_s": round(flood.wall_s, 3),
+        # Busy CPU of the whole machine minus generator and server: other load
+        # (plus loopback softirq work) that makes the figures noisy.
+        "other_cpu_s": round(
+            flood.host_cpu_s
+            + paced.host_cpu_s
+            - (flood.loadgen_cpu_s + paced.loadgen_cpu_s)
+            - (server_cpu or 0.0),
+            3,
+        ),
+        "host_cpus": psutil.cpu_count(),
         "wall_s": round(time.monotonic() - started, 3),
         "ok": not errors,
         "errors": errors,
@@ -359,7 +390,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     ap.add_argument("--messages", type=int, default=200_000, help="flood run, all producers")
-    ap.add_argument("--rate", type=float, default=40_000, help="paced run, msgs/s offered in all")
+    ap.add_argument("--rate", type=int, default=40_000, help="paced run, msgs/s offered in all")
     ap.add_argument("--paced-seconds", type=float, default=5.0, help="length of the paced run")
     ap.add_argument("--size", type=int, default=1024, help="body bytes per message")
     ap.add_argument("--persistent", action="store_true", help="send with persistent:true")
@@ -385,14 +416,27 @@ def main(argv: list[str] | None = None) -> int:
         host, port = host or "127.0.0.1", int(port_text)
     else:
         workdir = Path(tempfile.mkdtemp(prefix="pairmq-bench-"))
-        server = start_server(workdir, name="bench")
+        try:
+            server = start_server(workdir, name="bench")
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"FAILED: could not start the server: {exc}", file=sys.stderr)
+            return 1
         server_ps = psutil.Process(server.proc.pid)
         host, port = server.address
     failed = False
+    interrupted = False
     try:
         for name in names:
             record = run_scenario(args, name, host, port, server_ps)
             print(json.dumps(record), flush=True)
+            busy_other = record["other_cpu_s"] / max(record["wall_s"], 1e-9)
+            if record["server_cpu_s"] is not None and busy_other > 0.25:
+                print(
+                    f"note {name}: other processes kept {busy_other:.2f} cores busy "
+                    "during the run; the figures are noisy",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if not record["ok"]:
                 failed = True
                 for err in record["errors"]:
@@ -401,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("FAILED: the server process died", file=sys.stderr, flush=True)
                 failed = True
                 break
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        interrupted = True
     finally:
         if server is not None:
             code = server.stop()
@@ -411,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"note: server exited with code {code}", file=sys.stderr)
             if workdir is not None and not failed:
                 shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failed else 0
+    return 130 if interrupted else 1 if failed else 0
 
 
 if __name__ == "__main__":

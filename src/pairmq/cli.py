@@ -125,6 +125,54 @@ def up(workdir: str, stomp: str) -> None:
     run(config)
 
 
+@main.group()
+def journal() -> None:
+    """Inspect or repair a server's journal (the server must be stopped)."""
+
+
+@journal.command("check")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def journal_check(directory: Path) -> None:
+    """Check every record of the journal in DIRECTORY (a data_dir or its journal/)."""
+    from pairmq.store.check import check_journal
+
+    report = check_journal(directory)
+    for scan in report.scans:
+        state = "ok" if scan.problem is None else f"DAMAGED at offset {scan.valid_end}: " \
+            f"{scan.problem}"
+        click.echo(f"{scan.path.name}: {scan.records} records, seq {scan.first_seq}-"
+                   f"{scan.last_seq}, {scan.size} bytes: {state}")
+    if not report.scans:
+        click.echo(f"{report.directory}: no journal segments")
+    if report.damage is None:
+        click.echo("journal is intact")
+    elif report.torn_tail_only:
+        click.echo("only a torn write at the end: the server cuts it by itself on start")
+    else:
+        click.echo("the journal is damaged in the middle: the server will not start. "
+                   "`pairmq journal repair` cuts it at the damage (later data is moved aside)")
+        sys.exit(1)
+
+
+@journal.command("repair")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+def journal_repair(directory: Path, yes: bool) -> None:
+    """Cut the journal at its first damage; what follows is moved aside, not deleted."""
+    from pairmq.store.check import check_journal, repair_journal
+
+    report = check_journal(directory)
+    if report.damage is None:
+        click.echo("nothing to repair: every segment checks out")
+        return
+    if not yes:
+        click.confirm(f"Cut {report.damage.path.name} at offset {report.damage.valid_end} and "
+                      "move later segments aside? Messages recorded after that point will be "
+                      "lost", abort=True)
+    for action in repair_journal(directory):
+        click.echo(action)
+
+
 def _client_options(func):
     func = click.option("-p", "--passcode", default=None, help="passcode")(func)
     func = click.option("-u", "--login", default=None, help="login")(func)

@@ -24,8 +24,8 @@ sys.modules[_SPEC.name] = fuzz
 _SPEC.loader.exec_module(fuzz)
 
 SEED = int(os.environ.get("PAIRMQ_FUZZ_SEED", "20240611"))
-FRAMES = int(os.environ.get("PAIRMQ_FUZZ_FRAMES", "12000"))
-MAX_SECONDS = float(os.environ.get("PAIRMQ_FUZZ_SECONDS", "30"))
+FRAMES = int(os.environ.get("PAIRMQ_FUZZ_FRAMES", "80000"))
+MAX_SECONDS = float(os.environ.get("PAIRMQ_FUZZ_SECONDS", "30"))  # whichever comes first
 MIN_FRAMES = 2000  # "thousands": fewer within MAX_SECONDS means the server is far too slow
 LIMITS = fuzz.Limits(max_frame_bytes=65536, max_headers=50, max_header_bytes=1024)
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from pairmq.core import records as rec
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
 from pairmq.core.queue import Address, Queue
+from pairmq.core.replay import Replay
 from pairmq.core.session import PendingSend, Session, Transaction
 from pairmq.core.settings import CoreSettings
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Subscription
@@ -51,10 +53,45 @@ class Broker:
         self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
         self.outbox: dict[int, list[Delivery]] = {}
         self.events: list[BrokerEvent] = []
+        self.records: list[tuple] = []  # durable state changes for the journal (core.records)
         self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
-                      "dead_lettered": 0, "unroutable_topic": 0}
+                      "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0}
         self._message_seq = 0
+        self._order_seq = 0
         self._session_seq = 0
+
+    # ----------------------------------------------------------------- recovery
+
+    def restore(self, replay: Replay) -> None:
+        """Load what the journal replay rebuilt; only on an empty broker, before clients."""
+        assert not self.sessions and not self.addresses, "restore needs an empty broker"
+        for destination in replay.destinations:
+            self._plain_queue(destination)
+        for key, topic in replay.durables.items():
+            address = self._address(topic, TOPIC)
+            q = Queue(f"durable:{key}", address, topic[len("/topic/"):])
+            q.durable_key = key
+            q.key = f"durable:{key}"
+            address.queues.append(q)
+            self.durables[key] = q
+        top = 0
+        for queue_key, held in replay.queues.items():
+            if queue_key.startswith("durable:"):
+                q = self.durables.get(queue_key[len("durable:"):])
+                if q is None:
+                    continue  # its subscription was deleted
+            else:
+                q = self._plain_queue(queue_key)
+            for message, deliveries in sorted(held.values(), key=lambda md: md[0].order):
+                entry = Entry(message, deliveries)
+                q.address.size += message.size
+                q.push(entry)
+                top = max(top, message.order)
+        for destination, ids in replay.dups.items():
+            self._address(destination, QUEUE if destination.startswith("/queue/") else TOPIC)
+            self.addresses[destination].dups.update(ids)
+        self._order_seq = max(self._order_seq, top)
+        self.records.clear()  # restoring writes nothing new
 
     # ----------------------------------------------------------------- sessions
 
@@ -104,6 +141,10 @@ class Broker:
         events, self.events = self.events, []
         return events
 
+    def take_records(self) -> list[tuple]:
+        records, self.records = self.records, []
+        return records
+
     # ----------------------------------------------------------------- SEND
 
     def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
@@ -128,22 +169,9 @@ class Broker:
             if temp_name:
                 self._temp_queue(session, temp_name)
                 stored["reply-to"] = f"/reply-queue/{session.token}.{temp_name}"
-        self._message_seq += 1
-        message_id = f"{self.id_prefix}{self._message_seq}"
-        stored.setdefault("timestamp", str(now))
-        priority = int(stored.get("priority", DEFAULT_PRIORITY))
-        expires = int(stored.get("expires", 0) or 0)
-        size = len(body) + sum(len(k) + len(v) for k, v in stored.items()) + 64
-        message = Message(message_id, destination, stored, body,
-                          stored.get("persistent") == "true", priority, expires, size)
-        self.stats["received"] += 1
         if kind == TOPIC:
             address = self._address(destination, TOPIC)
-            if not address.queues:
-                self.stats["unroutable_topic"] += 1
-                return None
-            for q in address.queues:
-                self._enqueue(q, Entry(message), now)
+            targets = address.queues
         else:
             if kind == QUEUE:
                 q = self._plain_queue(destination)
@@ -154,12 +182,51 @@ class Broker:
                 if q is None:
                     raise CoreError(f"temporary queue {destination!r} no longer exists")
             address = q.address
+            targets = [q]
+        dup_id = stored.get("dup-id")
+        if dup_id is not None:
+            if dup_id in address.dups:
+                # Already accepted: confirm again, deliver nothing.
+                self.stats["duplicates"] += 1
+                return address if address.blocked else None
+            self._remember_dup(address, dup_id)
+        self._message_seq += 1
+        self._order_seq += 1
+        message_id = f"{self.id_prefix}{self._message_seq}"
+        stored.setdefault("timestamp", str(now))
+        priority = int(stored.get("priority", DEFAULT_PRIORITY))
+        expires = int(stored.get("expires", 0) or 0)
+        size = len(body) + sum(len(k) + len(v) for k, v in stored.items()) + 64
+        message = Message(message_id, destination, stored, body,
+                          stored.get("persistent") == "true", priority, expires, size,
+                          self._order_seq)
+        self.stats["received"] += 1
+        if not targets:
+            self.stats["unroutable_topic"] += 1
+            return None
+        if message.persistent:
+            keys = [q.key for q in targets if q.key is not None]
+            if keys:
+                self.records.append((rec.ADD, message, keys))
+        for q in list(targets):
             self._enqueue(q, Entry(message), now)
         if address.limit and address.size > address.limit and not address.blocked:
             address.blocked = True
             self.events.append(BrokerEvent("blocked", address,
                                            f"{address.size} bytes, limit {address.limit}"))
         return address if address.blocked else None
+
+    def _remember_dup(self, address: Address, dup_id: str) -> None:
+        dups = address.dups
+        dups[dup_id] = None
+        durable = address.kind != TEMP  # a temp queue dies with its connection anyway
+        if durable:
+            self.records.append((rec.DUP, address.name, dup_id))
+        if len(dups) > self.settings.dup_cache_size:
+            oldest = next(iter(dups))
+            del dups[oldest]
+            if durable:
+                self.records.append((rec.DUP_EVICT, address.name, oldest))
 
     def _enqueue(self, q: Queue, entry: Entry, now: int) -> None:
         q.address.size += entry.message.size
@@ -222,8 +289,10 @@ class Broker:
         if q is None:
             q = Queue(f"durable:{key}", address, topic_name)
             q.durable_key = key
+            q.key = f"durable:{key}"
             address.queues.append(q)
             self.durables[key] = q
+            self.records.append((rec.DURABLE, key, address.name))
         return q
 
     def unsubscribe(self, conn_id: int, sub_id: str | None, now: int,
@@ -271,6 +340,7 @@ class Broker:
     def _drop_durable(self, key: str) -> None:
         q = self.durables.pop(key)
         self._delete_queue(q)
+        self.records.append((rec.UNDURABLE, key))
 
     def _delete_queue(self, q: Queue) -> None:
         address = q.address
@@ -381,6 +451,10 @@ class Broker:
             self._dispatch(q, now)
         return blocked
 
+    def has_persistent_sends(self, conn_id: int, transaction: str) -> bool:
+        tx = self._tx(self._session(conn_id), transaction)
+        return any(p.headers.get("persistent") == "true" for p in tx.sends)
+
     def abort(self, conn_id: int, transaction: str, now: int) -> None:
         session = self._session(conn_id)
         tx = self._tx(session, transaction)
@@ -459,6 +533,9 @@ class Broker:
             ack_id = None
             self._consumed(sub.queue, entry)
         else:
+            message = entry.message
+            if message.persistent and sub.queue.key is not None:
+                self.records.append((rec.DELIVERED, sub.queue.key, message, entry.deliveries))
             session.ack_seq += 1
             ack_id = str(session.ack_seq)
             sub.unacked[ack_id] = entry
@@ -477,7 +554,10 @@ class Broker:
     def _consumed(self, q: Queue, entry: Entry) -> None:
         """The entry leaves the broker: release its bytes, maybe unblocking producers."""
         address = q.address
-        address.size -= entry.message.size
+        message = entry.message
+        address.size -= message.size
+        if message.persistent and q.key is not None:
+            self.records.append((rec.DEL, q.key, message))
         if address.blocked and address.size <= address.limit * self.settings.resume_ratio:
             address.blocked = False
             self.events.append(BrokerEvent("unblocked", address, f"{address.size} bytes"))
@@ -507,8 +587,15 @@ class Broker:
         headers["dead-letter-reason"] = reason
         destination = f"/queue/{self.settings.dead_letter_prefix}{q.dead_letter_name}"
         dlq = self._plain_queue(destination)
+        self._order_seq += 1
         moved = Message(old.message_id, destination, headers, old.body, old.persistent,
-                        old.priority, 0, old.size)
+                        old.priority, 0, old.size, self._order_seq)
+        if moved.persistent and dlq.key is not None:
+            if moved.body is None:  # paged out: tell the store where to copy it from
+                moved.body_offset = old.body_offset
+                moved.body_length = old.body_length
+                moved.journal_segment = old.journal_segment
+            self.records.append((rec.ADD, moved, [dlq.key]))
         self.stats["dead_lettered"] += 1
         self.events.append(BrokerEvent("dead-lettered", dlq.address,
                                        f"{old.message_id} from {old.destination}: {reason}"))
@@ -527,7 +614,9 @@ class Broker:
             name = destination[len("/queue/"):]
             q = self.queues[destination] = Queue(destination, address, name)
             q.is_dead_letter = name.startswith(self.settings.dead_letter_prefix)
+            q.key = destination
             address.queues.append(q)
+            self.records.append((rec.DEST, destination))
         return q
 
     def _temp_queue(self, session: Session, name: str) -> Queue:

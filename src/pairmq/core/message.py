@@ -14,11 +14,18 @@ class Message:
     message_id: str
     destination: str
     headers: dict[str, str]  # the sender's headers, transport headers removed, server ones added
-    body: bytes
+    body: bytes | None  # None while paged out: the store reads it back from the journal
     persistent: bool = False
     priority: int = DEFAULT_PRIORITY
     expires: int = 0  # absolute ms since the epoch; 0 = never
     size: int = 0  # bytes counted against the destination's limit
+    order: int = 0  # global enqueue order: recovery sorts each queue by it
+    # The store's bookkeeping, not broker state: where its newest ADD record lives, which
+    # durable queues the journal says hold it, and (when paged out) where its body is.
+    journal_segment: int = 0
+    journal_queues: list[str] | None = None
+    body_offset: int = -1
+    body_length: int = 0
     # The serializer caches the encoded header block here; it is not broker state.
     wire: dict[str, bytes] | None = field(default=None, repr=False)
 

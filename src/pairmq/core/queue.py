@@ -17,7 +17,7 @@ PRIORITY_LEVELS = 10
 class Address:
     """A destination name and the bytes held for it by all its queues (until acknowledged)."""
 
-    __slots__ = ("blocked", "kind", "limit", "name", "queues", "size")
+    __slots__ = ("blocked", "dups", "kind", "limit", "name", "queues", "size")
 
     def __init__(self, name: str, kind: str, limit: int) -> None:
         self.name = name  # e.g. "/queue/orders"
@@ -26,6 +26,7 @@ class Address:
         self.size = 0
         self.blocked = False
         self.queues: list[Queue] = []  # a queue's address has one; a topic's, one per subscription
+        self.dups: dict[str, None] = {}  # accepted dup-ids, oldest first
 
 
 class Queue:
@@ -42,6 +43,7 @@ class Queue:
         "durable_key",
         "expiring",
         "is_dead_letter",
+        "key",
         "name",
         "owner",
         "rr",
@@ -61,6 +63,7 @@ class Queue:
         self.rr = 0  # round-robin cursor over consumers
         self.durable_key: str | None = None
         self.owner: int | None = None  # connection id owning a temp queue
+        self.key: str | None = None  # journal name when durable ("/queue/x", "durable:k")
 
     def push(self, entry: Entry) -> None:
         p = entry.message.priority

@@ -14,4 +14,5 @@ class CoreSettings:
     dead_letter_prefix: str = "DLQ."
     expired_policy: str = "dead-letter"
     max_size_bytes: int = 64 * 1024 * 1024
+    dup_cache_size: int = 20000  # dup-ids remembered per destination, as Artemis
     resume_ratio: float = 0.9  # a full destination unblocks below this share of its limit

@@ -31,6 +31,10 @@ class FrameParser:
     """Feed it bytes as they arrive; it returns the frames they complete.
 
     After a ProtocolError the parser is dead: every later `feed` raises the same message.
+    The error's `frames` holds the frames that same feed completed before the bad bytes.
+
+    `heartbeats` counts the EOLs (LF or CRLF) skipped before commands so far; a server
+    watching for heart-beats need only look at whether any bytes arrived at all.
 
     `version` governs header unescaping for frames whose headers are parsed from then on.
     The server sets it after CONNECT; the parser also adopts the version a CONNECT/STOMP
@@ -207,11 +211,10 @@ class FrameParser:
                 else:
                     size = self._content_length(length, body - start)
             else:
+                # The frame left unfinished by the last feed; the buffer starts with it.
                 command, headers, body, size, find_from = pending
                 pending = None
                 start = 0
-                body += start
-                find_from += start
             if size < 0:
                 limit = start + max_frame + 1
                 if limit > end:
@@ -263,19 +266,29 @@ class FrameParser:
     def _check_unfinished_headers(self, src: bytes | bytearray, start: int, end: int) -> None:
         """Apply every limit to a header section whose end has not arrived yet.
 
-        Lines are counted incrementally from where the previous feed stopped, so a section
-        trickling in is scanned once in total.
+        Only bytes not seen by the previous feed are counted, and line lengths are measured
+        only when the new stretch is long enough to hide a long line, so a section trickling
+        in is scanned about once in total.
         """
+        max_line = self._max_line
         if end - start >= self._max_frame:  # its end, if any, lies past the limit
             raise ProtocolError(f"frame too large: more than {self._max_frame} bytes")
-        lscan = start + self._lscan
-        newlines = src.count(b"\n", lscan, end)
+        line_start = start + self._last_nl + 1  # the line that was unfinished last time
+        scan_from = start + self._lscan
+        newlines = src.count(b"\n", scan_from, end)
         if newlines:
             self._lines += newlines
-            self._last_nl = src.rfind(b"\n", lscan, end) - start
+            self._last_nl = src.rfind(b"\n", scan_from, end) - start
             if self._lines - 1 > self._max_headers:
                 raise ProtocolError(f"too many headers: more than {self._max_headers}")
         self._lscan = end - start
         # The unfinished line may still lose a CR when its LF comes, hence the + 1.
-        if end - start - self._last_nl - 1 > self._max_line + 1:
-            raise ProtocolError(f"header line too long: more than {self._max_line} bytes")
+        if end - line_start > max_line + 1:
+            lines = src[line_start:end].split(b"\n")
+            if len(lines[-1]) > max_line + 1:
+                raise ProtocolError(f"header line too long: more than {max_line} bytes")
+            del lines[-1]
+            if lines and max(map(len, lines)) > max_line:
+                for line in lines:
+                    if len(line) - line.endswith(b"\r") > max_line:
+                        raise ProtocolError(f"header line too long: more than {max_line} bytes")

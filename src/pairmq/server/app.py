@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +15,13 @@ from pairmq.core import Broker, BrokerEvent
 from pairmq.core.queue import Address
 from pairmq.server.config import ServerConfig
 from pairmq.server.connection import StompConnection, now_ms
+from pairmq.store.store import JournalCorrupt, Store
+
+DRAIN_TIMEOUT_S = 10.0
+
+
+class StartupError(Exception):
+    """The server cannot start; the message says why and what to do."""
 
 log = logging.getLogger("pairmq.server")
 
@@ -27,6 +36,9 @@ class PairmqServer:
         self.connections: dict[int, StompConnection] = {}
         self.dirty: set[StompConnection] = set()  # connections with output waiting
         self.waiters: dict[Address, set[StompConnection]] = {}  # full address -> producers
+        self.store = Store(Path(config.data_dir) / "journal", config.store_settings())
+        self.store_waiters: set[StompConnection] = set()  # held while the journal is full
+        self._lock_fd: int | None = None
         self._conn_seq = 0
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -37,9 +49,34 @@ class PairmqServer:
         self._conn_seq += 1
         return self._conn_seq
 
+    def _lock_data_dir(self) -> None:
+        data_dir = Path(self.config.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StartupError(f"data directory {data_dir} is in use by another pairmq server "
+                               f"(pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _recover(self) -> None:
+        replay, report = self.store.recover(self.config.dup_cache_size)
+        self.broker.restore(replay)
+        log.info("%s", report.describe())
+
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        self._recover()
+        self.store.start(self.broker, self.loop)
+        assert self.store.writer is not None
+        self.store.writer.on_synced(lambda _seq: self.flush())
+        self.store.on_full_change(self._store_full_changed)
         self._server = await self.loop.create_server(
             lambda: StompConnection(self), self.config.stomp_host, self.config.stomp_port,
             reuse_address=True, backlog=1024)
@@ -60,6 +97,18 @@ class PairmqServer:
             conn.close()
         if self._server is not None:
             await self._server.wait_closed()
+        self.persist()
+        drained = self.loop.create_future()
+        self.store.when_synced(self.store.appended_seq,
+                               lambda: drained.done() or drained.set_result(None))
+        try:
+            await asyncio.wait_for(drained, DRAIN_TIMEOUT_S)
+        except TimeoutError:
+            log.error("Journal did not reach the disk within %.0f s of stopping: records "
+                      "not yet confirmed to clients may be lost", DRAIN_TIMEOUT_S)
+        self.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
         log.info("pairmq server %s stopped", self.config.name)
 
     def forget(self, conn: StompConnection) -> None:
@@ -72,10 +121,33 @@ class PairmqServer:
                 if not waiting:
                     del self.waiters[address]
         conn.blocked_on.clear()
+        self.store_waiters.discard(conn)
+
+    def persist(self) -> None:
+        """Journal what the broker changed since the last call (one atomic group)."""
+        if self.broker.records:
+            self.store.persist(self.broker.take_records())
+
+    def _store_full_changed(self, full: bool) -> None:
+        if full:
+            action = ("held" if self.store.settings.full_policy == "block"
+                      else "refused with an ERROR")
+            log.warning("%s: new persistent messages are %s until there is room",
+                        self.store.full_reason().capitalize(), action)
+            return
+        if self.store_waiters:
+            log.info("Journal has room again: %d held connections resume",
+                     len(self.store_waiters))
+        waiting, self.store_waiters = self.store_waiters, set()
+        for conn in waiting:
+            if not conn.closing:
+                conn.release_backlog()
 
     def flush(self) -> None:
         """Turn the broker's deliveries and events into socket writes, once per read."""
         broker = self.broker
+        if broker.records:
+            self.persist()
         if broker.outbox:
             for conn_id, deliveries in broker.take_outbox().items():
                 conn = self.connections.get(conn_id)
@@ -137,6 +209,11 @@ def run(config: ServerConfig) -> None:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config))
+        runner = asyncio.run
     else:
-        uvloop.run(serve(config))
+        runner = uvloop.run
+    try:
+        runner(serve(config))
+    except (StartupError, JournalCorrupt) as e:
+        log.error("Cannot start: %s", e)
+        sys.exit(3)

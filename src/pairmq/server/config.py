@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pairmq.core.settings import EXPIRED_POLICIES, CoreSettings
+from pairmq.store.store import FULL_POLICIES, StoreSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -67,6 +68,19 @@ KEYS: tuple[Key, ...] = (
         _one_of(EXPIRED_POLICIES)),
     Key("destinations", "max_size_bytes", int, 64 * 1024 * 1024,
         "bytes a destination holds before producers are blocked (0 = unlimited)", _at_least(0)),
+    Key("destinations", "dup_cache_size", int, 20000,
+        "dup-ids remembered per destination", _at_least(1)),
+    Key("store", "segment_bytes", int, 64 * 1024 * 1024, "journal segment file size",
+        _at_least(64 * 1024)),
+    Key("store", "max_journal_bytes", int, 0,
+        "journal size at which new persistent messages are refused (0 = disk size)",
+        _at_least(0)),
+    Key("store", "full_policy", str, "fail",
+        "when the journal is full: fail (ERROR to the sender) or block (stop reading)",
+        _one_of(FULL_POLICIES)),
+    Key("store", "paging_bytes", int, 256 * 1024 * 1024,
+        "persistent message bodies held in memory; beyond it they stay on disk",
+        _at_least(0)),
     Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
 )
 
@@ -102,6 +116,16 @@ class ServerConfig:
             dead_letter_prefix=v["dead_letter_prefix"],
             expired_policy=v["expired_policy"],
             max_size_bytes=v["max_size_bytes"],
+            dup_cache_size=v["dup_cache_size"],
+        )
+
+    def store_settings(self) -> StoreSettings:
+        v = self.values
+        return StoreSettings(
+            segment_bytes=v["segment_bytes"],
+            max_journal_bytes=v["max_journal_bytes"],
+            full_policy=v["full_policy"],
+            paging_bytes=v["paging_bytes"],
         )
 
     @property

@@ -57,7 +57,9 @@ class StompConnection(asyncio.Protocol):
         self.version = "1.2"
         self.connected = False
         self.closing = False
-        self.waiting = False  # an scrypt password check is running in a thread
+        self.waiting = False  # frames are held: a password check runs, or the journal is full
+        self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
+        self.pending_receipts: deque[tuple[int, bytes]] = deque()  # (journal seq, RECEIPT)
         self.backlog: deque[Frame] = deque()
         self.out: list[bytes] = []
         self.blocked_on: set[Address] = set()
@@ -84,15 +86,21 @@ class StompConnection(asyncio.Protocol):
         try:
             frames = self.parser.feed(data)
         except ProtocolError as e:
+            # Frames completed before the bad bytes count, however the reads were split.
+            if e.frames:
+                self._take(e.frames)
             self.fail(str(e))
             self.server.flush()
             return
         if frames:
-            if self.waiting or self.backlog:
-                self.backlog.extend(frames)
-            else:
-                self.process(frames)
+            self._take(frames)
             self.server.flush()
+
+    def _take(self, frames: list[Frame]) -> None:
+        if self.waiting or self.backlog:
+            self.backlog.extend(frames)
+        else:
+            self.process(frames)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -117,7 +125,7 @@ class StompConnection(asyncio.Protocol):
 
     def process(self, frames: list[Frame]) -> None:
         for i, frame in enumerate(frames):
-            if self.closing:
+            if self.closing or self.disconnecting:
                 return
             if self.waiting:
                 self.backlog.extend(frames[i:])
@@ -135,15 +143,40 @@ class StompConnection(asyncio.Protocol):
             self.fail(f"unknown command {command!r}", frame)
             return
         try:
-            handler(self, frame)
+            held = handler(self, frame)
         except (CoreError, ProtocolError) as e:
+            self.server.persist()
             self.fail(str(e), frame)
             return
+        if held is HELD:
+            return
+        self.server.persist()
         receipt = frame.headers.get("receipt")
         if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
             self.drain_deliveries()
-            self.out.append(wire.receipt(receipt, self.version))
+            self.confirm(wire.receipt(receipt, self.version))
+
+    def confirm(self, frame_bytes: bytes) -> None:
+        """Send a RECEIPT once everything journaled before it is on disk (never earlier)."""
+        store = self.server.store
+        seq = store.appended_seq
+        if seq <= store.synced_seq and not self.pending_receipts:
+            self.out.append(frame_bytes)
             self.server.dirty.add(self)
+            return
+        self.pending_receipts.append((seq, frame_bytes))
+        store.when_synced(seq, self.release_receipts)
+
+    def release_receipts(self) -> None:
+        if self.closing:
+            return
+        synced = self.server.store.synced_seq
+        pending = self.pending_receipts
+        while pending and pending[0][0] <= synced:
+            self.out.append(pending.popleft()[1])
+        self.server.dirty.add(self)
+        if self.disconnecting and not pending:
+            self.close()
 
     def on_connect(self, frame: Frame) -> None:
         if self.connected or self.waiting:
@@ -192,9 +225,24 @@ class StompConnection(asyncio.Protocol):
             self.finish_connect(version, cx, cy, client_id, login)
         else:
             self._auth_failed(login, frame)
+        self.release_backlog()
+
+    def hold(self, frame: Frame) -> object:
+        """Keep this frame and those after it until the journal has room (block policy)."""
+        self.waiting = True
+        self.backlog.appendleft(frame)
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.server.store_waiters.add(self)
+        return HELD
+
+    def release_backlog(self) -> None:
+        if self.blocked_on:
+            return  # still blocked by a full destination: its unblocking releases us
+        self.waiting = False
         if not self.closing:
-            assert self.transport is not None
-            self.transport.resume_reading()
+            if self.transport is not None:
+                self.transport.resume_reading()
             frames = list(self.backlog)
             self.backlog.clear()
             self.process(frames)
@@ -227,11 +275,13 @@ class StompConnection(asyncio.Protocol):
         log.debug("Connection %d from %s logged in as %r (STOMP %s, heart-beat out %d ms, "
                   "in %d ms)", self.conn_id, self.peer, login, version, outgoing, incoming)
 
-    def on_send(self, frame: Frame) -> None:
+    def on_send(self, frame: Frame) -> object:
         h = frame.headers
         destination = h.get("destination")
         if destination is None:
             raise CoreError("SEND requires a destination header")
+        if h.get("persistent") == "true" and self.server.store.full:
+            return self._journal_full(frame)
         full = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
                                 h.get("transaction"))
         if full is not None:
@@ -302,9 +352,20 @@ class StompConnection(asyncio.Protocol):
     def on_begin(self, frame: Frame) -> None:
         self.broker.begin(self.conn_id, self._transaction(frame))
 
-    def on_commit(self, frame: Frame) -> None:
-        for address in self.broker.commit(self.conn_id, self._transaction(frame), now_ms()):
+    def on_commit(self, frame: Frame) -> object:
+        transaction = self._transaction(frame)
+        if self.server.store.full and self.broker.has_persistent_sends(self.conn_id,
+                                                                        transaction):
+            return self._journal_full(frame)
+        for address in self.broker.commit(self.conn_id, transaction, now_ms()):
             self.block_on(address)
+        return None
+
+    def _journal_full(self, frame: Frame) -> object:
+        store = self.server.store
+        if store.settings.full_policy == "block":
+            return self.hold(frame)
+        raise CoreError(f"{store.full_reason()}: persistent message not accepted")
 
     def on_abort(self, frame: Frame) -> None:
         self.broker.abort(self.conn_id, self._transaction(frame), now_ms())
@@ -312,9 +373,13 @@ class StompConnection(asyncio.Protocol):
     def on_disconnect(self, frame: Frame) -> None:
         self.drain_deliveries()
         receipt = frame.headers.get("receipt")
+        self.disconnecting = True
+        if self.transport is not None:
+            self.transport.pause_reading()
         if receipt is not None:
-            self.out.append(wire.receipt(receipt, self.version))
-        self.close()
+            self.confirm(wire.receipt(receipt, self.version))
+        if not self.pending_receipts:
+            self.close()
 
     # ------------------------------------------------------------ output
 
@@ -322,12 +387,13 @@ class StompConnection(asyncio.Protocol):
         version = self.version
         lines = self.sub_lines
         out = self.out
+        read_body = self.server.store.read_body
         for delivery in deliveries:
             sub_id = delivery.subscription.id
             line = lines.get(sub_id)
             if line is None:
                 line = lines[sub_id] = wire.subscription_line(sub_id, version)
-            out.append(wire.encode_delivery(delivery, version, line))
+            out.append(wire.encode_delivery(delivery, version, line, read_body))
         self.server.dirty.add(self)
 
     def drain_deliveries(self) -> None:
@@ -364,18 +430,19 @@ class StompConnection(asyncio.Protocol):
     # ------------------------------------------------------------ flow control
 
     def block_on(self, address: Address) -> None:
+        """The SEND that filled the address is accepted; every frame after it waits."""
         if address in self.blocked_on:
             return
         self.blocked_on.add(address)
         self.server.waiters.setdefault(address, set()).add(self)
-        if len(self.blocked_on) == 1 and self.transport is not None and not self.closing:
+        self.waiting = True
+        if self.transport is not None and not self.closing:
             self.transport.pause_reading()
 
     def unblock(self, address: Address) -> None:
         self.blocked_on.discard(address)
-        if not self.blocked_on and not self.closing and not self.waiting \
-                and self.transport is not None:
-            self.transport.resume_reading()
+        if not self.blocked_on and not self.closing:
+            self.release_backlog()
 
     # ------------------------------------------------------------ timers
 
@@ -423,9 +490,10 @@ def _int_header(headers: dict[str, str], name: str) -> int | None:
     return number
 
 
+HELD = object()  # a handler's answer when it kept the frame for later
 _OWN_RECEIPTS = frozenset({"CONNECT", "STOMP", "DISCONNECT"})
 
-HANDLERS: dict[str, Callable[[StompConnection, Frame], None]] = {
+HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {
     "CONNECT": StompConnection.on_connect,
     "STOMP": StompConnection.on_connect,
     "SEND": StompConnection.on_send,

@@ -6,34 +6,49 @@ so a topic with many subscribers or a redelivery does not re-escape anything.
 
 from __future__ import annotations
 
-from pairmq.core import Delivery
+from collections.abc import Callable
+
+from pairmq.core import Delivery, Message
 from pairmq.protocol import Frame, escape_header, serialize
 
 
 def _escape(value: str, version: str) -> str:
-    return escape_header(value, version) if version != "1.0" else value
+    if version != "1.0":
+        return escape_header(value, version)
+    # STOMP 1.0 has no escapes: a CR or LF would let a sender forge headers, so flatten them.
+    if "\n" in value or "\r" in value:
+        return value.replace("\r", " ").replace("\n", " ")
+    return value
 
 
-def message_block(delivery: Delivery, version: str) -> bytes:
+def message_block(delivery: Delivery, version: str,
+                  read_body: Callable[[Message], bytes]) -> bytes:
     """Headers that are the same for every delivery of one message, plus its body."""
     message = delivery.entry.message
     wire = message.wire
     if wire is None:
+        if message.body is None:  # paged out: read it back, cache nothing
+            return _encode_block(message, version, read_body(message))
         wire = message.wire = {}
     block = wire.get(version)
     if block is None:
-        lines = [f"message-id:{_escape(message.message_id, version)}",
-                 f"destination:{_escape(message.destination, version)}"]
-        for name, value in message.headers.items():
-            lines.append(f"{_escape(name, version)}:{_escape(value, version)}")
-        lines.append(f"content-length:{len(message.body)}\n\n")
-        block = wire[version] = "\n".join(lines).encode() + message.body + b"\x00"
+        block = wire[version] = _encode_block(message, version, message.body or b"")
     return block
 
 
-def encode_delivery(delivery: Delivery, version: str, sub_line: bytes) -> bytes:
+def _encode_block(message: Message, version: str, body: bytes) -> bytes:
+    lines = [f"message-id:{_escape(message.message_id, version)}",
+             f"destination:{_escape(message.destination, version)}"]
+    for name, value in message.headers.items():
+        lines.append(f"{_escape(name, version)}:{_escape(value, version)}")
+    lines.append(f"content-length:{len(body)}\n\n")
+    return "\n".join(lines).encode() + body + b"\x00"
+
+
+def encode_delivery(delivery: Delivery, version: str, sub_line: bytes,
+                    read_body: Callable[[Message], bytes]) -> bytes:
     """MESSAGE frame; `sub_line` is the connection's cached b"MESSAGE\\nsubscription:ID\\n"."""
-    block = message_block(delivery, version)
+    block = message_block(delivery, version, read_body)
     count = delivery.delivery_count
     if delivery.ack_id is None:
         if count == 1:

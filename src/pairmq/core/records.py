@@ -1,0 +1,14 @@
+"""Durable state changes the broker reports, for the store to journal (and later replicate).
+
+Each is a tuple whose first item is one of these kinds; objects are passed by
+reference so the store can track where each one's newest record lives.
+"""
+
+ADD = 1  # (ADD, message, [queue keys])             a persistent message enters durable queues
+DEL = 2  # (DEL, queue key, message)                 it leaves one of them
+DELIVERED = 3  # (DELIVERED, queue key, message, n)  handed out for the n-th time, not yet acked
+DURABLE = 4  # (DURABLE, key, topic)                 a durable subscription is created
+UNDURABLE = 5  # (UNDURABLE, key)                     ... or deleted
+DEST = 6  # (DEST, destination)                       a queue is created
+DUP = 7  # (DUP, destination, dup id)                 a duplicate id is remembered
+DUP_EVICT = 8  # (DUP_EVICT, destination, dup id)    ... and forgotten (bookkeeping, not written)

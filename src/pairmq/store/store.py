@@ -1,0 +1,481 @@
+"""The durable store: journals the broker's records, recovers them, compacts, pages.
+
+Liveness: every object whose newest record is in a segment (a message held by a
+durable queue, a destination, a durable subscription, a remembered dup-id) is in
+that segment's `live` set. A segment with nothing live is deleted; an old segment
+with little live is compacted by re-appending its live objects at the head, in
+small steps on the event loop, then deleting it once those records are on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pairmq.core import Broker, Message
+from pairmq.core import records as rec
+from pairmq.core.replay import Replay
+from pairmq.store import records as disk
+from pairmq.store.records import (
+    CorruptRecord,
+    decode_entries,
+    encode_add,
+    encode_del,
+    encode_delivered,
+    encode_dest,
+    encode_dup,
+    encode_durable,
+    encode_undurable,
+)
+from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
+from pairmq.store.writer import JournalWriter, SegmentInfo
+
+log = logging.getLogger("pairmq.store")
+
+FULL_POLICIES = ("fail", "block")
+COMPACT_STEP = 500  # live objects re-appended per event-loop turn
+KEY_OVERHEAD = 64  # bytes a destination/durable/dup record takes, for live-byte estimates
+
+
+class JournalCorrupt(Exception):
+    """Damage in the middle of the journal: refuse to start rather than lose data silently."""
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    segment_bytes: int = 64 * 1024 * 1024
+    max_journal_bytes: int = 0  # 0 = only the disk limits it
+    full_policy: str = "fail"  # "fail" (ERROR to the sender) or "block" (stop reading)
+    paging_bytes: int = 256 * 1024 * 1024  # message bodies held in memory before paging
+    compact_ratio: float = 0.5  # rewrite the oldest segment once less than this is live
+
+
+@dataclass
+class RecoveryReport:
+    segments: int = 0
+    records: int = 0
+    messages: int = 0
+    queues: int = 0
+    durables: int = 0
+    torn_bytes: int = 0
+    seconds: float = 0.0
+    paged: int = 0
+
+    def describe(self) -> str:
+        return (f"Recovered {self.messages} messages in {self.queues} queues and "
+                f"{self.durables} durable subscriptions from {self.records} records in "
+                f"{self.segments} segments in {self.seconds:.2f} s"
+                + (f" ({self.paged} message bodies left on disk)" if self.paged else ""))
+
+
+class Store:
+    def __init__(self, directory: Path, settings: StoreSettings | None = None) -> None:
+        self.directory = directory
+        self.settings = settings or StoreSettings()
+        self.writer: JournalWriter | None = None
+        self._segments: list[SegmentInfo] = []
+        self._last_seq = 0
+        self._where: dict[tuple, int] = {}  # destination/durable/dup key -> segment id
+        self._read_fds: dict[int, int] = {}
+        self.memory_bytes = 0  # bodies of live persistent messages held in memory
+        self._to_page: list[tuple[int, Message]] = []  # (seq, message) to page once synced
+        self._compacting: int | None = None
+        self._compact_queue: list = []
+        self._full_listeners: list[Callable[[bool], None]] = []
+        self.broker: Broker | None = None
+
+    # ------------------------------------------------------------ recovery
+
+    def recover(self, dup_cache_size: int = 20000) -> tuple[Replay, RecoveryReport]:
+        """Read every segment back, cut a torn tail, refuse corruption. Before serving."""
+        started = time.monotonic()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        replay = Replay(dup_cache_size)
+        report = RecoveryReport()
+        found = list_segments(self.directory)
+        last_seq = 0
+        for index, (segment_id, path) in enumerate(found):
+            newest = index == len(found) - 1
+
+            def visit(seq: int, kind: int, payload: memoryview, offset: int,
+                      segment_id: int = segment_id, path: Path = path) -> None:
+                try:
+                    entries = decode_entries(payload, load_bodies=False)
+                except CorruptRecord as e:
+                    raise JournalCorrupt(
+                        f"journal segment {path} has an undecodable record (seq {seq}) at "
+                        f"offset {offset}: {e}") from None
+                self._apply(replay, entries, segment_id, offset)
+
+            scan = scan_segment(segment_id, path, visit, last_seq)
+            if scan.problem is not None:
+                if newest and scan.at_tail:
+                    dropped = scan.size - scan.valid_end
+                    report.torn_bytes += dropped
+                    if scan.valid_end < SEGMENT_HEADER.size:
+                        path.unlink()
+                        log.warning("Journal segment %s held only a torn header: removed it "
+                                    "(%d bytes dropped)", path.name, dropped)
+                        continue
+                    os.truncate(path, scan.valid_end)
+                    log.warning("Journal segment %s ended with a torn write (%s): dropped %d "
+                                "bytes at offset %d", path.name, scan.problem, dropped,
+                                scan.valid_end)
+                else:
+                    raise JournalCorrupt(
+                        f"journal segment {path} is damaged at offset {scan.valid_end}: "
+                        f"{scan.problem}. Nothing was changed; inspect it with "
+                        f"`pairmq journal check {self.directory}` and cut the damage "
+                        f"explicitly with `pairmq journal repair {self.directory}`")
+            if scan.records:
+                last_seq = scan.last_seq
+            info = SegmentInfo(segment_id, path, scan.valid_end, scan.valid_end,
+                               last_seq=scan.last_seq)
+            self._segments.append(info)
+            report.records += scan.records
+        self._last_seq = last_seq
+        report.segments = len(self._segments)
+        report.durables = len(replay.durables)
+        report.queues = len(replay.queues)
+        report.messages = sum(len(held) for held in replay.queues.values())
+        self._load_bodies(replay, report)
+        report.seconds = time.monotonic() - started
+        return replay, report
+
+    def _apply(self, replay: Replay, entries: list[tuple], segment_id: int,
+               offset: int) -> None:
+        where = self._where
+        for entry in entries:
+            kind = entry[0]
+            if kind == disk.ADD:
+                e = entry[1]
+                message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
+                                  e.priority, e.expires, 0, e.order)
+                message.size = e.body_length + sum(len(k) + len(v) for k, v in
+                                                   e.headers.items()) + 64
+                message.body_offset = offset + e.body_offset
+                message.body_length = e.body_length
+                message.journal_segment = segment_id
+                shared = replay.add(message, e.queues, e.deliveries)
+                if shared is not message:  # a compaction copy: the newest location wins
+                    shared.journal_segment = segment_id
+                    shared.body_offset = message.body_offset
+            elif kind == disk.DEL:
+                replay.remove(entry[1], entry[2])
+            elif kind == disk.DELIVERED:
+                replay.delivered(entry[1], entry[2], entry[3])
+            elif kind == disk.DURABLE:
+                replay.durable(entry[1], entry[2])
+                where[("durable", entry[1])] = segment_id
+            elif kind == disk.UNDURABLE:
+                replay.undurable(entry[1])
+                where.pop(("durable", entry[1]), None)
+            elif kind == disk.DEST:
+                replay.destination(entry[1])
+                where[("dest", entry[1])] = segment_id
+            elif kind == disk.DUP:
+                replay.dup(entry[1], entry[2])
+                where[("dup", entry[1], entry[2])] = segment_id
+
+    def _load_bodies(self, replay: Replay, report: RecoveryReport) -> None:
+        """Bring bodies into memory, oldest first, up to the paging budget."""
+        live = sorted(replay.live_messages().values(), key=lambda m: m.order)
+        budget = self.settings.paging_bytes
+        by_segment: dict[int, list[Message]] = {}
+        for message in live:
+            if self.memory_bytes + message.body_length <= budget:
+                self.memory_bytes += message.body_length
+                by_segment.setdefault(message.journal_segment, []).append(message)
+            else:
+                report.paged += 1
+        for segment_id, messages in by_segment.items():
+            path = self.directory / f"journal-{segment_id:08d}.seg"
+            with open(path, "rb") as f:
+                data = f.read()
+            for message in messages:
+                start = message.body_offset
+                message.body = data[start:start + message.body_length]
+
+    # ------------------------------------------------------------ serving
+
+    def start(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+        """Open the journal for appends and account what the recovered broker holds."""
+        self.broker = broker
+        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
+                                    self._last_seq, self._segments, loop)
+        segments = self.writer.segments
+        for q in _durable_queues(broker):
+            for entry in q.entries():
+                message = entry.message
+                if message.journal_queues is None:
+                    message.journal_queues = []
+                    info = segments.get(message.journal_segment)
+                    if info is not None:
+                        info.live.add(message)
+                        info.live_bytes += message.size
+                assert q.key is not None
+                message.journal_queues.append(q.key)
+        for key, segment_id in self._where.items():
+            info = segments.get(segment_id)
+            if info is not None and self._still_live(key):
+                info.live.add(key)
+                info.live_bytes += KEY_OVERHEAD
+        self._where.clear()
+        self.writer.on_synced(self._synced)
+        self.writer.on_failure(lambda error: self._notify_full())
+
+    def _still_live(self, key: tuple) -> bool:
+        broker = self.broker
+        assert broker is not None
+        if key[0] == "dest":
+            return key[1] in broker.queues
+        if key[0] == "durable":
+            return key[1] in broker.durables
+        address = broker.addresses.get(key[1])
+        return address is not None and key[2] in address.dups
+
+    @property
+    def full(self) -> bool:
+        """New persistent messages cannot be confirmed: the disk failed or the limit is hit."""
+        writer = self.writer
+        if writer is None:
+            return False
+        if writer.failure is not None:
+            return True
+        limit = self.settings.max_journal_bytes
+        return bool(limit) and writer.total_bytes >= limit
+
+    def full_reason(self) -> str:
+        writer = self.writer
+        if writer is not None and writer.failure is not None:
+            return f"journal write failed: {writer.failure.strerror or writer.failure}"
+        return (f"journal is full ({self.settings.max_journal_bytes} bytes, the configured "
+                "max_journal_bytes)")
+
+    def on_full_change(self, listener: Callable[[bool], None]) -> None:
+        self._full_listeners.append(listener)
+
+    def _notify_full(self) -> None:
+        full = self.full
+        for listener in self._full_listeners:
+            listener(full)
+
+    @property
+    def synced_seq(self) -> int:
+        return self.writer.synced_seq if self.writer else 0
+
+    @property
+    def appended_seq(self) -> int:
+        return self.writer.appended_seq if self.writer else 0
+
+    def persist(self, records: list[tuple]) -> int:
+        """Journal one command's records as one atomic group; returns its sequence number."""
+        writer = self.writer
+        assert writer is not None
+        parts: list[bytes] = []
+        added: list[tuple[Message, list[str], int]] = []  # (message, queues, body position)
+        keys: list[tuple] = []
+        size = 0
+        for record in records:
+            kind = record[0]
+            if kind == rec.ADD:
+                message, queue_keys = record[1], record[2]
+                body = message.body if message.body is not None else self.read_body(message)
+                entry, body_at = encode_add(message.order, message.message_id,
+                                            message.destination, message.priority,
+                                            message.expires, message.persistent, 0,
+                                            message.headers, body, queue_keys)
+                added.append((message, queue_keys, size + body_at))
+            elif kind == rec.DEL:
+                message = record[2]
+                entry = encode_del(record[1], message.message_id)
+                self._release(message, record[1])
+            elif kind == rec.DELIVERED:
+                entry = encode_delivered(record[1], record[2].message_id, record[3])
+            elif kind == rec.DURABLE:
+                entry = encode_durable(record[1], record[2])
+                keys.append(("durable", record[1]))
+            elif kind == rec.UNDURABLE:
+                entry = encode_undurable(record[1])
+                self._forget(("durable", record[1]))
+            elif kind == rec.DEST:
+                entry = encode_dest(record[1])
+                keys.append(("dest", record[1]))
+            elif kind == rec.DUP:
+                entry = encode_dup(record[1], record[2])
+                keys.append(("dup", record[1], record[2]))
+            elif kind == rec.DUP_EVICT:
+                self._forget(("dup", record[1], record[2]))
+                continue
+            else:
+                raise ValueError(f"unknown record kind {kind}")
+            parts.append(entry)
+            size += len(entry)
+        if not parts:
+            return writer.appended_seq
+        seq, segment_id, offset = writer.append(b"".join(parts))
+        info = writer.segments[segment_id]
+        for message, queue_keys, body_at in added:
+            self._locate(message, info, queue_keys, offset + body_at, seq)
+        for key in keys:
+            self._forget(key)
+            info.live.add(key)
+            info.live_bytes += KEY_OVERHEAD
+        return seq
+
+    def _locate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
+                body_offset: int, seq: int) -> None:
+        if message.journal_queues:
+            self._release_all(message)  # a compaction copy moves it
+        message.journal_segment = info.segment_id
+        message.journal_queues = list(queue_keys)
+        message.body_offset = body_offset
+        if message.body is not None:
+            message.body_length = len(message.body)
+            if self.memory_bytes + message.body_length > self.settings.paging_bytes:
+                self._to_page.append((seq, message))
+            self.memory_bytes += message.body_length
+        info.live.add(message)
+        info.live_bytes += message.size
+
+    def _release(self, message: Message, queue_key: str) -> None:
+        """One durable queue let go of the message."""
+        held = message.journal_queues
+        if not held:
+            return
+        if queue_key in held:
+            held.remove(queue_key)
+        if not held:
+            self._release_all(message)
+
+    def _release_all(self, message: Message) -> None:
+        writer = self.writer
+        assert writer is not None
+        info = writer.segments.get(message.journal_segment)
+        if info is not None and message in info.live:
+            info.live.discard(message)
+            info.live_bytes -= message.size
+        if message.body is not None:
+            self.memory_bytes -= message.body_length
+        message.journal_queues = None
+
+    def _forget(self, key: tuple) -> None:
+        writer = self.writer
+        assert writer is not None
+        for info in writer.segments.values():
+            if key in info.live:
+                info.live.discard(key)
+                info.live_bytes -= KEY_OVERHEAD
+                return
+
+    def read_body(self, message: Message) -> bytes:
+        """A paged-out body, read back from its segment (page cache, usually)."""
+        if message.body is not None:
+            return message.body
+        segment_id = message.journal_segment
+        fd = self._read_fds.get(segment_id)
+        if fd is None:
+            path = self.directory / f"journal-{segment_id:08d}.seg"
+            fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
+        return os.pread(fd, message.body_length, message.body_offset)
+
+    def when_synced(self, seq: int, callback: Callable[[], None]) -> None:
+        assert self.writer is not None
+        self.writer.when_synced(seq, callback)
+
+    def _synced(self, seq: int) -> None:
+        if self._to_page:
+            keep = []
+            for page_seq, message in self._to_page:
+                if page_seq > seq:
+                    keep.append((page_seq, message))
+                elif message.journal_queues and message.body is not None:
+                    message.body = None  # on disk now: hold only the index in memory
+                    message.wire = None
+                    self.memory_bytes -= message.body_length
+            self._to_page = keep
+        self._maybe_compact()
+        if self.settings.max_journal_bytes:
+            self._notify_full()
+
+    # ------------------------------------------------------------ compaction
+
+    def _maybe_compact(self) -> None:
+        writer = self.writer
+        if writer is None or self._compacting is not None:
+            return
+        while len(writer.segments) > 1:
+            oldest = writer.segments[min(writer.segments)]
+            if oldest is writer.current or oldest.last_seq > writer.synced_seq:
+                return
+            if not oldest.live:
+                self._drop_segment(oldest.segment_id)
+                continue
+            if oldest.live_bytes < self.settings.segment_bytes * self.settings.compact_ratio:
+                self._compacting = oldest.segment_id
+                self._compact_queue = list(oldest.live)
+                writer.loop.call_soon(self._compact_step)
+            return
+
+    def _drop_segment(self, segment_id: int) -> None:
+        assert self.writer is not None
+        fd = self._read_fds.pop(segment_id, None)
+        if fd is not None:
+            os.close(fd)
+        self.writer.unlink_segment(segment_id)
+        log.debug("Journal segment %d deleted: nothing in it is live", segment_id)
+
+    def _compact_step(self) -> None:
+        """Re-append a few live objects of the oldest segment at the head."""
+        writer, broker = self.writer, self.broker
+        assert writer is not None and broker is not None
+        segment_id = self._compacting
+        info = writer.segments.get(segment_id) if segment_id is not None else None
+        if info is None:
+            self._compacting = None
+            return
+        batch, self._compact_queue = (self._compact_queue[:COMPACT_STEP],
+                                      self._compact_queue[COMPACT_STEP:])
+        records: list[tuple] = []
+        for obj in batch:
+            if obj not in info.live:
+                continue  # it died or moved meanwhile
+            if isinstance(obj, Message):
+                if obj.journal_queues:
+                    records.append((rec.ADD, obj, list(obj.journal_queues)))
+            elif obj[0] == "dest":
+                records.append((rec.DEST, obj[1]))
+            elif obj[0] == "durable":
+                q = broker.durables.get(obj[1])
+                if q is not None:
+                    records.append((rec.DURABLE, obj[1], q.address.name))
+            else:
+                records.append((rec.DUP, obj[1], obj[2]))
+        if records:
+            self.persist(records)
+        if self._compact_queue:
+            writer.loop.call_soon(self._compact_step)
+            return
+        self._compacting = None
+        if not info.live:
+            self._drop_segment(info.segment_id)
+            log.debug("Journal segment %d compacted", info.segment_id)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+
+
+def _durable_queues(broker: Broker):
+    for q in broker.queues.values():
+        yield q
+    for q in broker.durables.values():
+        yield q

@@ -1,0 +1,239 @@
+"""Group commit: the event loop appends, one thread writes and fdatasyncs whole groups.
+
+Every record appended while a sync runs is covered by the next one, so a thousand
+clients share one `fdatasync`. The event loop never touches the disk: it only
+decides where each record lands (segment, offset), which is known at append time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, frame_record
+from pairmq.store.segments import fsync_directory, segment_header, segment_name
+
+log = logging.getLogger("pairmq.journal")
+
+RETRY_AFTER_FAILURE_S = 1.0
+
+
+@dataclass
+class SegmentInfo:
+    segment_id: int
+    path: Path
+    size: int = 0  # bytes assigned (written or waiting to be)
+    durable_size: int = 0  # bytes known to be on disk
+    live: set = field(default_factory=set)  # objects whose newest record lives here
+    live_bytes: int = 0
+    last_seq: int = 0
+
+
+class JournalWriter:
+    def __init__(self, directory: Path, segment_bytes: int, last_seq: int,
+                 segments: list[SegmentInfo], loop: asyncio.AbstractEventLoop) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.loop = loop
+        self.appended_seq = last_seq
+        self.synced_seq = last_seq
+        self.segments: dict[int, SegmentInfo] = {s.segment_id: s for s in segments}
+        self.current: SegmentInfo | None = segments[-1] if segments else None
+        self.pending: list[tuple[int, bytes]] = []  # (segment id, bytes) not yet handed over
+        self.pending_unlinks: list[int] = []
+        self.writing = False
+        self.failure: OSError | None = None  # the last write error, until a retry succeeds
+        self._waiters: deque[tuple[int, Callable[[], None]]] = deque()
+        self._on_synced: list[Callable[[int], None]] = []
+        self._on_failure: list[Callable[[OSError | None], None]] = []
+        self._fds: dict[int, int] = {}
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="pairmq-journal")
+        self._kick_scheduled = False
+        self._retry: asyncio.TimerHandle | None = None
+        self._waiting_retry = False
+        if self.current is None:
+            self._roll()
+
+    # ------------------------------------------------------------ event-loop side
+
+    def append(self, payload: bytes) -> tuple[int, int, int]:
+        """Queue one record; returns (seq, segment id, offset of the payload in the file)."""
+        seq = self.appended_seq + 1
+        record = frame_record(seq, payload)
+        current = self.current
+        assert current is not None
+        if current.size + len(record) > self.segment_bytes and current.size > SEGMENT_HEADER.size:
+            current = self._roll()
+        offset = current.size + RECORD_HEADER.size
+        self.pending.append((current.segment_id, record))
+        current.size += len(record)
+        current.last_seq = seq
+        self.appended_seq = seq
+        if not self._kick_scheduled and not self.writing:
+            self._kick_scheduled = True
+            self.loop.call_soon(self._kick)
+        return seq, current.segment_id, offset
+
+    def when_synced(self, seq: int, callback: Callable[[], None]) -> None:
+        """Call back once every record up to seq is on disk (at once if it already is)."""
+        if seq <= self.synced_seq:
+            callback()
+        else:
+            self._waiters.append((seq, callback))
+
+    def on_synced(self, listener: Callable[[int], None]) -> None:
+        self._on_synced.append(listener)
+
+    def on_failure(self, listener: Callable[[OSError | None], None]) -> None:
+        """Told of a write failure (with the error) and of the recovery (with None)."""
+        self._on_failure.append(listener)
+
+    def unlink_segment(self, segment_id: int) -> None:
+        """Delete a segment, in order with the writes (after everything appended so far)."""
+        info = self.segments.pop(segment_id)
+        assert info is not self.current
+        self.pending_unlinks.append(segment_id)
+        if not self._kick_scheduled and not self.writing:
+            self._kick_scheduled = True
+            self.loop.call_soon(self._kick)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.segments.values())
+
+    def _roll(self) -> SegmentInfo:
+        new_id = (self.current.segment_id + 1) if self.current else 1
+        info = SegmentInfo(new_id, self.directory / segment_name(new_id))
+        header = segment_header(new_id)
+        self.pending.append((new_id, header))
+        info.size = len(header)
+        self.segments[new_id] = info
+        self.current = info
+        return info
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        if self.writing or self._waiting_retry:
+            return
+        if not self.pending and not self.pending_unlinks:
+            return
+        job, self.pending = self.pending, []
+        unlinks, self.pending_unlinks = self.pending_unlinks, []
+        target = self.appended_seq
+        sizes = {sid: self.segments[sid].size for sid, _ in job if sid in self.segments}
+        self.writing = True
+        future = self.loop.run_in_executor(self._executor, self._write, job, unlinks)
+        future.add_done_callback(lambda f: self._written(f, job, unlinks, target, sizes))
+
+    def _written(self, future: asyncio.Future, job: list[tuple[int, bytes]], unlinks: list[int],
+                 target: int, sizes: dict[int, int]) -> None:
+        self.writing = False
+        error = future.exception()
+        if error is not None:
+            assert isinstance(error, OSError)
+            # Put the group back in front: it is retried after truncating any partial write.
+            self.pending = job + self.pending
+            self.pending_unlinks = unlinks + self.pending_unlinks
+            self._close_fds()  # the retry reopens and truncates to what is known durable
+            self._waiting_retry = True
+            first = self.failure is None
+            self.failure = error
+            if first:
+                log.error("Journal write failed: %s. Nothing new is confirmed until it "
+                          "succeeds; retrying every %.0f s", _describe(error),
+                          RETRY_AFTER_FAILURE_S)
+                for listener in self._on_failure:
+                    listener(error)
+            self._retry = self.loop.call_later(RETRY_AFTER_FAILURE_S, self._retry_write)
+            return
+        if self.failure is not None:
+            log.info("Journal writes succeed again")
+            self.failure = None
+            for listener in self._on_failure:
+                listener(None)
+        for sid, size in sizes.items():
+            info = self.segments.get(sid)
+            if info is not None:
+                info.durable_size = size
+        self.synced_seq = target
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= target:
+            waiters.popleft()[1]()
+        for listener in self._on_synced:
+            listener(target)
+        self._kick()
+
+    def _retry_write(self) -> None:
+        self._retry = None
+        self._waiting_retry = False
+        self._kick()
+
+    # ------------------------------------------------------------ writer thread
+
+    def _fd(self, segment_id: int) -> int:
+        fd = self._fds.get(segment_id)
+        if fd is None:
+            path = self.directory / segment_name(segment_id)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            self._fds[segment_id] = fd
+        return fd
+
+    def _write(self, job: list[tuple[int, bytes]], unlinks: list[int]) -> None:
+        touched: dict[int, int] = {}
+        created = False
+        for segment_id, data in job:
+            fd = self._fds.get(segment_id)
+            if fd is None:
+                created = True
+                fd = self._fd(segment_id)
+                # After a failed attempt the file may hold a partial write: cut it back.
+                durable = self._durable_size(segment_id)
+                os.ftruncate(fd, durable)
+                os.lseek(fd, durable, os.SEEK_SET)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            touched[segment_id] = fd
+        for fd in touched.values():
+            os.fdatasync(fd)
+        if created:
+            fsync_directory(self.directory)
+        for segment_id in unlinks:
+            fd = self._fds.pop(segment_id, None)
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(self.directory / segment_name(segment_id))
+            except FileNotFoundError:
+                pass
+        if unlinks:
+            fsync_directory(self.directory)
+
+    def _durable_size(self, segment_id: int) -> int:
+        info = self.segments.get(segment_id)
+        return info.durable_size if info is not None else 0
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        self._executor.shutdown(wait=True)
+        self._close_fds()
+
+
+def _describe(error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
+        return "the disk is full (ENOSPC)"
+    return f"{error.strerror or error} (errno {error.errno})"

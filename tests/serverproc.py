@@ -106,5 +106,6 @@ def start_server(
     except Exception:
         proc.kill()
         proc.wait()
-        raise RuntimeError(f"server failed to start: {log_path.read_text(errors='replace')}") from None
+        output = log_path.read_text(errors="replace")
+        raise RuntimeError(f"server failed to start: {output}") from None
     return ServerProcess("127.0.0.1", port, proc, data_dir, log_path, args)

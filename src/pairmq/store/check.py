@@ -37,7 +37,7 @@ def check_journal(path: Path) -> CheckReport:
     for segment_id, seg_path in found:
         problems: list[str] = []
 
-        def visit(seq: int, kind: int, payload: memoryview, offset: int,
+        def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
                   problems: list[str] = problems) -> None:
             if problems:
                 return

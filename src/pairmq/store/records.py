@@ -4,7 +4,11 @@ A physical record is one atomic group of entries (everything one broker command
 changed), so a transaction's sends and acks, or a dead-letter move, are replayed
 all or nothing:
 
-    u32 payload length | u32 crc32(seq, kind, payload) | u64 seq | u8 kind | payload
+    u32 payload length | u32 crc32(seq, epoch, kind, payload) | u64 seq | u32 epoch | u8 kind
+    | payload
+
+The epoch is the pair's epoch when the record was written: a backup compares
+(epoch, sequence) histories to know whether its journal is a prefix of the active's.
 
 The payload of kind BATCH is a sequence of entries, each a u8 entry type followed
 by its fields. Strings are u32 length + UTF-8, bytes are u32 length + raw; a
@@ -23,8 +27,8 @@ from dataclasses import dataclass
 FORMAT_VERSION = 1
 SEGMENT_MAGIC = b"PMQJ"
 SEGMENT_HEADER = struct.Struct("<4sHHI")  # magic, format version, reserved, segment id
-RECORD_HEADER = struct.Struct("<IIQB")  # length, crc, seq, kind
-CRC_PART = struct.Struct("<QB")
+RECORD_HEADER = struct.Struct("<IIQIB")  # length, crc, seq, epoch, kind
+CRC_PART = struct.Struct("<QIB")
 
 KIND_BATCH = 1
 
@@ -36,6 +40,7 @@ DURABLE = 4  # a durable topic subscription is created
 UNDURABLE = 5  # ... or deleted
 DEST = 6  # a destination created at run time
 DUP = 7  # a duplicate id accepted for a destination
+EPOCH = 8  # the pair's epoch changed: this server became active with it
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -119,9 +124,13 @@ def encode_dup(destination: str, dup_id: str) -> bytes:
     return b"".join((_U8.pack(DUP), _s(destination), _s(dup_id)))
 
 
-def frame_record(seq: int, payload: bytes, kind: int = KIND_BATCH) -> bytes:
-    crc = zlib.crc32(payload, zlib.crc32(CRC_PART.pack(seq, kind)))
-    return RECORD_HEADER.pack(len(payload), crc, seq, kind) + payload
+def encode_epoch(epoch: int) -> bytes:
+    return _U8.pack(EPOCH) + _U32.pack(epoch)
+
+
+def frame_record(seq: int, epoch: int, payload: bytes, kind: int = KIND_BATCH) -> bytes:
+    crc = zlib.crc32(payload, zlib.crc32(CRC_PART.pack(seq, epoch, kind)))
+    return RECORD_HEADER.pack(len(payload), crc, seq, epoch, kind) + payload
 
 
 @dataclass(slots=True)
@@ -206,6 +215,10 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 pos += 1
                 destination = string()
                 out.append((DUP, destination, string()))
+            elif etype == EPOCH:
+                (epoch,) = u32(buf, pos + 1)
+                pos += 5
+                out.append((EPOCH, epoch))
             else:
                 raise CorruptRecord(f"unknown entry type {etype}")
     except (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError) as e:

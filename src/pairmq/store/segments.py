@@ -52,12 +52,13 @@ class SegmentScan:
     records: int = 0
     first_seq: int = 0
     last_seq: int = 0
+    last_epoch: int = 0
     problem: str | None = None  # what is wrong at valid_end, if anything
     at_tail: bool = False  # the problem runs to the end of the file (a torn write)
 
 
-# visit(seq, kind, payload, payload_offset_in_file)
-Visitor = Callable[[int, int, memoryview, int], None]
+# visit(seq, epoch, kind, payload, payload_offset_in_file)
+Visitor = Callable[[int, int, int, memoryview, int], None]
 
 
 def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
@@ -107,14 +108,14 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
         if size - pos < hsize:
             scan.problem, scan.at_tail = f"incomplete record header ({size - pos} bytes)", True
             return
-        length, crc, seq, kind = unpack(view, pos)
+        length, crc, seq, epoch, kind = unpack(view, pos)
         end = pos + hsize + length
         if end > size:
             scan.problem = f"record of {length} bytes runs past the end of the file"
             scan.at_tail = True
             return
         payload = view[pos + hsize:end]
-        if crc32(payload, crc32(crc_part(seq, kind))) != crc:
+        if crc32(payload, crc32(crc_part(seq, epoch, kind))) != crc:
             scan.problem = f"checksum mismatch in record at offset {pos}"
             scan.at_tail = end == size
             return
@@ -122,11 +123,12 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
             scan.problem = f"sequence {seq} at offset {pos} does not follow {last_seq}"
             return
         if visit is not None:
-            visit(seq, kind, payload, pos + hsize)
+            visit(seq, epoch, kind, payload, pos + hsize)
         if not scan.records:
             scan.first_seq = seq
         scan.records += 1
         scan.last_seq = last_seq = seq
+        scan.last_epoch = epoch
         pos = end
         scan.valid_end = pos
 

@@ -30,6 +30,7 @@ from pairmq.store.records import (
     encode_dest,
     encode_dup,
     encode_durable,
+    encode_epoch,
     encode_undurable,
 )
 from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
@@ -38,6 +39,7 @@ from pairmq.store.writer import JournalWriter, SegmentInfo
 log = logging.getLogger("pairmq.store")
 
 FULL_POLICIES = ("fail", "block")
+EPOCH_RECORD = 100  # a store-level record kind (not core's): (EPOCH_RECORD, epoch)
 COMPACT_STEP = 500  # live objects re-appended per event-loop turn
 KEY_OVERHEAD = 64  # bytes a destination/durable/dup record takes, for live-byte estimates
 
@@ -88,6 +90,8 @@ class Store:
         self._compact_queue: list = []
         self._full_listeners: list[Callable[[bool], None]] = []
         self.broker: Broker | None = None
+        self.epoch = 0  # the epoch of the newest record
+        self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
 
     # ------------------------------------------------------------ recovery
 
@@ -102,7 +106,7 @@ class Store:
         for index, (segment_id, path) in enumerate(found):
             newest = index == len(found) - 1
 
-            def visit(seq: int, kind: int, payload: memoryview, offset: int,
+            def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
                       segment_id: int = segment_id, path: Path = path) -> None:
                 try:
                     entries = decode_entries(payload, load_bodies=False)
@@ -111,6 +115,9 @@ class Store:
                         f"journal segment {path} has an undecodable record (seq {seq}) at "
                         f"offset {offset}: {e}") from None
                 self._apply(replay, entries, segment_id, offset)
+                if epoch != self.epoch:
+                    self.epochs.append((epoch, seq))
+                    self.epoch = epoch
 
             scan = scan_segment(segment_id, path, visit, last_seq)
             if scan.problem is not None:
@@ -181,6 +188,8 @@ class Store:
             elif kind == disk.DUP:
                 replay.dup(entry[1], entry[2])
                 where[("dup", entry[1], entry[2])] = segment_id
+            elif kind == disk.EPOCH:
+                where[("epoch", entry[1])] = segment_id
 
     def _load_bodies(self, replay: Replay, report: RecoveryReport) -> None:
         """Bring bodies into memory, oldest first, up to the paging budget."""
@@ -236,6 +245,8 @@ class Store:
             return key[1] in broker.queues
         if key[0] == "durable":
             return key[1] in broker.durables
+        if key[0] == "epoch":
+            return True
         address = broker.addresses.get(key[1])
         return address is not None and key[2] in address.dups
 
@@ -312,13 +323,16 @@ class Store:
             elif kind == rec.DUP_EVICT:
                 self._forget(("dup", record[1], record[2]))
                 continue
+            elif kind == EPOCH_RECORD:
+                entry = encode_epoch(record[1])
+                keys.append(("epoch", record[1]))
             else:
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
             size += len(entry)
         if not parts:
             return writer.appended_seq
-        seq, segment_id, offset = writer.append(b"".join(parts))
+        seq, segment_id, offset = writer.append(b"".join(parts), self.epoch)
         info = writer.segments[segment_id]
         for message, queue_keys, body_at in added:
             self._locate(message, info, queue_keys, offset + body_at, seq)
@@ -450,6 +464,8 @@ class Store:
                     records.append((rec.ADD, obj, list(obj.journal_queues)))
             elif obj[0] == "dest":
                 records.append((rec.DEST, obj[1]))
+            elif obj[0] == "epoch":
+                records.append((EPOCH_RECORD, obj[1]))
             elif obj[0] == "durable":
                 q = broker.durables.get(obj[1])
                 if q is not None:
@@ -465,6 +481,14 @@ class Store:
         if not info.live:
             self._drop_segment(info.segment_id)
             log.debug("Journal segment %d compacted", info.segment_id)
+
+    def begin_epoch(self, epoch: int) -> int:
+        """This server becomes active with `epoch`: journal it before anything else."""
+        assert self.writer is not None
+        self.epoch = epoch
+        seq = self.persist([(EPOCH_RECORD, epoch)])
+        self.epochs.append((epoch, seq))
+        return seq
 
     def close(self) -> None:
         if self.writer is not None:

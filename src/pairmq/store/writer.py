@@ -52,6 +52,7 @@ class JournalWriter:
         self.failure: OSError | None = None  # the last write error, until a retry succeeds
         self._waiters: deque[tuple[int, Callable[[], None]]] = deque()
         self._on_synced: list[Callable[[int], None]] = []
+        self._on_append: list[Callable[[int, bytes], None]] = []
         self._on_failure: list[Callable[[OSError | None], None]] = []
         self._fds: dict[int, int] = {}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pairmq-journal")
@@ -63,10 +64,14 @@ class JournalWriter:
 
     # ------------------------------------------------------------ event-loop side
 
-    def append(self, payload: bytes) -> tuple[int, int, int]:
+    def append(self, payload: bytes, epoch: int) -> tuple[int, int, int]:
         """Queue one record; returns (seq, segment id, offset of the payload in the file)."""
         seq = self.appended_seq + 1
-        record = frame_record(seq, payload)
+        return self.append_record(seq, frame_record(seq, epoch, payload))
+
+    def append_record(self, seq: int, record: bytes) -> tuple[int, int, int]:
+        """Queue an already framed record (a backup appends the active's bytes as they are)."""
+        assert seq == self.appended_seq + 1, f"record {seq} does not follow {self.appended_seq}"
         current = self.current
         assert current is not None
         if current.size + len(record) > self.segment_bytes and current.size > SEGMENT_HEADER.size:
@@ -76,6 +81,8 @@ class JournalWriter:
         current.size += len(record)
         current.last_seq = seq
         self.appended_seq = seq
+        for listener in self._on_append:
+            listener(seq, record)
         if not self._kick_scheduled and not self.writing:
             self._kick_scheduled = True
             self.loop.call_soon(self._kick)
@@ -87,6 +94,10 @@ class JournalWriter:
             callback()
         else:
             self._waiters.append((seq, callback))
+
+    def on_append(self, listener: Callable[[int, bytes], None]) -> None:
+        """Told of every record appended (the replication stream taps it here)."""
+        self._on_append.append(listener)
 
     def on_synced(self, listener: Callable[[int], None]) -> None:
         self._on_synced.append(listener)

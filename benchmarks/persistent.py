@@ -448,7 +448,13 @@ class LoadResult:
     e2e_p99_ms: float | None = None
     e2e_max_ms: float | None = None
     server_cpu_s: float | None = None
+    # The server's event-loop thread alone (the rest is the journal writer thread and
+    # any short-lived helpers): near `seconds`, the event loop is the bottleneck.
+    server_loop_cpu_s: float | None = None
     loadgen_cpu_s: float = 0.0
+    # Busy CPU of the whole machine minus server and generator during the run: other
+    # work on the host (or loopback softirq time) that makes the figures noisy.
+    other_cpu_s: float | None = None
     busiest_generator_cpu_util: float = 0.0  # CPU s of the busiest generator / seconds
     errors: list[str] = field(default_factory=list)
 
@@ -468,6 +474,22 @@ def process_cpu(proc: psutil.Process | None) -> float | None:
         return t.user + t.system
     except psutil.Error:
         return None
+
+
+def host_busy_cpu() -> float:
+    """Busy CPU seconds of the whole machine, all cores."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+def thread_cpu(proc: psutil.Process | None) -> dict[int, float]:
+    """CPU seconds per thread of the server (thread id -> user+system)."""
+    if proc is None:
+        return {}
+    try:
+        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+    except psutil.Error:
+        return {}
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -525,6 +547,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
 
     cpu0 = cpu_seconds()
     server_cpu0 = None
+    threads0: dict[int, float] = {}
+    host0 = host1 = 0.0
     t0 = time.monotonic()
     try:
         for i in range(consumers):
@@ -538,14 +562,21 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
                 first += count
             if wait_ready("producer", producers):
                 server_cpu0 = process_cpu(server)
+                threads0 = thread_cpu(server)
+                host0 = host_busy_cpu()
                 t0 = time.monotonic()
                 shared.start.set()
                 _watch(res, shared, results, take, producers, consumers, total, deadline,
                        idle_timeout, server, on_tick)
     finally:
         if server_cpu0 is not None:
+            host1 = host_busy_cpu()
             after = process_cpu(server)
             res.server_cpu_s = None if after is None else round(after - server_cpu0, 3)
+            threads = thread_cpu(server)
+            if server is not None and server.pid in threads:
+                res.server_loop_cpu_s = round(threads[server.pid] - threads0.get(server.pid, 0),
+                                              3)
         shared.stop.value = 2 if res.errors else 1
         shared.start.set()
         until = time.monotonic() + REPORT_TIMEOUT_S
@@ -560,6 +591,9 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
                 res.errors.append(f"{key[0]} {key[1]} did not report")
         res.loadgen_cpu_s = cpu_seconds() - cpu0
     _summarise(res, results, total, consumers, time.monotonic() - t0)
+    if host1 and res.server_cpu_s is not None:
+        # Generator CPU after the start signal is about all of it (setup is cheap).
+        res.other_cpu_s = round(host1 - host0 - res.server_cpu_s - res.loadgen_cpu_s, 3)
     return res
 
 
@@ -734,8 +768,12 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "server_cpu_s": res.server_cpu_s,
             "server_cpu_util": (round(res.server_cpu_s / res.seconds, 3)
                                 if res.server_cpu_s and res.seconds else None),
+            "server_loop_cpu_s": res.server_loop_cpu_s,
+            "server_loop_cpu_util": (round(res.server_loop_cpu_s / res.seconds, 3)
+                                     if res.server_loop_cpu_s and res.seconds else None),
             "loadgen_cpu_s": res.loadgen_cpu_s,
             "busiest_generator_cpu_util": res.busiest_generator_cpu_util,
+            "other_cpu_s": res.other_cpu_s,
             "server_rss_bytes": rss,
             "journal_peak_segments": sampler.peak_segments,
             "journal_peak_bytes": sampler.peak_bytes,

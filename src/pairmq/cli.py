@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,52 +76,71 @@ def passwd(password: str | None) -> None:
 
 
 @main.command()
+@click.option("--listen", default="127.0.0.1:7000", show_default=True, help="HOST:PORT")
+@click.option("--secret", envvar="PAIRMQ_HA_SECRET", required=True,
+              help="the pair's shared secret (or PAIRMQ_HA_SECRET)")
+@click.option("--state", "state_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="file remembering the lease holder and epoch across restarts")
+@click.option("--log-level", default="info", show_default=True)
+def witness(listen: str, secret: str, state_file: Path | None, log_level: str) -> None:
+    """Run the witness that grants the active server its lease (prevents split brain)."""
+    from pairmq.server.witness import run_witness
+
+    run_witness(listen, secret, state_file, log_level)
+
+
+def _admin_get(address: str, path: str, method: str = "GET") -> dict:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{address}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+@main.command()
+@click.argument("admin", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
+def status(admin: tuple[str, ...], as_json: bool) -> None:
+    """Show the state of servers, by their management addresses (default: `pairmq up`'s)."""
+    import json
+
+    for address in admin or ("127.0.0.1:8161", "127.0.0.1:8162"):
+        try:
+            info = _admin_get(address, "/status")
+        except OSError as e:
+            click.echo(f"{address}: unreachable ({e})")
+            continue
+        if as_json:
+            click.echo(json.dumps(info, indent=2))
+            continue
+        ha = info.get("ha") or {}
+        line = f"{info['name']} ({address}): {info['state']}, STOMP {info['stomp']}, " \
+               f"epoch {info['journal']['epoch']}, seq {info['journal']['appended_seq']}"
+        if ha:
+            line += (f", peer {ha['peer']['name']} {ha['peer']['state']}, "
+                     f"synchronized-with-backup={ha['synchronized-with-backup']}, "
+                     f"synchronized-with-live={ha['synchronized-with-live']}")
+        click.echo(line)
+
+
+@main.command()
+@click.argument("admin")
+@click.confirmation_option(prompt="Serve this server's journal even if the other server may "
+                                  "hold newer data?")
+def activate(admin: str) -> None:
+    """Force a WAITING server (by its management address) to become active."""
+    click.echo(_admin_get(admin, "/activate", method="POST"))
+
+
+@main.command()
 @click.option("--dir", "workdir", default=".pairmq-local", show_default=True,
               type=click.Path(file_okay=False), help="where the local setup keeps its files")
-@click.option("--stomp", default="127.0.0.1:61613", show_default=True,
-              help="client listener HOST:PORT")
-def up(workdir: str, stomp: str) -> None:
-    """Start a local server for trying pairmq out (Ctrl-C stops it)."""
-    from rich.console import Console
+def up(workdir: str) -> None:
+    """Start a local pair (primary, backup) and a witness on loopback; Ctrl-C stops them."""
+    from pairmq.local import run_local_pair
 
-    from pairmq.server.app import run
-    from pairmq.server.auth import hash_password
-
-    root = Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    creds = root / "credentials"
-    if creds.exists():
-        login, _, password = creds.read_text().strip().partition(":")
-    else:
-        login, password = "admin", secrets.token_urlsafe(12)
-        creds.write_text(f"{login}:{password}\n")
-        creds.chmod(0o600)
-    config_file = root / "standalone.toml"
-    config_file.write_text(
-        "# Written by `pairmq up`; the password is in ./credentials\n"
-        "[server]\n"
-        'name = "standalone"\n'
-        f'data_dir = "{(root / "data" / "standalone").as_posix()}"\n'
-        f'stomp = "{stomp}"\n\n'
-        "[auth]\nallow_anonymous = false\n\n"
-        f"[auth.users.{login}]\n"
-        f'password = "{hash_password(password)}"\n'
-        'roles = ["admin"]\n'
-    )
-    config = _load(str(config_file), {}, ())
-    console = Console(stderr=True)
-    console.print(f"[bold]pairmq {__version__}[/bold]: one standalone server "
-                  "(the HA pair and witness arrive with the replication work)")
-    console.print(f"  STOMP     stomp://{stomp}")
-    console.print(f"  login     {login}")
-    console.print(f"  password  {password}   (kept in {creds})")
-    console.print(f"  config    {config_file}")
-    example = (f".venv/bin/pairmq send -s {stomp} -u {login} -p {password} /queue/hello hi && "
-               f".venv/bin/pairmq receive -s {stomp} -u {login} -p {password} /queue/hello")
-    console.print("  try it    ", end="")
-    print(example, file=sys.stderr, flush=True)
-    console.print("  Ctrl-C stops it.")
-    run(config)
+    run_local_pair(Path(workdir))
 
 
 @main.group()

@@ -55,15 +55,22 @@ def test_temp_queues_are_private_to_their_connection(server, stomp_client):
     reply_a = request(a, service, "/temp-queue/same", "from a").headers["reply-to"]
     reply_b = request(b, service, "/temp-queue/same", "from b").headers["reply-to"]
     assert reply_a != reply_b, "the same temp queue name on two connections is two queues"
-    service.send(reply_a, "for a")
-    service.send(reply_b, "for b")
-    a.send("/temp-queue/same", "a to itself")
-    assert [m.body for m in a.wait_messages(2)] == ["for a", "a to itself"]
-    assert [m.body for m in b.wait_messages(1)] == ["for b"]
+    for i in range(3):
+        service.send(reply_a, f"reply for a {i}")
+        service.send(reply_b, f"reply for b {i}")
+        a.send("/temp-queue/same", f"a to itself {i}")
+        b.send("/temp-queue/same", f"b to itself {i}")
+    a.wait_messages(6)
+    b.wait_messages(6)
+    a.send("/temp-queue/same", "sync")
     b.send("/temp-queue/same", "sync")
+    a.wait_body("sync")
     b.wait_body("sync")
-    assert a.bodies() == ["for a", "a to itself"]
-    assert b.bodies() == ["for b", "sync"]
+    for client, who in ((a, "a"), (b, "b")):
+        expected = []
+        for i in range(3):
+            expected += [f"reply for {who} {i}", f"{who} to itself {i}"]
+        assert client.bodies() == [*expected, "sync"], who
 
 
 def test_only_the_owner_may_subscribe_to_the_reply_queue(server, stomp_client):

@@ -26,33 +26,62 @@ class Grant:
 
 @dataclass
 class WitnessLeases:
-    """The witness's side: who holds the lease, until when, and the highest epoch seen."""
+    """The witness's side: who holds the lease, until when, the epoch, the in-sync backup.
+
+    `standby` is the backup the holder last declared in sync: only it may take over
+    from a holder. A holder whose backup fell behind must say so (renew with no
+    standby) before confirming on its own, so a stale backup can never activate.
+    """
 
     holder: str | None = None
     epoch: int = 0
     expires: float = 0.0
+    standby: str | None = None
+    last_ms: int = 0  # the longest lease granted, to sit out after a witness restart
 
-    def request(self, name: str, epoch: int, ms: int, now: float, activate: bool) -> Grant:
-        """`activate`: the caller wants to become active with `epoch` (a new, higher one)."""
-        held = self.holder is not None and now < self.expires
-        remaining = max(0, int((self.expires - now) * 1000)) if held else 0
+    def held_by_other(self, name: str, now: float) -> bool:
+        return self.holder not in (None, name) and now < self.expires
+
+    def remaining_ms(self, now: float) -> int:
+        return max(0, int((self.expires - now) * 1000)) if self.holder else 0
+
+    def renew(self, name: str, epoch: int, ms: int, now: float, standby: str | None) -> Grant:
         if epoch < self.epoch:
-            return Grant(False, self.holder, self.epoch, remaining,
-                         f"epoch {epoch} is older than the pair's epoch {self.epoch}")
-        if held and self.holder != name:
-            return Grant(False, self.holder, self.epoch, remaining,
-                         f"{self.holder} holds the lease for {remaining} ms more")
-        if activate:
-            if self.holder not in (None, name) and epoch <= self.epoch:
-                return Grant(False, self.holder, self.epoch, remaining,
-                             f"taking over needs an epoch above {self.epoch}")
-        elif self.holder != name:
-            return Grant(False, self.holder, self.epoch, remaining,
-                         f"{name} does not hold the lease")
+            return self._refuse(now, f"epoch {epoch} is older than the pair's epoch {self.epoch}")
+        if self.holder != name:
+            return self._refuse(now, f"{name} does not hold the lease")
+        self.epoch = epoch
+        self.standby = standby
+        return self._grant(name, ms, now)
+
+    def activate(self, name: str, epoch: int, ms: int, now: float, force: bool = False) -> Grant:
+        """`force`: an operator vouches for this server's journal (it need not be the standby)."""
+        if epoch <= self.epoch:
+            return self._refuse(now, f"taking over needs an epoch above {self.epoch}")
+        if self.held_by_other(name, now):
+            return self._refuse(now, f"{self.holder} holds the lease for "
+                                     f"{self.remaining_ms(now)} ms more")
+        if self.holder not in (None, name) and self.standby != name and not force:
+            return self._refuse(now, f"{name} was not {self.holder}'s in-sync backup: its "
+                                     "journal may miss confirmed messages")
+        self.epoch = epoch
+        self.standby = None
+        return self._grant(name, ms, now)
+
+    def release(self, name: str, now: float) -> Grant:
+        """The holder hands over (failback, clean shutdown): its lease ends now."""
+        if self.holder == name:
+            self.expires = now
+        return Grant(True, self.holder, self.epoch, 0)
+
+    def _grant(self, name: str, ms: int, now: float) -> Grant:
         self.holder = name
-        self.epoch = max(self.epoch, epoch)
         self.expires = now + ms / 1000
+        self.last_ms = max(self.last_ms, ms)
         return Grant(True, name, self.epoch, ms)
+
+    def _refuse(self, now: float, reason: str) -> Grant:
+        return Grant(False, self.holder, self.epoch, self.remaining_ms(now), reason)
 
 
 @dataclass

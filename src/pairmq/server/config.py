@@ -12,6 +12,7 @@ from pairmq.core.settings import EXPIRED_POLICIES, CoreSettings
 from pairmq.store.store import FULL_POLICIES, StoreSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+HA_POLICIES = ("none", "replication")
 
 
 class ConfigError(Exception):
@@ -23,6 +24,10 @@ def _address(value: str) -> str | None:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         return f'must be HOST:PORT, got "{value}"'
     return None
+
+
+def _optional_address(value: str) -> str | None:
+    return None if value == "" else _address(value)
 
 
 def _at_least(n: int) -> Callable[[int], str | None]:
@@ -54,6 +59,8 @@ KEYS: tuple[Key, ...] = (
     Key("server", "heartbeat_ms", int, 10000, "heart-beat offered to clients (ms, 0 = none)",
         _at_least(0)),
     Key("server", "log_level", str, "info", "debug, info, warning or error", _one_of(LOG_LEVELS)),
+    Key("server", "admin", str, "", "management HTTP HOST:PORT (status, metrics); empty = off",
+        _optional_address),
     Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
         _at_least(256)),
     Key("limits", "max_headers", int, 1000, "most headers in one frame", _at_least(1)),
@@ -82,7 +89,31 @@ KEYS: tuple[Key, ...] = (
         "persistent message bodies held in memory; beyond it they stay on disk",
         _at_least(0)),
     Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
+    Key("ha", "policy", str, "none", "none or replication (shared-store is not available yet)",
+        _one_of(HA_POLICIES)),
+    Key("ha", "role", str, "primary", "primary or backup", _one_of(("primary", "backup"))),
+    Key("ha", "listen", str, "", "HA channel HOST:PORT of this server", _optional_address),
+    Key("ha", "peer", str, "", "HA channel HOST:PORT of the other server", _optional_address),
+    Key("ha", "witness", str, "", "witness HOST:PORT; empty = none (split brain possible)",
+        _optional_address),
+    Key("ha", "secret", str, "", "shared secret of the pair and the witness"),
+    Key("ha", "heartbeat_interval_ms", int, 500, "heartbeats on the HA channel", _at_least(10)),
+    Key("ha", "activation_interval_ms", int, 2000,
+        "silence after which the peer is taken for dead (>= 2 heartbeats)", _at_least(20)),
+    Key("ha", "allow_failback", bool, True, "the primary takes its place back once in sync"),
+    Key("ha", "failover_on_shutdown", bool, False,
+        "a clean stop of the active hands over to the backup"),
+    Key("ha", "backup_ack", str, "fsync",
+        "the backup acknowledges after its own fsync, or on receipt (write)",
+        _one_of(("fsync", "write"))),
+    Key("ha", "replication_mode", str, "sync",
+        "sync (receipts wait for the backup) or async (may lose the last records)",
+        _one_of(("sync", "async"))),
+    Key("ha", "initial_replication_sync_timeout_ms", int, 300000,
+        "how long one initial synchronisation may take before it is restarted", _at_least(100)),
 )
+
+HA_KEYS = tuple(key.name for key in KEYS if key.section == "ha")
 
 KEYS_BY_SECTION: dict[str, dict[str, Key]] = {}
 for _key in KEYS:
@@ -194,9 +225,10 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{source} is not valid TOML: {e}") from None
         for section, table in doc.items():
-            if section == "ha":
-                raise ConfigError(f"{source}: [ha] (the pair) is not available in this version "
-                                  "yet; remove the section to run a standalone server")
+            if section == "ha" and isinstance(table, dict) \
+                    and table.get("policy") == "shared-store":
+                raise ConfigError(f"{source}: [ha] policy \"shared-store\" is not available in "
+                                  "this version yet; use \"replication\"")
             known = KEYS_BY_SECTION.get(section)
             if known is None:
                 raise ConfigError(f"{source}: unknown section [{section}]")
@@ -218,4 +250,25 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         values[name] = _typed(key, value, f"{key.flag}")
     for name, password in (extra_users or {}).items():
         users[name] = User(name, password, ("admin",))
+    _check_ha(values, source)
     return ServerConfig(values, users, source)
+
+
+def _check_ha(v: dict[str, Any], source: str) -> None:
+    """Rules across keys of [ha], refused at start with a message that says what to change."""
+    if v["policy"] == "none":
+        return
+    where = f"{source}: [ha]"
+    heartbeat, activation = v["heartbeat_interval_ms"], v["activation_interval_ms"]
+    if activation < 2 * heartbeat:
+        raise ConfigError(f"{where} activation_interval_ms ({activation}) must be at least twice "
+                          f"heartbeat_interval_ms ({heartbeat}), or one late heartbeat would "
+                          "look like a dead server")
+    for name in ("listen", "peer"):
+        if not v[name]:
+            raise ConfigError(f"{where} {name} is required with policy = \"replication\"")
+    if not v["secret"]:
+        raise ConfigError(f"{where} secret is required: the pair and the witness authenticate "
+                          "each other with it")
+    if v["listen"] == v["peer"]:
+        raise ConfigError(f"{where} listen and peer are the same address ({v['listen']})")

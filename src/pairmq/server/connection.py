@@ -157,20 +157,21 @@ class StompConnection(asyncio.Protocol):
             self.confirm(wire.receipt(receipt, self.version))
 
     def confirm(self, frame_bytes: bytes) -> None:
-        """Send a RECEIPT once everything journaled before it is on disk (never earlier)."""
-        store = self.server.store
-        seq = store.appended_seq
-        if seq <= store.synced_seq and not self.pending_receipts:
+        """Send a RECEIPT once everything journaled before it is confirmed: on disk and, in a
+        pair, on the backup (never earlier)."""
+        server = self.server
+        seq = server.store.appended_seq
+        if seq <= server.confirmed_seq and not self.pending_receipts:
             self.out.append(frame_bytes)
-            self.server.dirty.add(self)
+            server.dirty.add(self)
             return
         self.pending_receipts.append((seq, frame_bytes))
-        store.when_synced(seq, self.release_receipts)
+        server.when_confirmed(seq, self.release_receipts)
 
     def release_receipts(self) -> None:
         if self.closing:
             return
-        synced = self.server.store.synced_seq
+        synced = self.server.confirmed_seq
         pending = self.pending_receipts
         while pending and pending[0][0] <= synced:
             self.out.append(pending.popleft()[1])
@@ -188,6 +189,15 @@ class StompConnection(asyncio.Protocol):
                       extra={"version": SUPPORTED})
             return
         self.version = version
+        server = self.server
+        if not server.serving:
+            active = server.active_address
+            state = server.ha.state.value if server.ha else "?"
+            where = f": connect to the active server at {active}" if active else \
+                ": no server of the pair is active right now"
+            self.fail(f"this server is {state}{where}", frame,
+                      extra={"active-server": active} if active else None)
+            return
         cx, cy = parse_heart_beat(h.get("heart-beat", "0,0"))
         client_id = h.get("client-id")
         login = h.get("login")
@@ -265,6 +275,8 @@ class StompConnection(asyncio.Protocol):
         outgoing, incoming = negotiate_heart_beat(beat, beat, cx, cy)
         headers = {"version": version, "heart-beat": f"{beat},{beat}",
                    "session": session.token, "server": f"pairmq/{__version__}"}
+        if self.server.ha is not None:
+            headers["topology"] = self.server.topology()
         self.out.append(serialize(Frame("CONNECTED", headers), version))
         self.server.dirty.add(self)
         loop = self.server.loop

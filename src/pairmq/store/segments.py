@@ -139,3 +139,25 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_records(path: Path, segment_id: int, from_seq: int, to_seq: int) -> list[bytes]:
+    """Framed records with from_seq <= seq <= to_seq, as they are on disk (for a backup)."""
+    hsize = RECORD_HEADER.size
+    out: list[bytes] = []
+
+    def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int) -> None:
+        if from_seq <= seq <= to_seq:
+            out.append(bytes(whole[offset - hsize:offset + len(payload)]))
+
+    with open(path, "rb") as f:
+        whole = f.read()
+    scan = SegmentScan(segment_id, path, len(whole), 0)
+    view = memoryview(whole)
+    try:
+        _scan(view, scan, visit, 0)
+    finally:
+        view.release()
+    if scan.problem is not None and not scan.at_tail:
+        raise OSError(f"{path} is damaged at offset {scan.valid_end}: {scan.problem}")
+    return out

@@ -92,6 +92,8 @@ class Store:
         self.broker: Broker | None = None
         self.epoch = 0  # the epoch of the newest record
         self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
+        self.hold_compaction = 0  # a backup is reading the segment files: delete nothing
+        self.mirror = False  # a backup's journal: records arrive framed from the active
 
     # ------------------------------------------------------------ recovery
 
@@ -142,7 +144,7 @@ class Store:
             if scan.records:
                 last_seq = scan.last_seq
             info = SegmentInfo(segment_id, path, scan.valid_end, scan.valid_end,
-                               last_seq=scan.last_seq)
+                               last_seq=scan.last_seq, first_seq=scan.first_seq)
             self._segments.append(info)
             report.records += scan.records
         self._last_seq = last_seq
@@ -278,11 +280,11 @@ class Store:
 
     @property
     def synced_seq(self) -> int:
-        return self.writer.synced_seq if self.writer else 0
+        return self.writer.synced_seq if self.writer else self._last_seq
 
     @property
     def appended_seq(self) -> int:
-        return self.writer.appended_seq if self.writer else 0
+        return self.writer.appended_seq if self.writer else self._last_seq
 
     def persist(self, records: list[tuple]) -> int:
         """Journal one command's records as one atomic group; returns its sequence number."""
@@ -421,7 +423,8 @@ class Store:
 
     def _maybe_compact(self) -> None:
         writer = self.writer
-        if writer is None or self._compacting is not None:
+        if writer is None or self._compacting is not None or self.hold_compaction \
+                or self.mirror:
             return
         while len(writer.segments) > 1:
             oldest = writer.segments[min(writer.segments)]
@@ -481,6 +484,67 @@ class Store:
         if not info.live:
             self._drop_segment(info.segment_id)
             log.debug("Journal segment %d compacted", info.segment_id)
+
+    # ------------------------------------------------------------ replication
+
+    def open_mirror(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open the journal for a backup: framed records from the active, no liveness."""
+        self.mirror = True
+        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
+                                    self._last_seq, self._segments, loop)
+
+    def append_mirrored(self, seq: int, epoch: int, record: bytes) -> None:
+        assert self.writer is not None and self.mirror
+        self.writer.append_record(seq, record)
+        if epoch != self.epoch:
+            self.epochs.append((epoch, seq))
+            self.epoch = epoch
+
+    def wipe(self, first_seq: int, loop: asyncio.AbstractEventLoop) -> None:
+        """A full resynchronisation: drop this journal, continue from the active's first seq."""
+        if self.writer is not None:
+            self.writer.close()
+        for _, path in list_segments(self.directory):
+            path.unlink()
+        self._segments = []
+        self._last_seq = first_seq - 1
+        self.epoch = 0
+        self.epochs = []
+        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
+                                    first_seq - 1, [], loop)
+
+    @property
+    def oldest_seq(self) -> int:
+        """The first sequence number this journal still holds (1 before anything)."""
+        writer = self.writer
+        if writer is None or not writer.segments:
+            return self.appended_seq + 1
+        firsts = [s.first_seq for s in writer.segments.values() if s.first_seq]
+        return min(firsts) if firsts else self.appended_seq + 1
+
+    def drop_below(self, seq: int) -> None:
+        """A backup: the active compacted away everything before seq; drop those segments."""
+        writer = self.writer
+        if writer is None:
+            return
+        for info in sorted(writer.segments.values(), key=lambda s: s.segment_id):
+            if info is writer.current or not info.last_seq or info.last_seq >= seq:
+                break
+            if info.last_seq <= writer.synced_seq:
+                writer.unlink_segment(info.segment_id)
+
+    def segments_for(self, from_seq: int) -> list[tuple[int, Path]]:
+        """Segment files holding records from from_seq on, oldest first."""
+        writer = self.writer
+        assert writer is not None
+        return [(s.segment_id, s.path) for s in sorted(writer.segments.values(),
+                                                        key=lambda s: s.segment_id)
+                if s.last_seq >= from_seq]
+
+    def release_compaction(self) -> None:
+        self.hold_compaction -= 1
+        if not self.hold_compaction:
+            self._maybe_compact()
 
     def begin_epoch(self, epoch: int) -> int:
         """This server becomes active with `epoch`: journal it before anything else."""

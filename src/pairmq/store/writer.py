@@ -34,6 +34,7 @@ class SegmentInfo:
     live: set = field(default_factory=set)  # objects whose newest record lives here
     live_bytes: int = 0
     last_seq: int = 0
+    first_seq: int = 0
 
 
 class JournalWriter:
@@ -80,6 +81,8 @@ class JournalWriter:
         self.pending.append((current.segment_id, record))
         current.size += len(record)
         current.last_seq = seq
+        if not current.first_seq:
+            current.first_seq = seq
         self.appended_seq = seq
         for listener in self._on_append:
             listener(seq, record)

@@ -1,0 +1,390 @@
+"""Recovery time of pairmq's durable store with a large journal.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/recovery.py                       # 1,000,000 x 1 KiB
+    .venv/bin/python benchmarks/recovery.py --messages 200000 --build server --cold
+
+1. Build a journal holding --messages persistent messages of --size bytes in one
+   queue, either
+   - `--build api` (default): in this process, through the code path the server
+     uses (a Broker and a Store on an asyncio loop; every SEND is one journal
+     record group, written and fdatasynced by the store's group-commit writer), or
+   - `--build server`: through a real server, with pipelined SENDs carrying
+     receipts from --build-producers processes; the server is SIGKILLed after the
+     last RECEIPT.
+2. For each --paging value, start a real server on that data directory and measure
+   ready_s (process start .. port accepting connections) and recovery_s (the
+   server's own "Recovered ... in X s" log line), and its RSS once ready. With
+   --cold the journal's pages are dropped from the page cache first
+   (posix_fadvise DONTNEED on each segment), so recovery reads from the disk.
+3. On the last start, a consumer drains the queue and checks that every message
+   arrives exactly once, in order, from the first to the last (the bodies built
+   by `--build api` carry their number, which is checked too).
+
+Prints one JSON line per server start. Lost, duplicated or misordered messages,
+a server that does not start, or errors exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from bisect import bisect_right  # noqa: E402
+from itertools import accumulate  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psutil  # noqa: E402
+from tests.serverproc import ServerProcess, start_server  # noqa: E402
+
+from benchmarks.persistent import (  # noqa: E402
+    SEGMENT_RE,
+    LoadError,
+    Wire,
+    header_value,
+    journal_usage,
+    run_load,
+    server_log_problems,
+    split,
+)
+
+DESTINATION = "/queue/recovery"
+SERVER_NAME = "recover"
+DEFAULT_PAGING = 256 * 1024 * 1024
+RECOVERED_RE = re.compile(r"Recovered (\d+) messages .* in ([0-9.]+) s(?: \((\d+) message)?")
+DRAIN_IDLE_S = 20.0
+NUMBER_DIGITS = 12  # bodies built by --build api start with the message number
+
+
+class _Flag:
+    """A stand-in for the shared stop flag Wire checks: never set."""
+
+    value = 0
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_with_api(journal: Path, messages: int, size: int, segment_bytes: int) -> dict[str, Any]:
+    """Journal `messages` persistent SENDs through Broker + Store, as the server would."""
+    from pairmq.core import Broker, CoreSettings
+    from pairmq.store.store import Store, StoreSettings
+
+    async def build() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        store = Store(journal, StoreSettings(segment_bytes=segment_bytes))
+        replay, _ = store.recover()
+        # No destination limit: this loop has no way to be blocked like a producer.
+        broker = Broker(CoreSettings(max_size_bytes=0),
+                        id_prefix=f"ID:builder-{int(time.time() * 1000):x}-")
+        broker.restore(replay)
+        store.start(broker, loop)
+        broker.open_session(1, "1.2")
+        filler = b"x" * max(0, size - NUMBER_DIGITS)
+
+        def synced(seq: int) -> asyncio.Future:
+            done = loop.create_future()
+            store.when_synced(seq, lambda: done.done() or done.set_result(None))
+            return done
+
+        started = time.monotonic()
+        now = int(time.time() * 1000)
+        for i in range(messages):
+            body = (b"%0*d" % (NUMBER_DIGITS, i) + filler)[:size]
+            headers = {"persistent": "true", "g": str(i), "ts": "0"}
+            broker.send(1, DESTINATION, headers, body, now)
+            store.persist(broker.take_records())  # one record group per SEND, as the server
+            if i % 1000 == 999:
+                now = int(time.time() * 1000)
+                # Keep the writer at most ~20,000 records behind, like 200 producers would.
+                behind = store.appended_seq - 20_000
+                if store.synced_seq < behind:
+                    await asyncio.wait_for(synced(behind), 60)
+                else:
+                    await asyncio.sleep(0)
+        await asyncio.wait_for(synced(store.appended_seq), 60)
+        seconds = time.monotonic() - started
+        store.close()
+        return {"build": "api", "build_s": round(seconds, 2),
+                "build_msgs_per_s": round(messages / seconds, 1)}
+
+    return asyncio.run(build())
+
+
+def build_with_server(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Send through a real server with receipts, then SIGKILL it: a crash, not a clean stop."""
+    server = start_server(workdir, "--segment-bytes", str(args.segment_bytes),
+                          "--max-size-bytes", "0", "--paging-bytes", str(DEFAULT_PAGING),
+                          name=SERVER_NAME)
+    try:
+        res = run_load(server.host, server.port, args.build_producers, 0, args.messages,
+                       size=args.size, window=args.window, destination=DESTINATION,
+                       timeout=args.timeout, server=psutil.Process(server.proc.pid))
+    finally:
+        server.kill()
+    if res.errors:
+        raise RuntimeError("building through the server failed: " + "; ".join(res.errors))
+    return {"build": "server", "build_producers": args.build_producers,
+            "build_s": res.seconds, "build_msgs_per_s": res.msgs_per_s,
+            "build_receipt_p99_ms": res.receipt_p99_ms, "build_server_cpu_s": res.server_cpu_s}
+
+
+def evict_page_cache(journal: Path) -> None:
+    """Drop the journal's pages from the page cache so recovery reads the disk."""
+    for entry in os.scandir(journal):
+        if SEGMENT_RE.match(entry.name):
+            fd = os.open(entry.path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def drain(server: ServerProcess, messages: int, size: int, numbered: bool,
+          timeout: float, producers: int = 1) -> dict[str, Any]:
+    """Consume the whole queue; every message exactly once and in order, first to last.
+
+    In order means in each producer's order: producer i sent the numbers of the i-th
+    part of split(messages, producers), ascending.
+    """
+    starts = list(accumulate(split(messages, producers), initial=0))[:-1]
+    expected = starts[:]  # the next number expected from each producer
+    deadline = time.monotonic() + timeout
+    wire = Wire(server.host, server.port, _Flag(), deadline)
+    seen = bytearray(messages)
+    received = misordered = bad = redelivered = 0
+    first_body = last_body = None
+    started = last_arrival = time.monotonic()
+    try:
+        wire.send((f"SUBSCRIBE\nid:0\ndestination:{DESTINATION}\nack:client\n"
+                   f"prefetch-count:2000\n\n\x00").encode())
+        buf = wire.buf
+        while received < messages:
+            if not wire.recv():
+                if time.monotonic() - last_arrival > DRAIN_IDLE_S:
+                    raise LoadError(f"nothing arrived for {DRAIN_IDLE_S:.0f} s after "
+                                    f"{received} messages")
+                continue
+            last_arrival = time.monotonic()
+            pos, n, last_ack = 0, len(buf), None
+            while pos < n:
+                if buf[pos] in (10, 13):
+                    pos += 1
+                    continue
+                hend = buf.find(b"\n\n", pos)
+                if hend < 0:
+                    break
+                if not buf.startswith(b"MESSAGE\n", pos):
+                    raise LoadError("unexpected frame " + bytes(buf[pos:pos + 400]).decode(
+                        errors="replace"))
+                at = buf.rfind(b"\ncontent-length:", pos, hend)
+                end = hend + 2 + int(buf[at + 16:hend])
+                if end >= n:
+                    break
+                g = int(header_value(buf, b"\ng:", pos, hend) or b"-1")
+                body = bytes(buf[hend + 2:end])
+                if not 0 <= g < messages:
+                    raise LoadError(f"message with unknown number g:{g}")
+                seen[g] = min(255, seen[g] + 1)
+                producer = bisect_right(starts, g) - 1
+                if g != expected[producer]:
+                    misordered += 1
+                expected[producer] = g + 1
+                if len(body) != size or (numbered and size >= NUMBER_DIGITS
+                                         and int(body[:NUMBER_DIGITS]) != g):
+                    bad += 1
+                if buf.find(b"\nredelivered:true", pos, hend) >= 0:
+                    redelivered += 1
+                if g == 0:
+                    first_body = body[:NUMBER_DIGITS]
+                if g == messages - 1:
+                    last_body = body[:NUMBER_DIGITS]
+                last_ack = header_value(buf, b"\nack:", pos, hend)
+                received += 1
+                pos = end + 1
+            del buf[:pos]
+            if last_ack is not None:
+                wire.send(b"ACK\nid:" + last_ack + b"\n\n\x00")  # ack:client is cumulative
+        wire.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
+        wire.expect(b"RECEIPT", b"receipt-id:bye")
+        error = None
+    except (LoadError, OSError, ValueError) as e:
+        error = f"drain: {e}"
+    finally:
+        wire.close()
+    seconds = time.monotonic() - started
+    lost = seen.count(0)
+    duplicated = sum(c - 1 for c in seen if c > 1)
+    return {
+        "drained": received,
+        "drain_s": round(seconds, 2),
+        "drain_msgs_per_s": round(received / seconds, 1) if seconds else None,
+        "first_ok": seen[0] == 1 and (not numbered or first_body == b"%0*d" % (
+            NUMBER_DIGITS, 0)),
+        "last_ok": seen[-1] == 1 and (not numbered or last_body == b"%0*d" % (
+            NUMBER_DIGITS, messages - 1)),
+        "lost": lost,
+        "duplicated": duplicated,
+        "misordered": misordered,
+        "bad_bodies": bad,
+        "redelivered": redelivered,
+        "drain_error": error,
+    }
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
+            base: dict[str, Any]) -> dict[str, Any]:
+    journal = workdir / f"data-{SERVER_NAME}" / "journal"
+    segments, size = journal_usage(journal)
+    if args.cold:
+        evict_page_cache(journal)
+    record: dict[str, Any] = {**base, "paging_bytes": paging, "cold_cache": args.cold,
+                              "journal_bytes": size, "segments": segments}
+    errors: list[str] = []
+    started = time.monotonic()
+    try:
+        server = start_server(workdir, "--paging-bytes", str(paging),
+                              "--segment-bytes", str(args.segment_bytes), name=SERVER_NAME)
+    except (RuntimeError, TimeoutError) as e:
+        record.update(ok=False, errors=[f"server did not start: {str(e)[-2000:]}"])
+        return record
+    ready_s = time.monotonic() - started
+    try:
+        proc = psutil.Process(server.proc.pid)
+        rss = proc.memory_info().rss
+        log = server.logs()
+        found = RECOVERED_RE.search(log)
+        record.update(
+            ready_s=round(ready_s, 3),
+            recovery_s=float(found.group(2)) if found else None,
+            recovered_messages=int(found.group(1)) if found else None,
+            bodies_left_on_disk=int(found.group(3) or 0) if found else None,
+            server_rss_bytes=rss,
+            server_cpu_s_to_ready=round(sum(proc.cpu_times()[:2]), 3),
+        )
+        if not found:
+            errors.append("no 'Recovered ...' line in the server log")
+        elif int(found.group(1)) != args.messages:
+            errors.append(f"recovered {found.group(1)} messages, {args.messages} were journaled")
+        if check:
+            result = drain(server, args.messages, args.size, base["build"] == "api",
+                           args.timeout, base.get("build_producers", 1))
+            record.update(result)
+            if result["drain_error"]:
+                errors.append(result["drain_error"])
+            for key in ("lost", "duplicated", "misordered", "bad_bodies"):
+                if result[key]:
+                    errors.append(f"{result[key]} messages {key.replace('_', ' ')}")
+            if not (result["first_ok"] and result["last_ok"]):
+                errors.append("the first or the last message did not come back intact")
+            record["server_rss_after_drain_bytes"] = proc.memory_info().rss
+            time.sleep(1.0)  # let compaction drop what the drain released
+            record["journal_after_drain_segments"], record["journal_after_drain_bytes"] = \
+                journal_usage(journal)
+        if not server.alive():
+            errors.append("the server process died")
+        record["server_log_problems"] = server_log_problems(server)
+    finally:
+        code = server.stop(timeout=30)
+        if code not in (0, None):
+            errors.append(f"server exited with code {code}")
+    record.update(ok=not errors, errors=errors)
+    return record
+
+
+def parse_size(text: str) -> int:
+    if text == "default":
+        return DEFAULT_PAGING
+    units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=1024, help="body bytes per message")
+    ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--build", choices=("api", "server"), default="api")
+    ap.add_argument("--build-producers", type=int, default=2, help="with --build server")
+    ap.add_argument("--window", type=int, default=100, help="with --build server")
+    ap.add_argument("--paging", default="8g,default",
+                    help="comma-separated --paging-bytes values, one server start each; "
+                         "the last start also drains and checks the queue (default: "
+                         "8g,default)")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the journal from the page cache before each start")
+    ap.add_argument("--no-check", action="store_true", help="do not drain the queue")
+    ap.add_argument("--timeout", type=float, default=900.0, help="cap on building, draining")
+    ap.add_argument("--workdir", default=None, help="where the data directory goes")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    args = ap.parse_args(argv)
+    try:
+        args.paging_values = [parse_size(v) for v in args.paging.split(",") if v.strip()]
+    except ValueError:
+        ap.error(f"--paging: not a list of sizes: {args.paging!r}")
+    if args.messages < 1 or args.size < 0 or not args.paging_values:
+        ap.error("--messages must be positive, --size not negative, --paging not empty")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="pairmq-recovery-", dir=args.workdir))
+    journal = workdir / f"data-{SERVER_NAME}" / "journal"
+    failed = False
+    try:
+        print(f"building {args.messages} messages of {args.size} bytes ({args.build}) in "
+              f"{journal}", file=sys.stderr, flush=True)
+        if args.build == "api":
+            base = build_with_api(journal, args.messages, args.size, args.segment_bytes)
+        else:
+            base = build_with_server(workdir, args)
+        base = {"messages": args.messages, "size": args.size,
+                "segment_bytes": args.segment_bytes, **base}
+        print(f"built in {base['build_s']} s; starting servers", file=sys.stderr, flush=True)
+        for i, paging in enumerate(args.paging_values):
+            last = i == len(args.paging_values) - 1
+            record = measure(workdir, args, paging, last and not args.no_check, base)
+            print(json.dumps(record), flush=True)
+            if not record["ok"]:
+                failed = True
+                for err in record["errors"]:
+                    print(f"FAILED (paging {paging}): {err}", file=sys.stderr, flush=True)
+                break
+    except (RuntimeError, TimeoutError, OSError) as e:
+        print(f"FAILED: {e}", file=sys.stderr, flush=True)
+        failed = True
+    finally:
+        if failed or args.keep:
+            print(f"data and logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""`pairmq up`: a whole local pair plus witness, for trying pairmq out."""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from pairmq import __version__
+from pairmq.server.auth import hash_password
+
+SERVERS = (
+    # name, role, STOMP, admin, HA listen, HA peer
+    ("primary", "primary", "127.0.0.1:61613", "127.0.0.1:8161", "127.0.0.1:7001",
+     "127.0.0.1:7002"),
+    ("backup", "backup", "127.0.0.1:61614", "127.0.0.1:8162", "127.0.0.1:7002",
+     "127.0.0.1:7001"),
+)
+WITNESS = "127.0.0.1:7000"
+
+
+def _credentials(root: Path) -> tuple[str, str, str]:
+    creds = root / "credentials"
+    if creds.exists():
+        login, password, secret = creds.read_text().split()
+        return login, password, secret
+    login, password, secret = "admin", secrets.token_urlsafe(12), secrets.token_urlsafe(24)
+    creds.write_text(f"{login}\n{password}\n{secret}\n")
+    creds.chmod(0o600)
+    return login, password, secret
+
+
+def _write_config(root: Path, login: str, password: str, secret: str) -> list[Path]:
+    files = []
+    hashed = hash_password(password)
+    for name, role, stomp, admin, listen, peer in SERVERS:
+        path = root / f"{name}.toml"
+        path.write_text(
+            "# Written by `pairmq up`; credentials are in ./credentials\n"
+            f'[server]\nname = "{name}"\ndata_dir = "{(root / "data" / name).as_posix()}"\n'
+            f'stomp = "{stomp}"\nadmin = "{admin}"\n\n'
+            f'[ha]\npolicy = "replication"\nrole = "{role}"\nlisten = "{listen}"\n'
+            f'peer = "{peer}"\nwitness = "{WITNESS}"\nsecret = "{secret}"\n\n'
+            "[auth]\nallow_anonymous = false\n\n"
+            f'[auth.users.{login}]\npassword = "{hashed}"\nroles = ["admin"]\n')
+        path.chmod(0o600)
+        files.append(path)
+    return files
+
+
+def run_local_pair(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    login, password, secret = _credentials(root)
+    configs = _write_config(root, login, password, secret)
+    console = Console(stderr=True)
+    python = sys.executable
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    procs: list[subprocess.Popen] = []
+
+    def spawn(args: list[str], log_name: str) -> None:
+        out = open(logs / log_name, "ab")  # noqa: SIM115 - owned by the child
+        procs.append(subprocess.Popen([python, "-m", "pairmq", *args], stdout=out,
+                                      stderr=subprocess.STDOUT, env={"PAIRMQ_HA_SECRET": secret,
+                                                                    **_env()}))
+        out.close()
+
+    spawn(["witness", "--listen", WITNESS, "--state", str(root / "witness-state.json")],
+          "witness.log")
+    for config in configs:
+        spawn(["server", "--config", str(config)], f"{config.stem}.log")
+    console.print(f"[bold]pairmq {__version__}[/bold]: a local pair and its witness")
+    for name, role, stomp, admin, listen, _ in SERVERS:
+        console.print(f"  {name:8} STOMP stomp://{stomp}   admin http://{admin}/status   "
+                      f"HA {listen} ({role})")
+    console.print(f"  witness  {WITNESS}")
+    console.print(f"  login     {login}")
+    console.print(f"  password  {password}   (kept in {root / 'credentials'})")
+    console.print(f"  logs      {logs}/")
+    console.print("  try it    ", end="")
+    print(f".venv/bin/pairmq send -s 127.0.0.1:61613 -u {login} -p {password} /queue/hello hi "
+          f"&& .venv/bin/pairmq receive -s 127.0.0.1:61613 -u {login} -p {password} "
+          "/queue/hello", file=sys.stderr, flush=True)
+    console.print("  state     .venv/bin/pairmq status")
+    console.print("  Ctrl-C stops all three.")
+    stopping = False
+
+    def stop(*_args: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while not stopping:
+            for proc in procs:
+                if proc.poll() is not None:
+                    console.print(f"[red]a process exited ({proc.args[3]}, code "
+                                  f"{proc.returncode}); see {logs}/[/red]")
+                    stopping = True
+            time.sleep(0.5)
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)

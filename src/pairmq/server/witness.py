@@ -1,0 +1,135 @@
+"""`pairmq witness`: the third party that grants the active server its lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from pairmq.ha import channel as ch
+from pairmq.ha.lease import Grant, WitnessLeases
+from pairmq.server.halink import accept_link, split_address
+
+log = logging.getLogger("pairmq.witness")
+
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+class Witness:
+    def __init__(self, listen: str, secret: str, state_file: Path | None) -> None:
+        self.listen = listen
+        self.secret = secret
+        self.state_file = state_file
+        self.leases = WitnessLeases()
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    def load(self) -> None:
+        """Remember holder, epoch and standby across restarts; sit out the last lease."""
+        if self.state_file is None or not self.state_file.exists():
+            return
+        state = json.loads(self.state_file.read_text())
+        self.leases.holder = state.get("holder")
+        self.leases.epoch = int(state.get("epoch", 0))
+        self.leases.standby = state.get("standby")
+        self.leases.last_ms = int(state.get("last_ms", 0))
+        # The holder's lease may still be running: nobody else gets one before it could end.
+        self.leases.expires = time.monotonic() + self.leases.last_ms / 1000
+        log.info("Witness state loaded: %s holds epoch %d (standby %s)", self.leases.holder,
+                 self.leases.epoch, self.leases.standby)
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        state = {"holder": self.leases.holder, "epoch": self.leases.epoch,
+                 "standby": self.leases.standby, "last_ms": self.leases.last_ms}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_file)
+
+    async def start(self) -> None:
+        host, port = split_address(self.listen)
+        self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("pairmq witness ready: listening on %s:%d", host, self.port)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            link = await accept_link(reader, writer, self.secret, {"name": "witness"},
+                                     HANDSHAKE_TIMEOUT_S)
+        except (ch.ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+            peer = writer.get_extra_info("peername")
+            log.warning("Refused connection from %s: %s", peer, e)
+            writer.close()
+            return
+        try:
+            while True:
+                kind, payload = await link.recv()
+                if kind != ch.LEASE:
+                    raise ch.ChannelError(f"unexpected {ch.NAMES.get(kind, kind)}")
+                link.send_json(ch.LEASE_REPLY, self.answer(ch.decode_json(payload)))
+        except (ConnectionError, OSError, ch.ChannelError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            link.close()
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        leases = self.leases
+        before = (leases.holder, leases.epoch, leases.standby)
+        now = time.monotonic()
+        op = request.get("op")
+        name = str(request.get("name"))
+        epoch = int(request.get("epoch", 0))
+        ms = int(request.get("ms", 0))
+        if op == "renew":
+            grant = leases.renew(name, epoch, ms, now, request.get("standby"))
+        elif op == "activate":
+            grant = leases.activate(name, epoch, ms, now, bool(request.get("force")))
+        elif op == "release":
+            grant = leases.release(name, now)
+        elif op == "query":
+            grant = Grant(False, leases.holder, leases.epoch, leases.remaining_ms(now))
+        else:
+            grant = Grant(False, leases.holder, leases.epoch, 0, f"unknown op {op!r}")
+        after = (leases.holder, leases.epoch, leases.standby)
+        if after != before:
+            self._save()
+            log.info("Lease: %s holds epoch %d, in-sync backup %s (was %s, epoch %d, backup %s)",
+                     after[0], after[1], after[2], before[0], before[1], before[2])
+        elif op == "activate" and not grant.granted:
+            log.info("Refused activation of %s with epoch %d: %s", name, epoch, grant.reason)
+        return {"granted": grant.granted, "holder": grant.holder, "epoch": grant.epoch,
+                "remaining_ms": grant.remaining_ms, "reason": grant.reason,
+                "standby": leases.standby}
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+async def serve_witness(listen: str, secret: str, state_file: Path | None) -> None:
+    witness = Witness(listen, secret, state_file)
+    witness.load()
+    await witness.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await witness.stop()
+
+
+def run_witness(listen: str, secret: str, state_file: Path | None, log_level: str) -> None:
+    logging.basicConfig(level=getattr(logging, log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve_witness(listen, secret, state_file))

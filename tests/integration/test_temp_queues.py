@@ -55,22 +55,23 @@ def test_temp_queues_are_private_to_their_connection(server, stomp_client):
     reply_a = request(a, service, "/temp-queue/same", "from a").headers["reply-to"]
     reply_b = request(b, service, "/temp-queue/same", "from b").headers["reply-to"]
     assert reply_a != reply_b, "the same temp queue name on two connections is two queues"
+    # Uneven traffic, so that a shared queue could not pass by round-robin luck.
+    for i in range(4):
+        a.send("/temp-queue/same", f"a to itself {i}")
+    b.send("/temp-queue/same", "b to itself")
     for i in range(3):
         service.send(reply_a, f"reply for a {i}")
-        service.send(reply_b, f"reply for b {i}")
-        a.send("/temp-queue/same", f"a to itself {i}")
-        b.send("/temp-queue/same", f"b to itself {i}")
-    a.wait_messages(6)
-    b.wait_messages(6)
+    service.send(reply_b, "reply for b")
+    a.wait_messages(7)
+    b.wait_messages(2)
     a.send("/temp-queue/same", "sync")
     b.send("/temp-queue/same", "sync")
     a.wait_body("sync")
     b.wait_body("sync")
-    for client, who in ((a, "a"), (b, "b")):
-        expected = []
-        for i in range(3):
-            expected += [f"reply for {who} {i}", f"{who} to itself {i}"]
-        assert client.bodies() == [*expected, "sync"], who
+    assert a.bodies() == [f"a to itself {i}" for i in range(4)] + [
+        f"reply for a {i}" for i in range(3)
+    ] + ["sync"]
+    assert b.bodies() == ["b to itself", "reply for b", "sync"]
 
 
 def test_only_the_owner_may_subscribe_to_the_reply_queue(server, stomp_client):

@@ -105,6 +105,8 @@ class HaNode:
         if self.role == "backup":
             self._tasks.append(loop.create_task(self._connect_loop()))
         self._tasks.append(loop.create_task(self._tick_loop()))
+        if self.witness_address:
+            self._tasks.append(loop.create_task(self._lease_loop()))
 
     async def stop(self) -> None:
         self.stopping = True
@@ -126,6 +128,18 @@ class HaNode:
             self.link.close()
         if self.witness is not None:
             self.witness.close()
+
+    def _spawn(self, coro, what: str) -> None:
+        """Run a background step; its failure is logged, never lost."""
+        task = asyncio.get_running_loop().create_task(coro)
+
+        def done(t: asyncio.Task) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.error("HA step %r failed", what, exc_info=t.exception())
+
+        task.add_done_callback(done)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(task)
 
     # ------------------------------------------------------------ states
 
@@ -213,7 +227,7 @@ class HaNode:
         log.info("Connected to remote server %s over the HA channel (%s)", self.peer.get("name"),
                  link.peer)
         self._set_peer_state(State(self.peer.get("state", "STARTING")))
-        self._tasks.append(asyncio.get_running_loop().create_task(self._read_loop(link)))
+        self._spawn(self._read_loop(link), "read the HA channel")
         self._send_heartbeat()
         self.decide()
 
@@ -272,8 +286,7 @@ class HaNode:
             self._on_ack(int(message["seq"]))
         elif kind == ch.SYNC:
             if "request" in message:
-                task = asyncio.get_running_loop().create_task(self._serve_sync(link, message))
-                self._tasks.append(task)
+                self._spawn(self._serve_sync(link, message), "synchronise the backup")
             else:
                 self._on_sync(message)
         elif kind == ch.SYNC_DONE:
@@ -367,9 +380,8 @@ class HaNode:
     def _activate(self, why: str, *, force: bool = False, query_first: bool = False,
                   fresh: bool = False) -> None:
         self.activating = True
-        task = asyncio.get_running_loop().create_task(
-            self._activation(why, force=force, query_first=query_first, fresh=fresh))
-        self._tasks.append(task)
+        self._spawn(self._activation(why, force=force, query_first=query_first, fresh=fresh),
+                    "activate")
 
     async def _activation(self, why: str, *, force: bool, query_first: bool,
                           fresh: bool) -> None:
@@ -597,7 +609,7 @@ class HaNode:
             log.info("Backup %s is synchronized with this server (seq %d)",
                      self.peer.get("name"), seq)
             self.set_state(State.ACTIVE, f"backup {self.peer.get('name')} is in sync")
-            self._tasks.append(asyncio.get_running_loop().create_task(self._renew()))
+            self._spawn(self._renew(), "renew the lease")
         self.server.update_confirmed()
 
     def _backup_lost(self) -> None:
@@ -608,14 +620,12 @@ class HaNode:
             self.server.update_confirmed()
             return
         self.standalone_pending = True
-        self._tasks.append(asyncio.get_running_loop().create_task(self._renew()))
+        self._spawn(self._renew(), "renew the lease")
 
     def _on_failback(self, link: Link, message: dict[str, Any]) -> None:
         phase = message.get("phase")
         if phase == "request" and self.state.serving and self.backup_in_sync:
-            task = asyncio.get_running_loop().create_task(
-                self._hand_over(f"failing back to {self.peer.get('name')}"))
-            self._tasks.append(task)
+            self._spawn(self._hand_over(f"failing back to {self.peer.get('name')}"), "fail back")
         elif phase == "go" and not self.state.serving:
             log.info("%s handed over at seq %s: taking over", self.peer.get("name"),
                      message.get("seq"))
@@ -711,16 +721,27 @@ class HaNode:
     # ------------------------------------------------------------ ticks
 
     async def _tick_loop(self) -> None:
+        """Heartbeats and decisions; never waits on the witness, which has its own loop."""
         while not self.stopping:
             try:
                 self._tick()
-                if self.state.serving and self.witness_address:
-                    await self._renew()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("HA tick failed")
             await asyncio.sleep(self.heartbeat)
+
+    async def _lease_loop(self) -> None:
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                if self.state.serving:
+                    await self._renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("Lease renewal failed")
+            await asyncio.sleep(max(0.0, self.heartbeat - (time.monotonic() - started)))
 
     def _tick(self) -> None:
         self._send_heartbeat()

@@ -13,8 +13,23 @@ _PREFIXES = (("/queue/", QUEUE), ("/topic/", TOPIC), ("/temp-queue/", TEMP),
              ("/reply-queue/", REPLY))
 
 
+_parsed: dict[str, tuple[str, str]] = {}
+_PARSED_MAX = 10000
+
+
 def parse_destination(destination: str) -> tuple[str, str]:
     """Split `/queue/orders` into ("queue", "orders"); refuse anything else with a clear error."""
+    found = _parsed.get(destination)
+    if found is not None:
+        return found
+    found = _parse(destination)
+    if len(_parsed) >= _PARSED_MAX:
+        _parsed.clear()
+    _parsed[destination] = found
+    return found
+
+
+def _parse(destination: str) -> tuple[str, str]:
     for prefix, kind in _PREFIXES:
         if destination.startswith(prefix):
             name = destination[len(prefix):]

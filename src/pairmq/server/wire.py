@@ -37,12 +37,15 @@ def message_block(delivery: Delivery, version: str,
 
 
 def _encode_block(message: Message, version: str, body: bytes) -> bytes:
-    lines = [f"message-id:{_escape(message.message_id, version)}",
-             f"destination:{_escape(message.destination, version)}"]
-    for name, value in message.headers.items():
-        lines.append(f"{_escape(name, version)}:{_escape(value, version)}")
-    lines.append(f"content-length:{len(body)}\n\n")
-    return "\n".join(lines).encode() + body + b"\x00"
+    pairs = [("message-id", message.message_id), ("destination", message.destination),
+             *message.headers.items()]
+    text = "\n".join([f"{name}:{value}" for name, value in pairs])
+    # Fast path: nothing to escape when the only colons and newlines are our own.
+    if ("\\" in text or "\r" in text or text.count("\n") != len(pairs) - 1
+            or text.count(":") != len(pairs)):
+        text = "\n".join([f"{_escape(name, version)}:{_escape(value, version)}"
+                          for name, value in pairs])
+    return f"{text}\ncontent-length:{len(body)}\n\n".encode() + body + b"\x00"
 
 
 def encode_delivery(delivery: Delivery, version: str, sub_line: bytes,

@@ -155,8 +155,10 @@ def test_unacked_messages_come_back_to_the_durable_subscriber(server, stomp_clie
     first, _ = subscriber.wait_messages(2)
     subscriber.ack(first)
     subscriber.drop()
-    producer.send(topic, "while away")
+    # Once the client-id is free again the server has seen the close: what is published
+    # now waits in the subscription and was never delivered.
     back = reconnect(stomp_client, server, cid)
+    producer.send(topic, "while away")
     back.subscribe(topic, id="d", ack="client-individual", headers=activemq(name))
     again, away = back.wait_messages(2)
     assert again.body == "unacked"

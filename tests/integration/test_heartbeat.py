@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 
@@ -65,10 +66,14 @@ def test_server_sends_eols_at_the_negotiated_interval(server_factory, raw_client
     for t in threads:
         t.join(10)
     slow_times, fast_times = results["slow"], results["fast"]
+    # Timers on a loaded machine jitter: judge the typical gap, and never more than twice
+    # the interval (a client would then time the server out).
     assert 3 <= len(slow_times) <= 7, slow_times
-    assert all(0.35 <= g <= 0.8 for g in gaps(slow_times)), slow_times
+    assert 0.4 <= statistics.median(gaps(slow_times)) <= 0.65, slow_times
+    assert max(gaps(slow_times)) < 1.0, slow_times
     assert 8 <= len(fast_times) <= 15, fast_times
-    assert all(0.1 <= g <= 0.45 for g in gaps(fast_times)), fast_times
+    assert 0.15 <= statistics.median(gaps(fast_times)) <= 0.3, fast_times
+    assert max(gaps(fast_times)) < 0.4, fast_times
 
 
 def test_no_eols_when_client_does_not_want_them(server_factory, raw_client):
@@ -85,7 +90,8 @@ def test_no_eols_when_client_does_not_want_them(server_factory, raw_client):
 
 def test_no_eol_while_other_frames_flow(server_factory, raw_client):
     srv = server_factory("--heartbeat-ms", "200")
-    consumer, _ = raw_client(srv, headers={"heart-beat": "0,500"})
+    # The server would owe an EOL every max(200, 1000) ms; a MESSAGE every 100 ms says enough.
+    consumer, _ = raw_client(srv, headers={"heart-beat": "0,1000"})
     topic = f"/topic/{unique('hb')}"
     consumer.request("SUBSCRIBE", {"destination": topic, "id": "1"})
     producer, _ = raw_client(srv)
@@ -99,7 +105,7 @@ def test_no_eol_while_other_frames_flow(server_factory, raw_client):
     thread = threading.Thread(target=publish)
     thread.start()
     try:
-        heartbeats = listen_for_heartbeats(consumer, 1.5)
+        heartbeats = listen_for_heartbeats(consumer, 2.5)
     finally:
         stop.set()
         thread.join(5)

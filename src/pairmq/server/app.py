@@ -105,8 +105,8 @@ class PairmqServer:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
 
-    def _recover(self) -> None:
-        replay, report = self.store.recover(self.config.dup_cache_size)
+    def _recover(self, recovered: tuple | None = None) -> None:
+        replay, report = recovered or self.store.recover(self.config.dup_cache_size)
         self.broker.restore(replay)
         log.info("%s (epoch %d, last seq %d)", report.describe(), self.store.epoch,
                  self.store.appended_seq)
@@ -209,10 +209,13 @@ class PairmqServer:
         if self.store.mirror:
             await self.synced(self.store.appended_seq)
             self.store.close()
-            self.store = Store(Path(self.config.data_dir) / "journal",
-                               self.config.store_settings())
+            store = Store(Path(self.config.data_dir) / "journal", self.config.store_settings())
+            # Reading a large journal takes seconds: keep the event loop (heartbeats) going.
+            recovered = await self.loop.run_in_executor(None, store.recover,
+                                                        self.config.dup_cache_size)
+            self.store = store
             self.broker = self._new_broker()
-            self._recover()
+            self._recover(recovered)
         if self.store.writer is None:
             self._open_for_serving()
         self.store.begin_epoch(epoch)

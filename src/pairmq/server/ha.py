@@ -262,6 +262,8 @@ class HaNode:
         self.live_buffer = None
         self.outgoing.clear()
         self.sync_done_seq = None
+        # Still PASSIVE (eligible, per the witness) but no longer receiving: not in sync.
+        self.synchronized_with_live = False
         if self.state.serving:
             if self.backup_in_sync:
                 self._backup_lost()
@@ -417,6 +419,18 @@ class HaNode:
             if self.link is not None and self.peer_state.serving:
                 return  # the peer came back serving meanwhile: sync from it instead
             await self.server.become_active(epoch)
+            if self.witness_address:
+                # Recovery may have outlasted the lease: renew before serving. Nobody else can
+                # have taken it meanwhile (after our activation there is no standby).
+                requested = time.monotonic()
+                reply = await self._witness_request({"op": "renew", "standby": None,
+                                                     "epoch": epoch})
+                if reply is None or not reply.get("granted"):
+                    reason = reply.get("reason") if reply else "the witness is unreachable"
+                    log.error("Lease not renewed after recovery (%s): not serving", reason)
+                    self._step_down(f"lease lost while recovering: {reason}")
+                    return
+                self.witness_lease.granted(requested, self.activation_ms)
             self.backup_in_sync = False
             self.backup_acked = 0
             self.synchronized_with_live = False
@@ -749,11 +763,15 @@ class HaNode:
             if self.link is not None and self.sync_done_seq is not None:
                 self.link.send_json(ch.HORIZON, {"seq": self.store.oldest_seq})
             now = time.monotonic()
-            if self.witness_address and not self.witness_lease.valid(now) \
-                    and not (self.backup_in_sync and self.peer_lease.valid(now)) \
+            # Without lease and promise, confirmations are frozen (confirmable). Give up
+            # serving only once that has lasted another activation interval: a late tick on a
+            # busy machine must not cost a failover; a refusal from the witness steps down
+            # at once (_renew).
+            valid_until = max(self.witness_lease.valid_until,
+                              self.peer_lease.valid_until if self.backup_in_sync else 0.0)
+            if self.witness_address and now > valid_until + self.activation \
                     and not self.activating and not self.handing_over:
-                log.error("Lost the witness lease and the backup's promise: stopping before "
-                          "the backup may take over")
+                log.error("Lost the witness lease and the backup's promise: not serving any more")
                 self._step_down("lost both the witness and the backup")
             self.server.update_confirmed()
         self.decide()

@@ -66,9 +66,14 @@ class Witness:
         try:
             link = await accept_link(reader, writer, self.secret, {"name": "witness"},
                                      HANDSHAKE_TIMEOUT_S)
-        except (ch.ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-            peer = writer.get_extra_info("peername")
-            log.warning("Refused connection from %s: %s", peer, e)
+        except ch.ChannelError as e:
+            log.warning("Refused connection from %s: %s", writer.get_extra_info("peername"), e)
+            writer.close()
+            return
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+            # A port probe or a peer that went away mid-handshake: nothing to worry about.
+            log.debug("Connection from %s ended during the handshake: %s",
+                      writer.get_extra_info("peername"), e)
             writer.close()
             return
         try:

@@ -60,6 +60,7 @@ class JournalWriter:
         self._kick_scheduled = False
         self._retry: asyncio.TimerHandle | None = None
         self._waiting_retry = False
+        self.closed = False
         if self.current is None:
             self._roll()
 
@@ -134,7 +135,7 @@ class JournalWriter:
 
     def _kick(self) -> None:
         self._kick_scheduled = False
-        if self.writing or self._waiting_retry:
+        if self.writing or self._waiting_retry or self.closed:
             return
         if not self.pending and not self.pending_unlinks:
             return
@@ -149,6 +150,8 @@ class JournalWriter:
     def _written(self, future: asyncio.Future, job: list[tuple[int, bytes]], unlinks: list[int],
                  target: int, sizes: dict[int, int]) -> None:
         self.writing = False
+        if self.closed:
+            return
         error = future.exception()
         if error is not None:
             assert isinstance(error, OSError)
@@ -241,6 +244,7 @@ class JournalWriter:
         self._fds.clear()
 
     def close(self) -> None:
+        self.closed = True
         if self._retry is not None:
             self._retry.cancel()
         self._executor.shutdown(wait=True)

@@ -352,11 +352,17 @@ def consume(job: Job, shared: Shared, wire: Wire, result: dict[str, Any]) -> Non
 
 def journal_usage(journal: Path) -> tuple[int, int]:
     """(segment files, bytes in them) of a journal directory."""
-    segments = size = 0
+    segments, size, _ = journal_scan(journal)
+    return segments, size
+
+
+def journal_scan(journal: Path) -> tuple[int, int, int]:
+    """(segment files, bytes in them, highest segment number) of a journal directory."""
+    segments = size = highest = 0
     try:
         entries = list(os.scandir(journal))
     except FileNotFoundError:
-        return 0, 0
+        return 0, 0, 0
     for entry in entries:
         if SEGMENT_RE.match(entry.name):
             try:
@@ -364,7 +370,8 @@ def journal_usage(journal: Path) -> tuple[int, int]:
             except FileNotFoundError:
                 continue
             segments += 1
-    return segments, size
+            highest = max(highest, int(entry.name[8:16]))
+    return segments, size, highest
 
 
 class JournalSampler(threading.Thread):
@@ -376,6 +383,7 @@ class JournalSampler(threading.Thread):
         self.interval = interval
         self.echo = echo
         self.samples: list[tuple[float, int, int]] = []  # (seconds, segments, bytes)
+        self.highest_segment = 0  # segments are numbered from 1: how many were created
         self.extra: dict[str, Any] = {}  # caller's progress figures, echoed with each sample
         self._halt = threading.Event()
         self._t0 = time.monotonic()
@@ -387,12 +395,14 @@ class JournalSampler(threading.Thread):
                 return
 
     def sample(self) -> tuple[int, int]:
-        segments, size = journal_usage(self.journal)
+        segments, size, highest = journal_scan(self.journal)
+        self.highest_segment = max(self.highest_segment, highest)
         t = round(time.monotonic() - self._t0, 2)
         self.samples.append((t, segments, size))
         if self.echo:
             more = "".join(f" {k}={v}" for k, v in self.extra.items())
-            print(f"  t={t:7.1f}s segments={segments:3d} bytes={size:>13,}{more}",
+            print(f"  t={t:7.1f}s segments={segments:3d} bytes={size:>13,} "
+                  f"newest=journal-{highest:08d}{more}",
                   file=sys.stderr, flush=True)
         return segments, size
 
@@ -768,6 +778,8 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "server_cpu_s": res.server_cpu_s,
             "server_cpu_util": (round(res.server_cpu_s / res.seconds, 3)
                                 if res.server_cpu_s and res.seconds else None),
+            "server_cpu_us_per_msg": (round(res.server_cpu_s / res.received * 1e6, 1)
+                                      if res.server_cpu_s and res.received else None),
             "server_loop_cpu_s": res.server_loop_cpu_s,
             "server_loop_cpu_util": (round(res.server_loop_cpu_s / res.seconds, 3)
                                      if res.server_loop_cpu_s and res.seconds else None),
@@ -777,6 +789,7 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "server_rss_bytes": rss,
             "journal_peak_segments": sampler.peak_segments,
             "journal_peak_bytes": sampler.peak_bytes,
+            "journal_segments_created": sampler.highest_segment,
             "journal_after_segments": segments,
             "journal_after_bytes": size,
             "journal_settle_s": settle_s,

@@ -29,6 +29,6 @@ def pair_factory(tmp_path: Path) -> Iterator[Callable[..., Pair]]:
 def pair(pair_factory) -> Pair:
     """A fresh pair, started and formed: primary ACTIVE, backup PASSIVE."""
     p = pair_factory()
-    p.start()
+    p.start(parallel=True)
     p.wait_formed()
     return p

@@ -21,12 +21,16 @@ are plain dicts, read at every (re)start, so they may be changed before `start()
 from __future__ import annotations
 
 import json
+import random
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +43,28 @@ SERVING = ("ACTIVE", "STANDALONE")
 HOST = "127.0.0.1"
 
 T = TypeVar("T")
+
+# Ports for the pair's listeners come from below the kernel's ephemeral range, so that the
+# outgoing connections of clients (and other tests' bind-to-0 ports) cannot take the port of
+# a server that is down for a restart.
+PORT_RANGE = (20000, 32000)
+_handed_out: set[int] = set()
+
+
+def pair_port() -> int:
+    """A free loopback port outside the ephemeral range, not handed out before."""
+    for _ in range(1000):
+        port = random.randrange(*PORT_RANGE)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    return free_port()
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str = "condition",
@@ -61,7 +87,7 @@ class Pair:
         *,
         heartbeat_ms: int = 100,
         activation_ms: int = 400,
-        secret: str = "pair-secret",
+        secret: str | None = None,
         secret_for: Mapping[str, str] | None = None,
         with_witness: bool = True,
         flags: Sequence[str] = (),
@@ -74,7 +100,9 @@ class Pair:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.heartbeat_ms = heartbeat_ms
         self.activation_ms = activation_ms
-        self.secret = secret
+        # unique per pair: a server of another pair (tests run in parallel) that happens to
+        # take a port of this one is refused instead of being taken for the peer
+        self.secret = secret if secret is not None else f"pair-{uuid.uuid4().hex}"
         self.secret_for: dict[str, str] = dict(secret_for or {})
         self.with_witness = with_witness
         self.flags: list[str] = list(flags)
@@ -82,10 +110,10 @@ class Pair:
         self.peer_address_for: dict[str, str] = dict(peer_address_for or {})
         self.witness_address_for: dict[str, str] = dict(witness_address_for or {})
         self.roles: dict[str, str] = dict(roles or {"primary": "primary", "backup": "backup"})
-        self.stomp_port = {n: free_port() for n in NAMES}
-        self.ha_port = {n: free_port() for n in NAMES}
-        self.admin_port = {n: free_port() for n in NAMES}
-        self.witness_port = free_port()
+        self.stomp_port = {n: pair_port() for n in NAMES}
+        self.ha_port = {n: pair_port() for n in NAMES}
+        self.admin_port = {n: pair_port() for n in NAMES}
+        self.witness_port = pair_port()
         self.servers: dict[str, ServerProcess | None] = dict.fromkeys(NAMES)
         self.witness_proc: subprocess.Popen | None = None
         self.witness_state = self.workdir / "witness-state.json"
@@ -165,19 +193,57 @@ class Pair:
         srv = start_server(self.workdir, *self.server_flags(name, extra), name=name,
                            port=self.stomp_port[name])
         self.servers[name] = srv
+        try:
+            wait_for(lambda: self.status(name) is not None, 20.0, f"{name}'s admin HTTP")
+        except TimeoutError:
+            raise RuntimeError(f"{name} does not answer on its admin HTTP:\n"
+                               f"{srv.logs()[-3000:]}") from None
         return srv
 
-    def start(self, order: Sequence[str] = NAMES, *, witness: bool = True) -> Pair:
+    def start(self, order: Sequence[str] = NAMES, *, witness: bool = True,
+              parallel: bool = False) -> Pair:
+        """Start the witness, then the servers in `order` (each waited for, unless
+        `parallel`: then all are launched at once, which saves a second per server)."""
         if witness and self.with_witness:
             self.start_witness()
-        for name in order:
-            self.start_server(name)
+        if not parallel:
+            for name in order:
+                self.start_server(name)
+            return self
+        errors: list[BaseException] = []
+
+        def start_one(name: str) -> None:
+            try:
+                self.start_server(name)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=start_one, args=(n,)) for n in order]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
         return self
 
-    def wait_formed(self, timeout: float = 15.0) -> None:
-        """The fresh pair: primary serving with the backup in sync (ACTIVE / PASSIVE)."""
-        self.wait_state("primary", "ACTIVE", timeout)
-        self.wait_state("backup", "PASSIVE", timeout)
+    def wait_formed(self, timeout: float = 15.0, active: str = "primary") -> None:
+        """`active` ACTIVE with the other PASSIVE (in sync), each seeing the other so."""
+        passive = self.other(active)
+        self.wait_state(active, "ACTIVE", timeout)
+        self.wait_state(passive, "PASSIVE", timeout)
+
+        def views() -> bool:
+            a, p = self.status(active), self.status(passive)
+            return bool(a and p and a["state"] == "ACTIVE" and p["state"] == "PASSIVE"
+                        and a["ha"]["peer"]["state"] == "PASSIVE"
+                        and p["ha"]["peer"]["state"] == "ACTIVE")
+
+        try:
+            wait_for(views, timeout, "the pair formed")
+        except TimeoutError:
+            raise TimeoutError(f"the pair did not form with {active} active\n"
+                               f"{self.describe()}") from None
 
     def kill(self, name: str) -> None:
         """SIGKILL: a crash, nothing flushed."""
@@ -242,15 +308,20 @@ class Pair:
     def witness_logs(self) -> str:
         return self.witness_log.read_text(errors="replace") if self.witness_log.exists() else ""
 
-    def describe(self) -> str:
-        """States and log tails, for assertion messages."""
+    def describe(self, lines: int = 25) -> str:
+        """States and the last HA log lines of each server, for assertion messages."""
         parts = []
         for name in NAMES:
             st = self.status(name)
             parts.append(f"{name}: {st['state'] if st else 'unreachable'}")
         out = ", ".join(parts)
         for name in NAMES:
-            out += f"\n----- {name} log tail -----\n" + self.current_logs(name)[-3000:]
+            relevant = [line for line in self.logs(name).splitlines()
+                        if "pairmq.connection" not in line]
+            out += f"\n----- {name} log (HA and server lines) -----\n"
+            out += "\n".join(relevant[-lines:])
+        witness = self.witness_logs().splitlines()
+        out += "\n----- witness log -----\n" + "\n".join(witness[-8:])
         return out
 
     # ------------------------------------------------------------ management

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.rawstomp import RawStomp, StompError, unique
+from tests.integration.rawstomp import Frame, RawStomp, StompError, unique
 from tests.serverproc import ServerProcess
 
 SEGMENT = 65536
@@ -37,21 +37,43 @@ def journal_bytes(srv: ServerProcess) -> int:
     return sum(p.stat().st_size for p in (srv.data_dir / "journal").glob("journal-*.seg"))
 
 
-def fill_until_refused(producer: RawStomp, queue: str, body: bytes = BODY,
-                       limit: int = 500) -> tuple[int, object]:
-    """Persistent SENDs, one at a time, until one is not receipted: (receipted, answer),
-    where answer is the ERROR frame or None (no answer within 1.5 s: held)."""
+def fill(srv: ServerProcess, producer: RawStomp, queue: str) -> int:
+    """Persistent SENDs, each receipted (so on disk), until the journal files reach LIMIT:
+    from then on the journal is full. Returns how many were sent (x-seq 0..n-1)."""
+    sent = 0
+    while journal_bytes(srv) < LIMIT:
+        assert sent < 500, "the journal never reached its limit"
+        producer.request("SEND", {"destination": queue, "x-seq": str(sent), **P}, BODY)
+        sent += 1
+    return sent
+
+
+def answer(producer: RawStomp, queue: str, seq: int, wait: float) -> Frame | None:
+    """One more persistent SEND with receipt r{seq}: its answer, or None if there is none
+    within `wait` seconds."""
+    producer.send_frame("SEND", {"destination": queue, "receipt": f"r{seq}",
+                                 "x-seq": str(seq), **P}, BODY)
+    try:
+        return producer.read_frame(wait)
+    except TimeoutError:
+        return None
+
+
+def fill_until_refused(producer: RawStomp, queue: str, body: bytes, limit: int = 500
+                       ) -> tuple[int, Frame | None]:
+    """For a real disk, whose room is unknown: persistent SENDs, one at a time, until one is
+    not receipted within 3 s. Returns (receipted, the ERROR or None if none came)."""
     for i in range(limit):
         producer.send_frame("SEND", {"destination": queue, "receipt": f"r{i}",
                                      "x-seq": str(i), **P}, body)
         try:
-            frame = producer.read_frame(1.5)
+            frame = producer.read_frame(3)
         except TimeoutError:
             return i, None
         if frame.command == "ERROR":
             return i, frame
         assert frame.command == "RECEIPT" and frame.headers["receipt-id"] == f"r{i}", frame
-    raise AssertionError(f"{limit} persistent messages were all accepted: the journal never "
+    raise AssertionError(f"{limit} persistent messages were all accepted: the disk never "
                          "filled up")
 
 
@@ -89,8 +111,9 @@ def test_fail_policy_refuses_persistent_sends_and_harms_nothing_confirmed(server
     late_tx.request("BEGIN", {"transaction": "t"})
     late_tx.request("SEND", {"destination": queue, "transaction": "t", **P}, "in tx")
     producer, _ = raw_client(srv)
-    accepted, error = fill_until_refused(producer, queue)
-    assert error is not None, "fail policy: the refused SEND must get an ERROR"
+    accepted = fill(srv, producer, queue)
+    error = answer(producer, queue, accepted, 5)
+    assert error is not None and error.command == "ERROR", error
     assert "journal is full" in error.headers["message"], error
     assert "max_journal_bytes" in error.headers["message"] or str(LIMIT) in error.headers[
         "message"], error
@@ -132,8 +155,8 @@ def test_full_journal_is_logged_when_it_changes_not_at_every_write(server_factor
     srv = server_factory("--segment-bytes", str(SEGMENT), "--max-journal-bytes", str(LIMIT))
     queue = f"/queue/{unique('log')}"
     producer, _ = raw_client(srv)
-    _, error = fill_until_refused(producer, queue)
-    assert error is not None
+    accepted = fill(srv, producer, queue)
+    assert answer(producer, queue, accepted, 5).command == "ERROR"
     consumer, _ = raw_client(srv)
     consumer.request("SUBSCRIBE", {"destination": queue, "id": "s",
                                    "ack": "client-individual", "prefetch-count": "10"})
@@ -153,9 +176,9 @@ def test_block_policy_holds_the_producer_until_consumers_make_room(server_factor
                          "--full-policy", "block")
     queue = f"/queue/{unique('block')}"
     producer, _ = raw_client(srv)
-    accepted, error = fill_until_refused(producer, queue)
-    assert error is None, f"block policy: no ERROR expected, got {error!r}"
-    held = accepted  # r{held} was sent and is held
+    held = fill(srv, producer, queue)
+    frame = answer(producer, queue, held, 1.0)
+    assert frame is None, f"block policy: the SEND is held, no answer; got {frame!r}"
     # Frames behind the held SEND wait too, whatever they are.
     for i in range(held + 1, held + 4):
         producer.send_frame("SEND", {"destination": queue, "receipt": f"r{i}",
@@ -223,8 +246,8 @@ def test_disk_full_refuses_persistent_sends_and_loses_nothing_confirmed(server_f
         assert srv.data_dir == mountpoint
         queue = f"/queue/{unique('enospc')}"
         producer, _ = raw_client(srv)
-        accepted, answer = fill_until_refused(producer, queue, body=b"y" * 16384, limit=200)
-        assert answer is None, f"the SEND whose write failed is not confirmed, got {answer!r}"
+        accepted, reply = fill_until_refused(producer, queue, body=b"y" * 16384, limit=200)
+        assert reply is None, f"the SEND whose write failed is not confirmed, got {reply!r}"
         assert accepted > 10
         # The failed write stays unconfirmed; further persistent SENDs are refused.
         producer.send_frame("SEND", {"destination": queue, "receipt": "more", **P}, b"z")
@@ -271,25 +294,35 @@ def test_disk_full_refuses_persistent_sends_and_loses_nothing_confirmed(server_f
             srv.stop()  # before the filesystem is unmounted
 
 
-def test_disk_full_does_not_hold_receipts_of_other_clients(server_factory, raw_client,
-                                                           tiny_disk):
-    """While a journal write keeps failing, a frame that journals nothing (a non-persistent
-    SEND, a SUBSCRIBE to a topic) still gets its RECEIPT: the server keeps serving others."""
+def test_disk_full_with_block_policy_resumes_once_consumers_drain(server_factory, raw_client,
+                                                                  tiny_disk):
+    """The journal itself filled the disk. With full-policy block the producer is held;
+    once a consumer has drained and acknowledged everything, compaction can delete the
+    dead segments, there is room again, and the producer proceeds (no operator needed)."""
     _, ballast = tiny_disk
-    srv = server_factory(name="tiny")
+    ballast.unlink()  # the journal alone fills the disk
+    srv = server_factory("--segment-bytes", str(SEGMENT), "--full-policy", "block",
+                         name="tiny")
     try:
         queue = f"/queue/{unique('enospc')}"
         producer, _ = raw_client(srv)
-        held, answer = fill_until_refused(producer, queue, body=b"y" * 16384, limit=200)
-        assert answer is None
-        other, _ = raw_client(srv)
-        started = time.monotonic()
-        other.request("SUBSCRIBE", {"destination": "/topic/np", "id": "t"}, timeout=3)
-        other.request("SEND", {"destination": "/topic/np"}, "np", timeout=3)
-        assert other.read_message().body == b"np"
-        assert time.monotonic() - started < 3
-        ballast.unlink()
-        assert producer.wait_receipt(f"r{held}", timeout=10).command == "RECEIPT"
+        held, reply = fill_until_refused(producer, queue, body=b"y" * 16000, limit=400)
+        assert reply is None, reply
+        assert len(list((srv.data_dir / "journal").glob("journal-*.seg"))) > 3
+        consumer, _ = raw_client(srv)
+        consumer.request("SUBSCRIBE", {"destination": queue, "id": "s",
+                                       "ack": "client-individual"})
+        drained = []
+        while True:
+            try:
+                frame = consumer.read_message(1.0)
+            except TimeoutError:
+                break
+            drained.append(int(frame.headers["x-seq"]))
+            consumer.send_frame("ACK", {"id": frame.headers["ack"]})
+        assert drained[:held] == list(range(held))
+        assert producer.wait_receipt(f"r{held}", timeout=10).command == "RECEIPT", \
+            "still held after the consumer drained everything"
+        producer.request("SEND", {"destination": queue, "x-seq": "after", **P}, "after")
     finally:
-        ballast.unlink(missing_ok=True)  # a server cannot stop cleanly on a full disk
-        srv.stop()
+        srv.kill()  # a clean stop would wait for a journal that cannot be written

@@ -26,6 +26,7 @@ class Message:
     journal_queues: list[str] | None = None
     body_offset: int = -1
     body_length: int = 0
+    journal_delivered: dict[str, int] | None = None  # queue key -> deliveries journaled
     # The serializer caches the encoded header block here; it is not broker state.
     wire: dict[str, bytes] | None = field(default=None, repr=False)
 

@@ -59,6 +59,7 @@ class StompConnection(asyncio.Protocol):
         self.closing = False
         self.waiting = False  # frames are held: a password check runs, or the journal is full
         self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
+        self.needed_seq = 0  # receipts wait until the journal is confirmed up to here
         self.pending_receipts: deque[tuple[int, bytes]] = deque()  # (journal seq, RECEIPT)
         self.backlog: deque[Frame] = deque()
         self.out: list[bytes] = []
@@ -142,15 +143,23 @@ class StompConnection(asyncio.Protocol):
         if handler is None:
             self.fail(f"unknown command {command!r}", frame)
             return
+        server = self.server
+        duplicates = self.broker.stats["duplicates"]
         try:
             held = handler(self, frame)
         except (CoreError, ProtocolError) as e:
-            self.server.persist()
+            server.persist()
             self.fail(str(e), frame)
             return
         if held is HELD:
             return
-        self.server.persist()
+        before = server.store.appended_seq
+        server.persist()
+        after = server.store.appended_seq
+        if after > before or self.broker.stats["duplicates"] != duplicates:
+            # What this frame journaled (or, for a dup-id hit, the original it relies on,
+            # which any connection may have journaled) must be confirmed before its receipt.
+            self.needed_seq = after
         receipt = frame.headers.get("receipt")
         if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
             self.drain_deliveries()
@@ -160,7 +169,7 @@ class StompConnection(asyncio.Protocol):
         """Send a RECEIPT once everything journaled before it is confirmed: on disk and, in a
         pair, on the backup (never earlier)."""
         server = self.server
-        seq = server.store.appended_seq
+        seq = self.needed_seq
         if seq <= server.confirmed_seq and not self.pending_receipts:
             self.out.append(frame_bytes)
             server.dirty.add(self)

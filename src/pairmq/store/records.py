@@ -41,6 +41,7 @@ UNDURABLE = 5  # ... or deleted
 DEST = 6  # a destination created at run time
 DUP = 7  # a duplicate id accepted for a destination
 EPOCH = 8  # the pair's epoch changed: this server became active with it
+DUPS = 9  # a destination's whole dup-id cache, oldest first (written by compaction)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -122,6 +123,11 @@ def encode_dest(destination: str) -> bytes:
 
 def encode_dup(destination: str, dup_id: str) -> bytes:
     return b"".join((_U8.pack(DUP), _s(destination), _s(dup_id)))
+
+
+def encode_dups(destination: str, dup_ids: list[str]) -> bytes:
+    return b"".join((_U8.pack(DUPS), _s(destination), _U32.pack(len(dup_ids)),
+                     *(_s(i) for i in dup_ids)))
 
 
 def encode_epoch(epoch: int) -> bytes:
@@ -215,6 +221,12 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 pos += 1
                 destination = string()
                 out.append((DUP, destination, string()))
+            elif etype == DUPS:
+                pos += 1
+                destination = string()
+                (count,) = u32(buf, pos)
+                pos += 4
+                out.append((DUPS, destination, [string() for _ in range(count)]))
             elif etype == EPOCH:
                 (epoch,) = u32(buf, pos + 1)
                 pos += 5

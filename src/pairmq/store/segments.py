@@ -117,10 +117,11 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
         payload = view[pos + hsize:end]
         if crc32(payload, crc32(crc_part(seq, epoch, kind))) != crc:
             scan.problem = f"checksum mismatch in record at offset {pos}"
-            scan.at_tail = end == size
+            scan.at_tail = end == size or _zeros_to_end(view, pos)
             return
         if seq <= last_seq:
             scan.problem = f"sequence {seq} at offset {pos} does not follow {last_seq}"
+            scan.at_tail = _zeros_to_end(view, pos)
             return
         if visit is not None:
             visit(seq, epoch, kind, payload, pos + hsize)
@@ -131,6 +132,12 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
         scan.last_epoch = epoch
         pos = end
         scan.valid_end = pos
+
+
+def _zeros_to_end(view: memoryview, pos: int) -> bool:
+    """Blocks allocated but never written before a power loss read back as zeros: that is a
+    torn tail too, not corruption."""
+    return not any(view[pos:])
 
 
 def fsync_directory(directory: Path) -> None:

@@ -29,6 +29,7 @@ from pairmq.store.records import (
     encode_delivered,
     encode_dest,
     encode_dup,
+    encode_dups,
     encode_durable,
     encode_epoch,
     encode_undurable,
@@ -40,6 +41,7 @@ log = logging.getLogger("pairmq.store")
 
 FULL_POLICIES = ("fail", "block")
 EPOCH_RECORD = 100  # a store-level record kind (not core's): (EPOCH_RECORD, epoch)
+DUPS_RECORD = 101  # (DUPS_RECORD, destination, [dup ids oldest first]): compaction's copy
 COMPACT_STEP = 500  # live objects re-appended per event-loop turn
 KEY_OVERHEAD = 64  # bytes a destination/durable/dup record takes, for live-byte estimates
 
@@ -92,6 +94,7 @@ class Store:
         self.broker: Broker | None = None
         self.epoch = 0  # the epoch of the newest record
         self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
+        self._was_full = False
         self.hold_compaction = 0  # a backup is reading the segment files: delete nothing
         self.mirror = False  # a backup's journal: records arrive framed from the active
 
@@ -190,6 +193,10 @@ class Store:
             elif kind == disk.DUP:
                 replay.dup(entry[1], entry[2])
                 where[("dup", entry[1], entry[2])] = segment_id
+            elif kind == disk.DUPS:
+                replay.dup_snapshot(entry[1], entry[2])
+                for dup_id in entry[2]:
+                    where[("dup", entry[1], dup_id)] = segment_id
             elif kind == disk.EPOCH:
                 where[("epoch", entry[1])] = segment_id
 
@@ -258,7 +265,7 @@ class Store:
         writer = self.writer
         if writer is None:
             return False
-        if writer.failure is not None:
+        if writer.failure is not None or writer.short_of_space:
             return True
         limit = self.settings.max_journal_bytes
         return bool(limit) and writer.total_bytes >= limit
@@ -267,6 +274,8 @@ class Store:
         writer = self.writer
         if writer is not None and writer.failure is not None:
             return f"journal write failed: {writer.failure.strerror or writer.failure}"
+        if writer is not None and writer.short_of_space:
+            return "the disk is full (the journal's reserve is in use)"
         return (f"journal is full ({self.settings.max_journal_bytes} bytes, the configured "
                 "max_journal_bytes)")
 
@@ -275,6 +284,9 @@ class Store:
 
     def _notify_full(self) -> None:
         full = self.full
+        if full == self._was_full:
+            return
+        self._was_full = full
         for listener in self._full_listeners:
             listener(full)
 
@@ -307,9 +319,15 @@ class Store:
             elif kind == rec.DEL:
                 message = record[2]
                 entry = encode_del(record[1], message.message_id)
+                if message.journal_delivered:
+                    message.journal_delivered.pop(record[1], None)
                 self._release(message, record[1])
             elif kind == rec.DELIVERED:
-                entry = encode_delivered(record[1], record[2].message_id, record[3])
+                message = record[2]
+                entry = encode_delivered(record[1], message.message_id, record[3])
+                if message.journal_delivered is None:
+                    message.journal_delivered = {}
+                message.journal_delivered[record[1]] = record[3]
             elif kind == rec.DURABLE:
                 entry = encode_durable(record[1], record[2])
                 keys.append(("durable", record[1]))
@@ -328,6 +346,9 @@ class Store:
             elif kind == EPOCH_RECORD:
                 entry = encode_epoch(record[1])
                 keys.append(("epoch", record[1]))
+            elif kind == DUPS_RECORD:
+                entry = encode_dups(record[1], record[2])
+                keys.extend(("dup", record[1], dup_id) for dup_id in record[2])
             else:
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
@@ -446,6 +467,8 @@ class Store:
             os.close(fd)
         self.writer.unlink_segment(segment_id)
         log.debug("Journal segment %d deleted: nothing in it is live", segment_id)
+        if self.settings.max_journal_bytes:
+            self._notify_full()
 
     def _compact_step(self) -> None:
         """Re-append a few live objects of the oldest segment at the head."""
@@ -459,12 +482,17 @@ class Store:
         batch, self._compact_queue = (self._compact_queue[:COMPACT_STEP],
                                       self._compact_queue[COMPACT_STEP:])
         records: list[tuple] = []
+        dup_destinations: list[str] = []
         for obj in batch:
             if obj not in info.live:
                 continue  # it died or moved meanwhile
             if isinstance(obj, Message):
                 if obj.journal_queues:
                     records.append((rec.ADD, obj, list(obj.journal_queues)))
+                    # ... with how often it was handed out, so it comes back redelivered
+                    for queue_key, count in (obj.journal_delivered or {}).items():
+                        if queue_key in obj.journal_queues:
+                            records.append((rec.DELIVERED, queue_key, obj, count))
             elif obj[0] == "dest":
                 records.append((rec.DEST, obj[1]))
             elif obj[0] == "epoch":
@@ -473,8 +501,13 @@ class Store:
                 q = broker.durables.get(obj[1])
                 if q is not None:
                     records.append((rec.DURABLE, obj[1], q.address.name))
-            else:
-                records.append((rec.DUP, obj[1], obj[2]))
+            elif obj[1] not in dup_destinations:
+                # Rewrite the destination's whole cache in order: copying single ids after
+                # newer ones would change which ids a restart evicts first.
+                dup_destinations.append(obj[1])
+                address = broker.addresses.get(obj[1])
+                if address is not None:
+                    records.append((DUPS_RECORD, obj[1], list(address.dups)))
         if records:
             self.persist(records)
         if self._compact_queue:

@@ -23,6 +23,8 @@ from pairmq.store.segments import fsync_directory, segment_header, segment_name
 log = logging.getLogger("pairmq.journal")
 
 RETRY_AFTER_FAILURE_S = 1.0
+RESERVE_NAME = "reserve"  # space set aside so that, on a full disk, acks can still be written
+RESERVE_MAX = 4 * 1024 * 1024
 
 
 @dataclass
@@ -61,6 +63,12 @@ class JournalWriter:
         self._retry: asyncio.TimerHandle | None = None
         self._waiting_retry = False
         self.closed = False
+        self.reserve_path = directory / RESERVE_NAME
+        self.reserve_bytes = min(RESERVE_MAX, segment_bytes)
+        # Set on ENOSPC, cleared once the reserve could be made again: until then new
+        # persistent messages are refused or held, so the reserve serves acknowledgements.
+        self.short_of_space = False
+        self._make_reserve()
         if self.current is None:
             self._roll()
 
@@ -160,6 +168,7 @@ class JournalWriter:
             self.pending_unlinks = unlinks + self.pending_unlinks
             self._close_fds()  # the retry reopens and truncates to what is known durable
             self._waiting_retry = True
+            released = error.errno == errno.ENOSPC and self._release_reserve()
             first = self.failure is None
             self.failure = error
             if first:
@@ -168,11 +177,17 @@ class JournalWriter:
                           RETRY_AFTER_FAILURE_S)
                 for listener in self._on_failure:
                     listener(error)
-            self._retry = self.loop.call_later(RETRY_AFTER_FAILURE_S, self._retry_write)
+            delay = 0.0 if released else RETRY_AFTER_FAILURE_S
+            self._retry = self.loop.call_later(delay, self._retry_write)
             return
         if self.failure is not None:
             log.info("Journal writes succeed again")
             self.failure = None
+            for listener in self._on_failure:
+                listener(None)
+        if self.short_of_space and self.reserve_path.exists():
+            self.short_of_space = False
+            log.info("Disk space is back: the reserve is in place again")
             for listener in self._on_failure:
                 listener(None)
         for sid, size in sizes.items():
@@ -233,6 +248,36 @@ class JournalWriter:
                 pass
         if unlinks:
             fsync_directory(self.directory)
+        if not self.reserve_path.exists():
+            self._make_reserve()
+
+    def _make_reserve(self) -> None:
+        """Set space aside while the disk has room (twice the reserve free), quietly."""
+        try:
+            if self.reserve_path.exists():
+                return
+            stats = os.statvfs(self.directory)
+            if stats.f_bavail * stats.f_frsize < 2 * self.reserve_bytes:
+                return
+            with open(self.reserve_path, "wb") as f:
+                f.write(bytes(self.reserve_bytes))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            try:
+                self.reserve_path.unlink()
+            except OSError:
+                pass
+
+    def _release_reserve(self) -> bool:
+        self.short_of_space = True
+        try:
+            self.reserve_path.unlink()
+        except OSError:
+            return False
+        log.warning("Disk full: released the %d-byte reserve so that acknowledgements can be "
+                    "written and compaction can free space", self.reserve_bytes)
+        return True
 
     def _durable_size(self, segment_id: int) -> int:
         info = self.segments.get(segment_id)

@@ -1,0 +1,79 @@
+"""[ha] settings the server refuses at start, with a message that says what to change."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.serverproc import free_port, start_server
+
+
+def run_server(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
+    """Run `pairmq server` expecting it to refuse its configuration and exit."""
+    args = [sys.executable, "-m", "pairmq", "server", "--name", "cfg",
+            "--data-dir", str(workdir / "data"), "--stomp", f"127.0.0.1:{free_port()}",
+            "--allow-anonymous", *flags]
+    return subprocess.run(args, capture_output=True, text=True, timeout=30)
+
+
+def ha_flags(**overrides: str) -> list[str]:
+    values = {"policy": "replication", "role": "primary", "listen": f"127.0.0.1:{free_port()}",
+              "peer": f"127.0.0.1:{free_port()}", "witness": f"127.0.0.1:{free_port()}",
+              "secret": "s", "heartbeat-interval-ms": "100", "activation-interval-ms": "400"}
+    values.update(overrides)
+    flags = []
+    for key, value in values.items():
+        if value is not None:
+            flags += [f"--{key}", value]
+    return flags
+
+
+def test_activation_interval_below_twice_the_heartbeat_is_refused(tmp_path: Path) -> None:
+    result = run_server(tmp_path, *ha_flags(**{"heartbeat-interval-ms": "500",
+                                               "activation-interval-ms": "999"}))
+    assert result.returncode != 0
+    err = result.stderr
+    assert "activation_interval_ms (999)" in err, err
+    assert "twice" in err and "heartbeat_interval_ms (500)" in err, err
+    assert not (tmp_path / "data" / "journal").exists() or not any(
+        (tmp_path / "data" / "journal").iterdir())
+
+
+def test_activation_interval_of_exactly_twice_the_heartbeat_starts(tmp_path: Path) -> None:
+    srv = start_server(tmp_path, *ha_flags(**{"heartbeat-interval-ms": "200",
+                                              "activation-interval-ms": "400"}), name="ok")
+    try:
+        assert srv.alive()
+    finally:
+        srv.stop()
+
+
+def test_missing_secret_is_refused(tmp_path: Path) -> None:
+    result = run_server(tmp_path, *ha_flags(secret=None))
+    assert result.returncode != 0
+    assert "secret is required" in result.stderr, result.stderr
+
+
+def test_empty_secret_is_refused(tmp_path: Path) -> None:
+    result = run_server(tmp_path, *ha_flags(secret=""))
+    assert result.returncode != 0
+    assert "secret is required" in result.stderr, result.stderr
+
+
+def test_secret_in_the_config_file_is_required_too(tmp_path: Path) -> None:
+    config = tmp_path / "pair.toml"
+    config.write_text(f'[ha]\npolicy = "replication"\nlisten = "127.0.0.1:{free_port()}"\n'
+                      f'peer = "127.0.0.1:{free_port()}"\n')
+    result = run_server(tmp_path, "--config", str(config))
+    assert result.returncode != 0
+    assert "secret is required" in result.stderr, result.stderr
+    assert str(config) in result.stderr, result.stderr
+
+
+def test_witness_without_secret_is_refused(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "pairmq", "witness", "--listen",
+                             f"127.0.0.1:{free_port()}"], capture_output=True, text=True,
+                            timeout=30, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode != 0
+    assert "--secret" in result.stderr, result.stderr

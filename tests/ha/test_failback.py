@@ -1,0 +1,64 @@
+"""After a failover, the restarted primary takes its place back (allow_failback) or not."""
+
+from __future__ import annotations
+
+import time
+
+from tests.ha.clients import FailoverConsumer, Load, check_exactly_once
+from tests.ha.pair import Pair
+from tests.ha.test_failover import QUEUE, addresses, missing_report, queue_depth
+
+
+def run_failover_and_return(pair: Pair, expect_active: str) -> tuple[Load, FailoverConsumer]:
+    """Load and consumer running: kill -9 the primary, restart it, wait for the pair to form
+    with `expect_active` active; the load is stopped and everything consumed."""
+    addrs = addresses(pair)
+    consumer = FailoverConsumer(addrs, QUEUE).start()
+    load = Load(addrs, QUEUE).start()
+    try:
+        load.wait_receipts(200, 20)
+        pair.kill("primary")
+        pair.wait_active(10, "backup")
+        load.wait_receipts(200, 20)
+        pair.restart("primary")
+        pair.wait_formed(15, active=expect_active)
+        load.wait_receipts(200, 20)
+        # and it stays that way
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            assert pair.state(expect_active) == "ACTIVE", pair.describe()
+            assert pair.state(pair.other(expect_active)) == "PASSIVE", pair.describe()
+            time.sleep(0.1)
+        receipted = load.stop()
+        missing = consumer.wait_consumed(set(receipted), 30)
+        assert not missing, missing_report(missing, receipted, load, consumer, pair)
+        consumer.wait_idle(0.5)
+    finally:
+        load.stop_event.set()
+        consumer.stop()
+    check_exactly_once(receipted, consumer)
+    assert queue_depth(pair, expect_active) == 0
+    return load, consumer
+
+
+def test_failback_the_primary_takes_over_again(pair: Pair) -> None:
+    load, consumer = run_failover_and_return(pair, expect_active="primary")
+    addrs = addresses(pair)
+    assert load.producer.connected_to[-1] == addrs[0], load.producer.connected_to
+    assert consumer.connected_to[-1] == addrs[0]
+    assert addrs[1] in load.producer.connected_to
+    assert "Handing over to primary" in pair.logs("backup")
+    assert pair.status("backup")["ha"]["synchronized-with-live"] is True
+    assert pair.status("primary")["ha"]["synchronized-with-backup"] is True
+
+
+def test_without_failback_the_roles_simply_reverse(pair_factory) -> None:
+    pair = pair_factory(flags=["--no-allow-failback"])
+    pair.start(parallel=True)
+    pair.wait_formed()
+    load, _consumer = run_failover_and_return(pair, expect_active="backup")
+    addrs = addresses(pair)
+    assert load.producer.connected_to[-1] == addrs[1]
+    assert "Handing over" not in pair.logs("backup")
+    assert pair.status("primary")["ha"]["synchronized-with-live"] is True
+    assert pair.status("backup")["ha"]["synchronized-with-backup"] is True

@@ -1,0 +1,87 @@
+"""Both servers down: the one with the newest journal serves when they are back, in either
+start order; a server alone with an older journal waits until an operator forces it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pairmq.client.blocking import BlockingConnection, StompError
+from tests.ha.clients import drain, parse_address, send_some
+from tests.ha.pair import HOST, Pair
+
+QUEUE = "/queue/ha-restart"
+
+
+def both_down_with_newest(pair: Pair, newest: str) -> tuple[list[str], list[str]]:
+    """A formed pair; messages `old` on both; the older server dies; messages `new` only on
+    `newest`, which then dies too. Returns (old, new) dup-ids."""
+    older = pair.other(newest)
+    old = send_some(parse_address(pair.stomp_address("primary")), QUEUE, "old", 10)
+    pair.kill(older)
+    pair.wait_active(10, newest)
+    pair.wait_state(newest, "STANDALONE", 10)
+    new = send_some(parse_address(pair.stomp_address(newest)), QUEUE, "new", 10)
+    pair.kill(newest)
+    return old, new
+
+
+def assert_not_serving_for(pair: Pair, name: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = pair.state(name)
+        assert state not in ("ACTIVE", "STANDALONE"), pair.describe()
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("first", ["newest-first", "older-first"])
+@pytest.mark.parametrize("newest", ["primary", "backup"])
+def test_the_newest_journal_wins_whatever_the_start_order(pair_factory, newest: str,
+                                                          first: str) -> None:
+    # without failback, so that who serves shows who had the newest journal
+    pair = pair_factory(flags=["--no-allow-failback"])
+    pair.start(parallel=True)
+    pair.wait_formed()
+    old, new = both_down_with_newest(pair, newest)
+    older = pair.other(newest)
+    if first == "older-first":
+        pair.start_server(older)
+        pair.wait_state(older, "WAITING", 10)
+        assert_not_serving_for(pair, older, 1.5)
+        pair.start_server(newest)
+    else:
+        pair.start_server(newest)
+        pair.wait_state(newest, "STANDALONE", 10)
+        pair.start_server(older)
+    pair.wait_formed(20, active=newest)
+    got = drain(parse_address(pair.stomp_address(newest)), QUEUE)
+    assert sorted(got) == sorted(old + new), got
+    assert set(got.values()) == {1}
+
+
+@pytest.mark.parametrize("older", ["primary", "backup"])
+def test_alone_with_an_older_journal_waits_until_forced(pair: Pair, older: str) -> None:
+    newest = pair.other(older)
+    old, _new = both_down_with_newest(pair, newest)
+    pair.start_server(older)
+    st = pair.wait_state(older, "WAITING", 10)
+    assert st["ha"]["peer"]["state"] == "DEAD"
+    assert_not_serving_for(pair, older, 2.0)
+    with pytest.raises(StompError) as refused:
+        BlockingConnection(HOST, pair.stomp_port[older], timeout=5)
+    assert "WAITING" in refused.value.frame.headers.get("message", "")
+    assert "active-server" not in refused.value.frame.headers
+
+    unconfirmed = pair.cli("activate", pair.admin_address(older))  # no --yes, no terminal
+    assert unconfirmed.returncode != 0
+    assert pair.state(older) == "WAITING"
+
+    result = pair.activate(older)
+    assert result.returncode == 0, result.stderr
+    assert "forced" in result.stdout
+    pair.wait_state(older, "STANDALONE", 10)
+    assert "An operator forced this server to activate" in pair.logs(older)
+    # it serves what it has: the messages from before the split, not the newer ones
+    got = drain(parse_address(pair.stomp_address(older)), QUEUE)
+    assert sorted(got) == sorted(old), got

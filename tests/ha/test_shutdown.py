@@ -1,0 +1,66 @@
+"""A clean stop (SIGTERM) of the active: the backup takes over only with failover_on_shutdown."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pairmq.client.blocking import BlockingConnection, StompError
+from tests.ha.clients import (
+    FailoverConsumer,
+    Load,
+    check_exactly_once,
+    drain,
+    parse_address,
+    send_some,
+)
+from tests.ha.pair import HOST, Pair
+from tests.ha.test_failover import QUEUE, addresses, missing_report
+
+
+def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair: Pair) -> None:
+    sent = send_some(parse_address(pair.stomp_address("primary")), QUEUE, "before", 20)
+    assert pair.stop("primary") == 0
+    pair.wait_state("backup", "WAITING", 10)
+    deadline = time.monotonic() + 2.0  # five activation intervals
+    while time.monotonic() < deadline:
+        assert pair.state("backup") == "WAITING", pair.describe()
+        time.sleep(0.1)
+    with pytest.raises(StompError) as refused:
+        BlockingConnection(HOST, pair.stomp_port["backup"], timeout=5)
+    assert "WAITING" in refused.value.frame.headers.get("message", "")
+    assert "failover_on_shutdown is off" in pair.logs("backup")
+    assert "pairmq server primary stopped" in pair.logs("primary")
+    # the primary comes back and serves its messages again, the backup in sync
+    pair.restart("primary")
+    pair.wait_formed(15)
+    got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+    assert sorted(got) == sorted(sent) and set(got.values()) == {1}
+
+
+def test_sigterm_with_failover_on_shutdown_hands_over_to_the_backup(pair_factory) -> None:
+    pair = pair_factory(flags=["--failover-on-shutdown"])
+    pair.start(parallel=True)
+    pair.wait_formed()
+    addrs = addresses(pair)
+    consumer = FailoverConsumer(addrs, QUEUE).start()
+    load = Load(addrs, QUEUE).start()
+    try:
+        load.wait_receipts(200, 20)
+        started = time.monotonic()
+        assert pair.stop("primary") == 0
+        pair.wait_active(10, "backup")
+        assert time.monotonic() - started < 10
+        load.wait_receipts(200, 20)
+        receipted = load.stop()
+        missing = consumer.wait_consumed(set(receipted), 30)
+        assert not missing, missing_report(missing, receipted, load, consumer, pair)
+        consumer.wait_idle(0.5)
+    finally:
+        load.stop_event.set()
+        consumer.stop()
+    check_exactly_once(receipted, consumer)
+    assert load.producer.connected_to[-1] == addrs[1]
+    assert "Handing over to backup" in pair.logs("primary")
+    assert "handed over" in pair.logs("backup")

@@ -1,0 +1,174 @@
+"""States of a fresh pair, what the logs say, and how clients are told where to go."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import stomp
+
+from pairmq.client.blocking import BlockingConnection, StompError
+from tests.ha.pair import HOST, Pair, wait_for
+
+
+class Frames(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.connected: stomp.utils.Frame | None = None
+        self.errors: list[stomp.utils.Frame] = []
+        self.event = threading.Event()
+
+    def on_connected(self, frame) -> None:
+        self.connected = frame
+        self.event.set()
+
+    def on_error(self, frame) -> None:
+        self.errors.append(frame)
+        self.event.set()
+
+
+def stomp_connect(pair: Pair, name: str) -> tuple[stomp.Connection12, Frames]:
+    conn = stomp.Connection12([(HOST, pair.stomp_port[name])], heartbeats=(0, 0),
+                              reconnect_attempts_max=1)
+    frames = Frames()
+    conn.set_listener("frames", frames)
+    try:
+        conn.connect(wait=False)
+    except stomp.exception.ConnectFailedException:
+        pass
+    frames.event.wait(10)
+    return conn, frames
+
+
+def test_a_fresh_pair_is_active_and_passive(pair: Pair) -> None:
+    primary = pair.status("primary")
+    backup = pair.status("backup")
+    assert primary is not None and backup is not None
+    assert primary["state"] == "ACTIVE" and primary["ha"]["state"] == "ACTIVE"
+    assert backup["state"] == "PASSIVE"
+    assert primary["ha"]["synchronized-with-backup"] is True
+    assert backup["ha"]["synchronized-with-live"] is True
+    assert primary["ha"]["peer"] == {"name": "backup", "state": "PASSIVE",
+                                     "stomp": pair.stomp_address("backup"),
+                                     "epoch": primary["ha"]["epoch"]}
+    assert backup["ha"]["peer"]["name"] == "primary"
+    assert backup["ha"]["peer"]["state"] == "ACTIVE"
+    assert primary["ha"]["witness"]["holder"] == "primary"
+    assert pair.active() == "primary"
+    assert "Local server switched to ACTIVE" in pair.logs("primary")
+    assert "Local server switched to PASSIVE" in pair.logs("backup")
+    assert "New status of remote server = PASSIVE" in pair.logs("primary")
+
+
+def test_logs_tell_the_remote_server_died(pair: Pair) -> None:
+    pair.kill("backup")
+    pair.wait_state("primary", "STANDALONE", 10)
+    logs = pair.logs("primary")
+    assert "Old status of remote server = PASSIVE" in logs
+    assert "New status of remote server = DEAD" in logs
+    assert logs.index("Old status of remote server = PASSIVE") < \
+        logs.index("New status of remote server = DEAD")
+    pair.kill("primary")
+    pair.restart("backup")
+    # the backup alone, its journal no newer than the primary's: it does not serve
+    st = pair.wait_state("backup", "WAITING", 10)
+    assert st["ha"]["peer"]["state"] == "DEAD"
+
+
+def test_the_backup_logs_the_active_died_and_switches_to_active(pair: Pair) -> None:
+    pair.kill("primary")
+    pair.wait_active(10, "backup")
+    logs = pair.logs("backup")
+    assert "Old status of remote server = ACTIVE" in logs
+    assert "New status of remote server = DEAD" in logs
+    assert "Local server switched to STANDALONE" in logs
+    pair.restart("primary")
+    pair.wait_state("primary", ("PASSIVE", "ACTIVE"), 15)
+    assert "Local server switched to ACTIVE" in pair.logs("backup") + pair.logs("primary")
+
+
+def test_passive_server_refuses_clients_naming_the_active(pair: Pair) -> None:
+    with pytest.raises(StompError) as refused:
+        BlockingConnection(HOST, pair.stomp_port["backup"], timeout=5)
+    error = refused.value.frame
+    assert error.headers.get("active-server") == pair.stomp_address("primary")
+    assert "PASSIVE" in error.headers.get("message", "")
+    # the same through stomp.py
+    conn, frames = stomp_connect(pair, "backup")
+    try:
+        assert frames.connected is None
+        assert frames.errors, "no ERROR frame from the passive server"
+        assert frames.errors[0].headers.get("active-server") == pair.stomp_address("primary")
+    finally:
+        if conn.is_connected():
+            conn.disconnect()
+
+
+def test_connected_of_the_active_carries_the_topology(pair: Pair) -> None:
+    conn, frames = stomp_connect(pair, "primary")
+    try:
+        assert frames.connected is not None, frames.errors
+        topology = frames.connected.headers.get("topology", "")
+        assert topology.split(",") == [pair.stomp_address("primary"),
+                                       pair.stomp_address("backup")]
+    finally:
+        conn.disconnect()
+    blocking = pair.connect("primary")
+    assert set(blocking.server_headers["topology"].split(",")) == {
+        pair.stomp_address("primary"), pair.stomp_address("backup")}
+
+
+def test_after_failover_the_new_active_is_named_by_the_restarted_server(pair: Pair) -> None:
+    pair.kill("primary")
+    pair.wait_active(10, "backup")
+    pair.restart("primary", "--no-allow-failback")
+    pair.wait_state("primary", "PASSIVE", 15)
+    with pytest.raises(StompError) as refused:
+        BlockingConnection(HOST, pair.stomp_port["primary"], timeout=5)
+    assert refused.value.frame.headers.get("active-server") == pair.stomp_address("backup")
+    topology = pair.connect("backup").server_headers["topology"].split(",")
+    assert topology == [pair.stomp_address("backup"), pair.stomp_address("primary")]
+
+
+def test_wrong_secret_is_refused_and_the_pair_does_not_form(pair_factory) -> None:
+    pair = pair_factory(secret_for={"backup": "not-the-secret"})
+    pair.start()
+    pair.wait_state("primary", "STANDALONE", 10)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        primary, backup = pair.status("primary"), pair.status("backup")
+        assert primary is not None and primary["state"] == "STANDALONE", primary
+        assert primary["ha"]["synchronized-with-backup"] is False
+        assert backup is not None and backup["state"] not in ("PASSIVE", "SYNCING", "ACTIVE",
+                                                               "STANDALONE"), backup
+        time.sleep(0.2)
+    wait_for(lambda: "Refused HA connection" in pair.logs("primary"), 5,
+             "the primary logs the refused HA connection")
+    backup_logs = pair.logs("backup")
+    assert "refused" in backup_logs.lower(), backup_logs[-2000:]
+    assert "New status of remote server" not in pair.logs("primary")
+    # the witness does not accept the backup either
+    assert "Refused connection" in pair.witness_logs()
+
+
+def test_pairmq_status_prints_both_servers(pair: Pair) -> None:
+    result = pair.cli("status", pair.admin_address("primary"), pair.admin_address("backup"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2, result.stdout
+    primary, backup = lines
+    assert primary.startswith(f"primary ({pair.admin_address('primary')}): ACTIVE")
+    assert f"STOMP {pair.stomp_address('primary')}" in primary
+    assert "peer backup PASSIVE" in primary
+    assert "synchronized-with-backup=True" in primary
+    assert "synchronized-with-live=False" in primary
+    assert backup.startswith(f"backup ({pair.admin_address('backup')}): PASSIVE")
+    assert "synchronized-with-backup=False" in backup
+    assert "synchronized-with-live=True" in backup
+    pair.kill("backup")
+    pair.wait_state("primary", "STANDALONE", 10)
+    result = pair.cli("status", pair.admin_address("primary"), pair.admin_address("backup"))
+    primary, backup = result.stdout.strip().splitlines()
+    assert "STANDALONE" in primary and "synchronized-with-backup=False" in primary
+    assert "peer backup DEAD" in primary
+    assert backup.startswith(f"{pair.admin_address('backup')}: unreachable")

@@ -1,0 +1,155 @@
+"""Paging: with a small --paging-bytes, persistent bodies stay on disk (in the journal) and
+only their index is held in memory; consumers still get every message, in order, with
+its exact body, also after a restart, a dead-letter move or a topic fan-out."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import signal
+
+import psutil
+
+from tests.integration.rawstomp import RawStomp, unique
+from tests.serverproc import ServerProcess
+
+P = {"persistent": "true"}
+MiB = 1024 * 1024
+
+
+def payload(i: int, size: int) -> bytes:
+    """A body nobody could mistake for another: sha256-derived bytes, tagged with i."""
+    seed = hashlib.sha256(b"%d" % i).digest()
+    return (b"%06d:" % i + seed * (size // len(seed) + 1))[:size]
+
+
+def rss(srv: ServerProcess) -> int:
+    return psutil.Process(srv.proc.pid).memory_info().rss
+
+
+def restart(server_factory, srv: ServerProcess, *flags: str) -> ServerProcess:
+    srv.kill()
+    assert srv.proc.returncode == -signal.SIGKILL
+    return server_factory(*flags, name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
+
+
+def send_many(client: RawStomp, destination: str, count: int, size: int, start: int = 0,
+              batch: int = 50) -> None:
+    """Persistent SENDs, pipelined by `batch`, every one receipted."""
+    for first in range(start, start + count, batch):
+        last = min(first + batch, start + count)
+        for i in range(first, last):
+            client.send_frame("SEND", {"destination": destination, "receipt": f"p{i}",
+                                       "x-seq": str(i), **P}, payload(i, size))
+        for i in range(first, last):
+            client.wait_receipt(f"p{i}", timeout=10)
+
+
+def receive(client: RawStomp, count: int, ack: bool = False) -> list[tuple[int, bytes]]:
+    got = []
+    for _ in range(count):
+        frame = client.read_message(10)
+        got.append((int(frame.headers["x-seq"]), frame.body))
+        if ack:
+            client.send_frame("ACK", {"id": frame.headers["ack"]})
+    return got
+
+
+def expected(first: int, count: int, size: int) -> list[tuple[int, bytes]]:
+    return [(i, payload(i, size)) for i in range(first, first + count)]
+
+
+def test_500_paged_messages_arrive_in_order_before_and_after_a_restart(server_factory,
+                                                                       raw_client):
+    flags = ("--paging-bytes", "20000")
+    srv = server_factory(*flags)
+    queue = f"/queue/{unique('page')}"
+    producer, _ = raw_client(srv)
+    producer.request("SEND", {"destination": f"/queue/{unique('warm')}", **P}, "warm")
+    before = rss(srv)
+    send_many(producer, queue, 500, 1024)
+    assert rss(srv) - before < 8 * MiB
+
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": queue, "id": "s",
+                                   "ack": "client-individual", "prefetch-count": "50"})
+    assert receive(consumer, 250, ack=True) == expected(0, 250, 1024)
+    consumer.request("UNSUBSCRIBE", {"id": "s"})  # its receipt follows the acks' records
+
+    srv = restart(server_factory, srv, *flags)
+    assert re.search(r"\((\d+) message bodies left on disk\)", srv.logs()), srv.logs()
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": queue, "id": "s"})
+    assert receive(consumer, 250) == expected(250, 250, 1024)
+    try:
+        extra = consumer.read_message(0.3)
+    except TimeoutError:
+        extra = None
+    assert extra is None, f"unexpected {extra!r}"
+
+
+def test_a_large_backlog_stays_on_disk_not_in_memory(server_factory, raw_client):
+    """50 MiB of persistent bodies with a 1 MiB paging budget: the server's resident
+    memory grows by a small fraction of that, while sending, after a restart and while
+    the backlog is consumed."""
+    flags = ("--paging-bytes", str(MiB))
+    count, size = 800, 64 * 1024
+    srv = server_factory(*flags)
+    queue = f"/queue/{unique('big')}"
+    producer, _ = raw_client(srv)
+    producer.request("SEND", {"destination": f"/queue/{unique('warm')}", **P}, "warm")
+    idle = rss(srv)
+    send_many(producer, queue, count, size)
+    grown = rss(srv) - idle
+    assert grown < 20 * MiB, f"{grown / MiB:.1f} MiB more for {count * size / MiB:.0f} MiB"
+
+    srv = restart(server_factory, srv, *flags)
+    recovered = rss(srv) - idle
+    assert recovered < 20 * MiB, f"{recovered / MiB:.1f} MiB more after recovery"
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": queue, "id": "s",
+                                   "ack": "client-individual", "prefetch-count": "20"})
+    got = receive(consumer, count // 2, ack=True)
+    assert rss(srv) - idle < 30 * MiB
+    got += receive(consumer, count - count // 2, ack=True)
+    assert [seq for seq, _ in got] == list(range(count))
+    assert all(b == payload(seq, size) for seq, b in got), "a body came back altered"
+
+
+def test_paged_message_moved_to_the_dead_letter_queue_keeps_its_body(server_factory,
+                                                                     raw_client):
+    flags = ("--paging-bytes", "0", "--max-delivery-attempts", "1")
+    srv = server_factory(*flags)
+    name = unique("pdlq")
+    producer, _ = raw_client(srv)
+    send_many(producer, f"/queue/{name}", 5, 3000)
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s",
+                                   "ack": "client-individual"})
+    for _ in range(5):
+        frame = consumer.read_message()
+        consumer.request("NACK", {"id": frame.headers["ack"]})  # straight to DLQ.<name>
+
+    srv = restart(server_factory, srv, *flags)
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": f"/queue/DLQ.{name}", "id": "d"})
+    assert receive(consumer, 5) == expected(0, 5, 3000)
+
+
+def test_paged_topic_messages_reach_every_durable_subscription(server_factory, raw_client):
+    flags = ("--paging-bytes", "0")
+    srv = server_factory(*flags)
+    topic = f"/topic/{unique('pfan')}"
+    subscriber, _ = raw_client(srv)
+    for sub in ("a", "b"):
+        subscriber.request("SUBSCRIBE", {"destination": topic, "id": sub, "durable": "true"})
+        subscriber.request("UNSUBSCRIBE", {"id": sub})  # away: the backlog builds up
+    producer, _ = raw_client(srv)
+    send_many(producer, topic, 60, 2000)
+    subscriber.request("SUBSCRIBE", {"destination": topic, "id": "a", "durable": "true"})
+    assert receive(subscriber, 60) == expected(0, 60, 2000)
+
+    srv = restart(server_factory, srv, *flags)
+    subscriber, _ = raw_client(srv)
+    subscriber.request("SUBSCRIBE", {"destination": topic, "id": "b", "durable": "true"})
+    assert receive(subscriber, 60) == expected(0, 60, 2000)

@@ -349,7 +349,9 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
             record.update(result)
             if result["drain_error"]:
                 errors.append(result["drain_error"])
-            for key, what in (("lost", "lost (never delivered)"),
+            lost_as = ("not delivered before the drain stopped" if result["drain_error"]
+                       else "lost (never delivered)")
+            for key, what in (("lost", lost_as),
                               ("duplicated", "delivered twice"),
                               ("misordered", "delivered out of order"),
                               ("bad_bodies", "delivered with a wrong body (e.g. [number, "

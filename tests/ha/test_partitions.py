@@ -823,6 +823,7 @@ def test_heal_after_failover_with_failback(partitioned) -> None:
     isolated = net.isolate("primary")
     pair.wait_state("backup", SERVING, FAILOVER_TIMEOUT_S)
     net.wait_confirmed("backup", after=isolated)
+    pair.wait_state("primary", "WAITING", FAILOVER_TIMEOUT_S)
     healed = net.heal_all()
     pair.wait_state("primary", "ACTIVE", FAILOVER_TIMEOUT_S + 5)
     net.note("primary ACTIVE again")

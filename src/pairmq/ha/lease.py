@@ -68,10 +68,13 @@ class WitnessLeases:
         self.standby = None
         return self._grant(name, ms, now)
 
-    def release(self, name: str, now: float) -> Grant:
-        """The holder hands over (failback, clean shutdown): its lease ends now."""
+    def release(self, name: str, now: float, keep_standby: bool) -> Grant:
+        """The holder's lease ends now. A hand-over keeps the standby (it takes over next);
+        a clean stop without failover withdraws it, so the backup waits for the holder."""
         if self.holder == name:
             self.expires = now
+            if not keep_standby:
+                self.standby = None
         return Grant(True, self.holder, self.epoch, 0)
 
     def _grant(self, name: str, ms: int, now: float) -> Grant:

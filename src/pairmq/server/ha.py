@@ -84,6 +84,8 @@ class HaNode:
         self.peer_clean_shutdown = False
         self.failback_requested = False
         self.handing_over = False
+        self.deferring = False  # handed over to the peer: let it activate, do not compete
+        self.handed_over = False
         self.activating = False
         self.force_activation = False
         self._said: set[str] = set()
@@ -118,8 +120,8 @@ class HaNode:
             else:
                 link.send_json(ch.FAILBACK, {"phase": "shutdown"})
                 await self._drain(link)
-        if self.state.serving and self.witness is not None:
-            await self._witness_request({"op": "release"})
+        if self.state.serving and self.witness_address and not self.handed_over:
+            await self._witness_request({"op": "release", "keep_standby": False})
         for task in self._tasks:
             task.cancel()
         if self._listener is not None:
@@ -257,6 +259,7 @@ class HaNode:
         if self.link is not link:
             return
         self.link = None
+        self.deferring = False
         log.info("Lost the HA channel to %s: %s", self.peer.get("name"), reason)
         self._set_peer_state(State.DEAD)
         self.live_buffer = None
@@ -307,6 +310,8 @@ class HaNode:
         self._set_peer_state(State(message.get("state", "STARTING")))
         now = time.monotonic()
         peer_serving = self.peer_state.serving
+        if peer_serving:
+            self.deferring = False
         if not self.state.serving and peer_serving:
             self.peer_echo = float(message.get("ts", 0))
             if self.state == State.PASSIVE:
@@ -341,6 +346,8 @@ class HaNode:
                     log.info("In sync with %s: asking to fail back (allow_failback = true)",
                              self.peer.get("name"))
                     link.send_json(ch.FAILBACK, {"phase": "request"})
+                return
+            if self.deferring:
                 return
             if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
                 mine = (store.epoch, store.appended_seq, self.role == "primary")
@@ -389,7 +396,9 @@ class HaNode:
                           fresh: bool) -> None:
         try:
             store = self.store
-            epoch = store.epoch + 1
+            # Above both our journal's epoch and any the witness granted (a grant may have
+            # gone unused: a server that crashed right after it, or gave it back).
+            epoch = max(store.epoch, int(self.witness_info.get("epoch") or 0)) + 1
             if self.witness_address:
                 if query_first and not force:
                     info = await self._witness_request({"op": "query"})
@@ -397,7 +406,7 @@ class HaNode:
                         self.set_state(State.WAITING, "cannot reach the witness or the peer")
                         return
                     known = info.get("holder") in (self.name,) or info.get("standby") == self.name
-                    if not ((known and int(info.get("epoch", -1)) == store.epoch)
+                    if not ((known and int(info.get("epoch", -1)) >= store.epoch)
                             or (fresh and info.get("holder") is None
                                 and int(info.get("epoch", 0)) == 0)):
                         self.set_state(State.WAITING, f"the witness says {info.get('holder')} "
@@ -417,7 +426,12 @@ class HaNode:
             else:
                 log.warning("Activating without a witness: nothing prevents split brain")
             if self.link is not None and self.peer_state.serving:
-                return  # the peer came back serving meanwhile: sync from it instead
+                # The peer came back serving meanwhile: give the lease back, sync from it.
+                self.witness_lease.revoke()
+                if self.witness_address:
+                    await self._witness_request({"op": "release", "epoch": epoch,
+                                                 "keep_standby": True})
+                return
             await self.server.become_active(epoch)
             if self.witness_address:
                 # Recovery may have outlasted the lease: renew before serving. Nobody else can
@@ -435,6 +449,7 @@ class HaNode:
             self.backup_acked = 0
             self.synchronized_with_live = False
             self.failback_requested = False
+            self.handed_over = False
             self.set_state(State.STANDALONE, f"{why}; epoch {epoch}")
             self._send_heartbeat()
         finally:
@@ -671,11 +686,13 @@ class HaNode:
                 log.warning("Hand-over abandoned: the backup did not confirm seq %d", target)
                 return
             if self.witness_address:
-                await self._witness_request({"op": "release"})
+                await self._witness_request({"op": "release", "keep_standby": True})
             self.witness_lease.revoke()
+            self.handed_over = True
             link.send_json(ch.FAILBACK, {"phase": "go", "seq": target})
             await self._drain(link)
             if not self.stopping:
+                self.deferring = True
                 self._step_down(why)
         finally:
             self.handing_over = False

@@ -100,7 +100,7 @@ class Witness:
         elif op == "activate":
             grant = leases.activate(name, epoch, ms, now, bool(request.get("force")))
         elif op == "release":
-            grant = leases.release(name, now)
+            grant = leases.release(name, now, bool(request.get("keep_standby")))
         elif op == "query":
             grant = Grant(False, leases.holder, leases.epoch, leases.remaining_ms(now))
         else:

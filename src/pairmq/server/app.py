@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import fcntl
+import gc
 import logging
 import os
 import signal
@@ -106,8 +107,14 @@ class PairmqServer:
         self._lock_fd = fd
 
     def _recover(self, recovered: tuple | None = None) -> None:
-        replay, report = recovered or self.store.recover(self.config.dup_cache_size)
-        self.broker.restore(replay)
+        replay, report = recovered or self.store.recover_quickly(self.config.dup_cache_size)
+        gc.disable()
+        try:
+            self.broker.restore(replay)
+        finally:
+            gc.enable()
+        # What recovery built lives long: keep it out of every later collection's scan.
+        gc.freeze()
         log.info("%s (epoch %d, last seq %d)", report.describe(), self.store.epoch,
                  self.store.appended_seq)
 
@@ -211,7 +218,7 @@ class PairmqServer:
             self.store.close()
             store = Store(Path(self.config.data_dir) / "journal", self.config.store_settings())
             # Reading a large journal takes seconds: keep the event loop (heartbeats) going.
-            recovered = await self.loop.run_in_executor(None, store.recover,
+            recovered = await self.loop.run_in_executor(None, store.recover_quickly,
                                                         self.config.dup_cache_size)
             self.store = store
             self.broker = self._new_broker()

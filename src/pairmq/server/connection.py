@@ -94,8 +94,15 @@ class StompConnection(asyncio.Protocol):
             self.server.flush()
             return
         if frames:
-            self._take(frames)
-            self.server.flush()
+            try:
+                self._take(frames)
+                self.server.flush()
+            except Exception:
+                # A bug must not pass silently (uvloop would just close the socket).
+                log.exception("Internal error while serving connection %d from %s",
+                              self.conn_id, self.peer)
+                self.fail("internal server error (logged on the server)")
+                self.server.flush()
 
     def _take(self, frames: list[Frame]) -> None:
         if self.waiting or self.backlog:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import secrets
 import signal
 import socket
@@ -925,8 +926,8 @@ def test_lost_takeover_grant_does_not_wedge_the_pair(partitioned) -> None:
     net.proxies["backup->witness"].arm("down")
     net.note("armed: the backup's next request to the witness gets no answer")
     net.cut_ha()
-    wait_for(lambda: "Lease: backup holds" in pair.witness_logs(), FAILOVER_TIMEOUT_S,
-             "the witness granting the backup its takeover")
+    wait_for(lambda: re.search(r"Lease: backup(#\w+)? holds", pair.witness_logs()),
+             FAILOVER_TIMEOUT_S, "the witness granting the backup its takeover")
     net.note("the witness granted the backup (answer lost)")
     pair.wait_state("primary", "WAITING", FAILOVER_TIMEOUT_S)
     _hold(1.0)

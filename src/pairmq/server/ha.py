@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pairmq.ha import channel as ch
@@ -54,6 +56,9 @@ class HaNode:
         cfg = server.config
         self.server = server
         self.name: str = cfg.name
+        # Name plus a random id kept in the data directory: the witness tells apart a stale or
+        # foreign server that reuses the name (and secret) from the one it knows.
+        self.identity = f"{cfg.name}#{_node_id(Path(cfg.data_dir))}"
         self.role: str = cfg.role
         self.secret: str = cfg.secret
         self.heartbeat = cfg.heartbeat_interval_ms / 1000
@@ -171,7 +176,8 @@ class HaNode:
 
     def hello(self) -> dict[str, Any]:
         store = self.store
-        return {"name": self.name, "role": self.role, "state": self.state.value,
+        return {"name": self.name, "identity": self.identity, "role": self.role,
+                "state": self.state.value,
                 "epoch": store.epoch, "last_seq": store.appended_seq,
                 "epochs": store.epochs, "stomp": self.server.client_address,
                 "oldest": store.oldest_seq, "ts": time.monotonic(),
@@ -353,7 +359,12 @@ class HaNode:
                 mine = (store.epoch, store.appended_seq, self.role == "primary")
                 theirs = (int(self.peer.get("epoch", 0)), int(self.peer.get("last_seq", 0)),
                           self.peer.get("role") == "primary")
-                if mine > theirs:
+                if self.witness_address:
+                    # The witness is the pair's memory: the server it last granted activates
+                    # (even if a reply got lost); the journals decide only on a new witness.
+                    self._activate("the witness names this server", query_first=True,
+                                   won=mine > theirs)
+                elif mine > theirs:
                     self._activate("the peer's journal is older")
                 elif self.state == State.STARTING:
                     self.set_state(State.WAITING, f"{self.peer.get('name')} holds the newer "
@@ -387,13 +398,25 @@ class HaNode:
         self._activate("alone: the witness decides", query_first=True, fresh=fresh)
 
     def _activate(self, why: str, *, force: bool = False, query_first: bool = False,
-                  fresh: bool = False) -> None:
+                  fresh: bool = False, won: bool = False) -> None:
         self.activating = True
-        self._spawn(self._activation(why, force=force, query_first=query_first, fresh=fresh),
-                    "activate")
+        self._spawn(self._activation(why, force=force, query_first=query_first, fresh=fresh,
+                                     won=won), "activate")
+
+    def _may_activate(self, info: dict[str, Any], fresh: bool, won: bool) -> bool:
+        """What the witness remembers decides who may serve without a serving peer."""
+        holder, standby = info.get("holder"), info.get("standby")
+        witness_epoch = int(info.get("epoch", 0))
+        if holder == self.identity:
+            return True  # the last server granted: nobody confirmed anything after it
+        if holder is None and witness_epoch == 0:
+            return fresh or won  # a new witness: the newest journal (or the new primary)
+        if self.link is not None:
+            return False  # the holder is reachable: it activates, we synchronise from it
+        return standby == self.identity and witness_epoch >= self.store.epoch
 
     async def _activation(self, why: str, *, force: bool, query_first: bool,
-                          fresh: bool) -> None:
+                          fresh: bool, won: bool = False) -> None:
         try:
             store = self.store
             # Above both our journal's epoch and any the witness granted (a grant may have
@@ -405,13 +428,12 @@ class HaNode:
                     if info is None:
                         self.set_state(State.WAITING, "cannot reach the witness or the peer")
                         return
-                    known = info.get("holder") in (self.name,) or info.get("standby") == self.name
-                    if not ((known and int(info.get("epoch", -1)) >= store.epoch)
-                            or (fresh and info.get("holder") is None
-                                and int(info.get("epoch", 0)) == 0)):
-                        self.set_state(State.WAITING, f"the witness says {info.get('holder')} "
-                                       f"was last active in epoch {info.get('epoch')}: waiting "
-                                       "for it rather than serving older data")
+                    if not self._may_activate(info, fresh, won):
+                        if self.state in (State.STARTING, State.WAITING):
+                            self.set_state(State.WAITING,
+                                           f"the witness says {info.get('holder')} was last "
+                                           f"active in epoch {info.get('epoch')}: waiting for "
+                                           "it rather than serving older data")
                         return
                 requested = time.monotonic()
                 reply = await self._witness_request({"op": "activate", "epoch": epoch,
@@ -702,7 +724,7 @@ class HaNode:
     async def _witness_request(self, request: dict[str, Any]) -> dict[str, Any] | None:
         if not self.witness_address:
             return None
-        request = {"name": self.name, "epoch": self.store.epoch, "ms": self.activation_ms,
+        request = {"name": self.identity, "epoch": self.store.epoch, "ms": self.activation_ms,
                    **request}
         async with self._witness_lock:
             for _ in range(2):
@@ -731,7 +753,7 @@ class HaNode:
         """Renew the lease, declaring whether the backup is in sync."""
         if not self.state.serving or not self.witness_address:
             return
-        standby = self.peer.get("name") if self.backup_in_sync and not \
+        standby = self.peer.get("identity") if self.backup_in_sync and not \
             self.standalone_pending else None
         requested = time.monotonic()
         reply = await self._witness_request({"op": "renew", "standby": standby})
@@ -804,7 +826,8 @@ class HaNode:
     def status(self) -> dict[str, Any]:
         store = self.store
         return {
-            "name": self.name, "role": self.role, "state": self.state.value,
+            "name": self.name, "identity": self.identity, "role": self.role,
+            "state": self.state.value,
             "epoch": store.epoch, "appended_seq": store.appended_seq,
             "synced_seq": store.synced_seq, "confirmed_seq": self.server.confirmed_seq,
             "synchronized-with-backup": bool(self.state.serving and self.backup_in_sync),
@@ -814,7 +837,9 @@ class HaNode:
                      "stomp": self.peer.get("stomp"), "epoch": self.peer.get("epoch")},
             "witness": {"address": self.witness_address or None,
                         "lease_valid": self.witness_lease.valid(time.monotonic()),
-                        "holder": self.witness_info.get("holder")},
+                        "holder": (self.witness_info.get("holder") or "").partition("#")[0]
+                        or None,
+                        "holder_identity": self.witness_info.get("holder")},
         }
 
     def force(self) -> None:
@@ -823,3 +848,14 @@ class HaNode:
             self.force_activation = True
             self.decide()
 
+
+
+def _node_id(data_dir: Path) -> str:
+    path = data_dir / "node-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        node_id = secrets.token_hex(4)
+        path.write_text(node_id + "\n")
+        return node_id

@@ -153,12 +153,41 @@ class AddEntry:
     body: bytes | None  # None when decoded without bodies
     body_offset: int  # offset of the body inside the payload, for paging
     body_length: int
+    meta_length: int  # bytes of id, destination and headers: sizes the message cheaply
+
+
+def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
+    """The common record, one message added: decoded without the general loop."""
+    end = len(buf)
+    _, order, expires, priority, persistent, deliveries = _ADD_FIXED.unpack_from(buf, 0)
+    pos = _ADD_FIXED.size
+    (n,) = _U32.unpack_from(buf, pos)
+    meta_at = pos + 4
+    body_len_at = meta_at + n
+    if body_len_at + 4 > end:
+        return None
+    (body_length,) = _U32.unpack_from(buf, body_len_at)
+    body_at = body_len_at + 4
+    if body_at + body_length != end:
+        return None  # more entries follow: the general loop handles it
+    message_id, destination, headers, queues = decode_meta(str(buf[meta_at:body_len_at],
+                                                               "utf-8"))
+    body = bytes(buf[body_at:end]) if load_bodies else None
+    return AddEntry(order, message_id, destination, priority, expires, bool(persistent),
+                    deliveries, headers, queues, body, body_at, body_length, n)
 
 
 def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> list[tuple]:
     """Decode a batch payload into tuples: (ADD, AddEntry), (DEL, queue, id), ..."""
     buf = memoryview(payload)
     end = len(buf)
+    if end > _ADD_FIXED.size and buf[0] == ADD:
+        try:
+            single = _single_add(buf, load_bodies)
+        except (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError) as e:
+            raise CorruptRecord(str(e)) from None
+        if single is not None:
+            return [(ADD, single)]
     pos = 0
     out: list[tuple] = []
     u32 = _U32.unpack_from
@@ -181,6 +210,7 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                     buf, pos)
                 pos += _ADD_FIXED.size
                 (n,) = u32(buf, pos)
+                meta_n = n
                 pos += 4
                 if pos + n > end:
                     raise CorruptRecord("metadata runs past the end of its record")
@@ -194,7 +224,7 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 body = bytes(buf[pos:pos + n]) if load_bodies else None
                 out.append((ADD, AddEntry(order, message_id, destination, priority, expires,
                                           bool(persistent), deliveries, headers, queues, body,
-                                          pos, n)))
+                                          pos, n, meta_n)))
                 pos += n
             elif etype == DEL:
                 pos += 1

@@ -179,9 +179,8 @@ class Store:
             if kind == disk.ADD:
                 e = entry[1]
                 message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
-                                  e.priority, e.expires, 0, e.order)
-                message.size = e.body_length + sum(len(k) + len(v) for k, v in
-                                                   e.headers.items()) + 64
+                                  e.priority, e.expires, e.body_length + e.meta_length + 64,
+                                  e.order)
                 message.body_offset = offset + e.body_offset
                 message.body_length = e.body_length
                 message.journal_segment = segment_id

@@ -162,7 +162,12 @@ class Broker:
 
     def _route(self, session: Session, destination: str, kind: str, name: str,
                headers: dict[str, str], body: bytes, now: int) -> Address | None:
-        stored = {k: v for k, v in headers.items() if k not in TRANSPORT_HEADERS}
+        stored = {}
+        size = 64 + len(body)
+        for k, v in headers.items():
+            if k not in TRANSPORT_HEADERS:
+                stored[k] = v
+                size += len(k) + len(v)
         reply_to = stored.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             temp_name = reply_to[len("/temp-queue/"):]
@@ -193,10 +198,11 @@ class Broker:
         self._message_seq += 1
         self._order_seq += 1
         message_id = f"{self.id_prefix}{self._message_seq}"
-        stored.setdefault("timestamp", str(now))
+        if "timestamp" not in stored:
+            stored["timestamp"] = stamp = str(now)
+            size += 9 + len(stamp)
         priority = int(stored.get("priority", DEFAULT_PRIORITY))
         expires = int(stored.get("expires", 0) or 0)
-        size = len(body) + sum(len(k) + len(v) for k, v in stored.items()) + 64
         message = Message(message_id, destination, stored, body,
                           stored.get("persistent") == "true", priority, expires, size,
                           self._order_seq)

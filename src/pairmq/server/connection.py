@@ -151,22 +151,23 @@ class StompConnection(asyncio.Protocol):
             self.fail(f"unknown command {command!r}", frame)
             return
         server = self.server
-        duplicates = self.broker.stats["duplicates"]
+        broker = self.broker
+        duplicates = broker.stats["duplicates"]
+        records = len(broker.records)
         try:
             held = handler(self, frame)
         except (CoreError, ProtocolError) as e:
-            server.persist()
             self.fail(str(e), frame)
             return
         if held is HELD:
             return
-        before = server.store.appended_seq
-        server.persist()
-        after = server.store.appended_seq
-        if after > before or self.broker.stats["duplicates"] != duplicates:
-            # What this frame journaled (or, for a dup-id hit, the original it relies on,
-            # which any connection may have journaled) must be confirmed before its receipt.
-            self.needed_seq = after
+        if len(broker.records) > records or broker.stats["duplicates"] != duplicates:
+            # What this frame changed (or, for a dup-id hit, the original it relies on, which
+            # any connection may have journaled) must be confirmed before its receipt. The
+            # changes of a whole socket read are journaled as one record when the read is
+            # done (server.flush), so that record is the next sequence number.
+            store = server.store
+            self.needed_seq = store.appended_seq + (1 if broker.records else 0)
         receipt = frame.headers.get("receipt")
         if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
             self.drain_deliveries()

@@ -68,6 +68,8 @@ def subscription_line(sub_id: str, version: str) -> bytes:
 
 
 def receipt(receipt_id: str, version: str) -> bytes:
+    if receipt_id.isalnum() or receipt_id.replace("-", "").isalnum():
+        return b"RECEIPT\nreceipt-id:%s\n\n\x00" % receipt_id.encode()
     return serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), version)
 
 

@@ -364,8 +364,8 @@ class Store:
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
             size += len(entry)
-        if not parts:
-            return writer.appended_seq
+        # Even with nothing to write (bookkeeping only) a record is appended: receipts may
+        # wait for "the next sequence number".
         seq, segment_id, offset = writer.append(b"".join(parts), self.epoch)
         info = writer.segments[segment_id]
         for message, queue_keys, body_at, body in added:

@@ -195,12 +195,14 @@ class JournalWriter:
             if info is not None:
                 info.durable_size = size
         self.synced_seq = target
+        # Start the next group before confirming this one: the disk works on it while the
+        # event loop sends receipts.
+        self._kick()
         waiters = self._waiters
         while waiters and waiters[0][0] <= target:
             waiters.popleft()[1]()
         for listener in self._on_synced:
             listener(target)
-        self._kick()
 
     def _retry_write(self) -> None:
         self._retry = None

@@ -91,6 +91,7 @@ class HaNode:
         self.handing_over = False
         self.deferring = False  # handed over to the peer: let it activate, do not compete
         self.handed_over = False
+        self.taking_over = False  # the peer handed over to us: keep trying until we serve
         self.activating = False
         self.force_activation = False
         self._said: set[str] = set()
@@ -266,6 +267,7 @@ class HaNode:
             return
         self.link = None
         self.deferring = False
+        self.taking_over = False
         log.info("Lost the HA channel to %s: %s", self.peer.get("name"), reason)
         self._set_peer_state(State.DEAD)
         self.live_buffer = None
@@ -338,9 +340,13 @@ class HaNode:
         if self.stopping or self.activating or self.handing_over:
             return
         if self.state.serving:
+            self.taking_over = False
             return
         link = self.link
         store = self.store
+        if self.taking_over and not (link is not None and self.peer_state.serving):
+            self._activate("the active server handed over", force=True)
+            return
         if link is not None:
             if self.peer_state.serving:
                 if not self.sync_requested:
@@ -445,6 +451,7 @@ class HaNode:
                         self.set_state(State.WAITING, f"not activating: {reason}")
                     return
                 self.witness_lease.granted(requested, self.activation_ms)
+                self.handed_over = False  # a new grant: this server's lease is live again
             else:
                 log.warning("Activating without a witness: nothing prevents split brain")
             if self.link is not None and self.peer_state.serving:
@@ -682,6 +689,7 @@ class HaNode:
                      message.get("seq"))
             self.promise_until = 0.0
             self.peer_clean_shutdown = False
+            self.taking_over = True  # retried every tick until the witness grants it
             self._activate("the active server handed over", force=True)
         elif phase == "shutdown":
             self.peer_clean_shutdown = True
@@ -727,6 +735,8 @@ class HaNode:
         request = {"name": self.identity, "epoch": self.store.epoch, "ms": self.activation_ms,
                    **request}
         async with self._witness_lock:
+            if request.get("op") == "renew" and (self.handing_over or self.handed_over):
+                return None  # a renewal queued behind a release must not revive the lease
             for _ in range(2):
                 try:
                     if self.witness is None or self.witness.closed:

@@ -67,8 +67,7 @@ class JournalWriter:
         self.reserve_bytes = min(RESERVE_MAX, segment_bytes)
         # Set on ENOSPC, cleared once the reserve could be made again: until then new
         # persistent messages are refused or held, so the reserve serves acknowledgements.
-        self.short_of_space = False
-        self._make_reserve()
+        self.short_of_space = False  # the reserve itself is made by the writer thread
         if self.current is None:
             self._roll()
 

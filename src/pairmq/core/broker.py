@@ -82,7 +82,11 @@ class Broker:
                     continue  # its subscription was deleted
             else:
                 q = self._plain_queue(queue_key)
-            for message, deliveries in sorted(held.values(), key=lambda md: md[0].order):
+            entries = list(held.values())
+            if any(entries[i][0].order > entries[i + 1][0].order
+                   for i in range(len(entries) - 1)):
+                entries.sort(key=lambda md: md[0].order)  # compaction copies came later
+            for message, deliveries in entries:
                 entry = Entry(message, deliveries)
                 q.address.size += message.size
                 q.push(entry)

@@ -212,16 +212,20 @@ class Store:
                 where[("epoch", entry[1])] = segment_id
 
     def _load_bodies(self, replay: Replay, report: RecoveryReport) -> None:
-        """Bring bodies into memory, oldest first, up to the paging budget."""
-        live = sorted(replay.live_messages().values(), key=lambda m: m.order)
+        """Bring bodies into memory, in journal order (oldest first), up to the paging budget."""
         budget = self.settings.paging_bytes
         by_segment: dict[int, list[Message]] = {}
-        for message in live:
-            if self.memory_bytes + message.body_length <= budget:
-                self.memory_bytes += message.body_length
-                by_segment.setdefault(message.journal_segment, []).append(message)
-            else:
-                report.paged += 1
+        chosen: set[int] = set()  # a message shared by several queues is loaded once
+        for held in replay.queues.values():
+            for message, _ in held.values():
+                if id(message) in chosen:
+                    continue
+                chosen.add(id(message))
+                if self.memory_bytes + message.body_length <= budget:
+                    self.memory_bytes += message.body_length
+                    by_segment.setdefault(message.journal_segment, []).append(message)
+                else:
+                    report.paged += 1
         for segment_id, messages in by_segment.items():
             path = self.directory / f"journal-{segment_id:08d}.seg"
             with open(path, "rb") as f:

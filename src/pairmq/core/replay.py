@@ -66,7 +66,3 @@ class Replay:
     def dup_snapshot(self, destination: str, dup_ids: list[str]) -> None:
         """Compaction rewrote the whole cache: it replaces what came before, order kept."""
         self.dups[destination] = dict.fromkeys(dup_ids[-self.dup_cache_size:])
-
-    def live_messages(self) -> dict[int, Message]:
-        """Messages still held by some queue, by identity."""
-        return {id(m): m for held in self.queues.values() for m, _ in held.values()}

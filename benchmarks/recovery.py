@@ -66,7 +66,7 @@ from benchmarks.persistent import (  # noqa: E402
 DESTINATION = "/queue/recovery"
 SERVER_NAME = "recover"
 DEFAULT_PAGING = 256 * 1024 * 1024
-RECOVERED_RE = re.compile(r"Recovered (\d+) messages .* in ([0-9.]+) s(?: \((\d+) message)?")
+RECOVERED_RE = re.compile(r"Recovered (\d+) messages .* in ([0-9.]+) s(?: \(paging: (\d+) bodies)?")
 DRAIN_IDLE_S = 20.0
 NUMBER_DIGITS = 12  # bodies built by --build api start with the message number
 
@@ -333,7 +333,8 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
             # "Recovered" .. "ready" logged: store.start accounting, listener
             listen_s=round(ready - recovered, 3) if ready and recovered else None,
             recovered_messages=int(found.group(1)) if found else None,
-            bodies_left_on_disk=int(found.group(3) or 0) if found else None,
+            bodies_left_on_disk=(int(found.group(1)) - int(found.group(3))
+                                 if found and found.group(3) else 0 if found else None),
             server_rss_bytes=rss,
             server_cpu_s_to_ready=round(server_cpu, 3),
             # busy CPU of the host besides the server while it started: other load

@@ -15,7 +15,9 @@ from pairmq.store.records import (
     ADD,
     DEL,
     DUP,
+    PackedHeaders,
     decode_entries,
+    decode_lone_add,
     encode_add,
     encode_del,
     encode_dup,
@@ -72,6 +74,28 @@ def test_entries_round_trip_with_awkward_values():
             a.deliveries) == (7, "id\\1", "/queue/a\nb", 9, 123, True, 2)
     assert a.headers == {"k:\\n": "v\nw\\", "": ""} and a.queues == ["/queue/a\nb", "x"]
     assert a.body == b"\x00body\n" and d == ["q", "id"] and u == ["q", "d\n"]
+
+
+def test_lone_add_record_keeps_plain_headers_packed_until_first_use():
+    headers = {"persistent": "true", "x-a": "1", "content-type": "text/plain"}
+    add, body_at = encode_add(3, "id-1", "/queue/a", 4, 0, True, 0, headers, b"body",
+                              ["/queue/a", "durable:c:s"])
+    fields = decode_lone_add(memoryview(add))
+    assert fields is not None
+    order, _, _, _, _, message_id, destination, packed, queues, at, length, _ = fields
+    assert (order, message_id, destination, queues) == (3, "id-1", "/queue/a",
+                                                      ["/queue/a", "durable:c:s"])
+    assert (at, length) == (body_at, 4)
+    assert isinstance(packed, PackedHeaders)
+    assert dict(packed) == headers and list(packed.items()) == list(headers.items())
+    assert packed["x-a"] == "1" and packed.get("nope") is None and len(packed) == 3
+    # Escaped values are decoded at once, and equally exact.
+    odd = {"k:\\n": "v\nw\\", "": ""}
+    add, _ = encode_add(4, "id\\2", "/queue/b\nc", 4, 0, True, 0, odd, b"", ["/queue/b\nc"])
+    fields = decode_lone_add(memoryview(add))
+    assert fields is not None and fields[5:9] == ("id\\2", "/queue/b\nc", odd, ["/queue/b\nc"])
+    # More than one entry in the record: the general decoder's job.
+    assert decode_lone_add(memoryview(add + encode_del("q", "id"))) is None
 
 
 def test_recovery_rebuilds_queues_durables_dups_and_redelivery(tmp_path):

@@ -83,14 +83,13 @@ class Broker:
             else:
                 q = self._plain_queue(queue_key)
             entries = list(held.values())
-            if any(entries[i][0].order > entries[i + 1][0].order
+            if not entries:
+                continue
+            if any(entries[i].message.order > entries[i + 1].message.order
                    for i in range(len(entries) - 1)):
-                entries.sort(key=lambda md: md[0].order)  # compaction copies came later
-            for message, deliveries in entries:
-                entry = Entry(message, deliveries)
-                q.address.size += message.size
-                q.push(entry)
-                top = max(top, message.order)
+                entries.sort(key=lambda e: e.message.order)  # compaction copies came later
+            q.address.size += q.extend(entries)
+            top = max(top, entries[-1].message.order)
         for destination, ids in replay.dups.items():
             self._address(destination, QUEUE if destination.startswith("/queue/") else TOPIC)
             self.addresses[destination].dups.update(ids)

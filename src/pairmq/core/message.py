@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_PRIORITY = 4
@@ -13,7 +14,9 @@ class Message:
 
     message_id: str
     destination: str
-    headers: dict[str, str]  # the sender's headers, transport headers removed, server ones added
+    # The sender's headers, transport headers removed, server ones added; read-only (a
+    # recovered message's are decoded from the journal on first use).
+    headers: Mapping[str, str]
     body: bytes | None  # None while paged out: the store reads it back from the journal
     persistent: bool = False
     priority: int = DEFAULT_PRIORITY

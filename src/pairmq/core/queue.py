@@ -74,6 +74,25 @@ class Queue:
         if entry.message.expires:
             self.expiring += 1
 
+    def extend(self, entries: list[Entry]) -> int:
+        """push() for many entries at once (recovery); returns the bytes they hold."""
+        levels = self._levels
+        top = self._top
+        expiring = size = 0
+        for entry in entries:
+            message = entry.message
+            p = message.priority
+            levels[p].append(entry)
+            if p > top:
+                top = p
+            if message.expires:
+                expiring += 1
+            size += message.size
+        self._top = top
+        self.count += len(entries)
+        self.expiring += expiring
+        return size
+
     def push_front(self, entries: list[Entry]) -> None:
         """Return entries to the head, keeping their relative order."""
         for entry in reversed(entries):

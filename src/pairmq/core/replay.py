@@ -9,29 +9,49 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pairmq.core.message import Message
+from pairmq.core.message import Entry, Message
 
 
 @dataclass
 class Replay:
     dup_cache_size: int = 20000
-    # (message id, destination) -> message; a dead-lettered copy keeps its id, not its destination
-    messages: dict[tuple[str, str], Message] = field(default_factory=dict)
-    # queue key -> message id -> (message, deliveries)
-    queues: dict[str, dict[str, tuple[Message, int]]] = field(default_factory=dict)
+    # queue key -> message id -> its entry (message, deliveries), in journal order
+    queues: dict[str, dict[str, Entry]] = field(default_factory=dict)
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
     destinations: dict[str, None] = field(default_factory=dict)
     dups: dict[str, dict[str, None]] = field(default_factory=dict)
 
     def add(self, message: Message, queue_keys: list[str], deliveries: int) -> Message:
-        """Returns the message object the queues now share (an earlier copy if any)."""
-        key = (message.message_id, message.destination)
-        shared = self.messages.setdefault(key, message)
+        """Returns the message object the queues now share: an earlier copy if a queue still
+        holds one (a compaction copy), else this one. A dead-lettered copy keeps its id but
+        not its destination, so it never stands for the original."""
+        queues = self.queues
+        message_id = message.message_id
+        if len(queue_keys) == 1:  # the common case, kept short: a start replays millions
+            held = queues.get(queue_keys[0])
+            if held is None:
+                held = queues[queue_keys[0]] = {}
+            entry = held.get(message_id)
+            if entry is None:
+                held[message_id] = Entry(message, deliveries)
+                return message
+        shared = message
         for queue_key in queue_keys:
-            held = self.queues.setdefault(queue_key, {})
-            previous = held.get(message.message_id)
-            count = max(previous[1], deliveries) if previous else deliveries
-            held[message.message_id] = (shared, count)
+            held = queues.get(queue_key)
+            if held is not None:
+                entry = held.get(message_id)
+                if entry is not None and entry.message.destination == message.destination:
+                    shared = entry.message
+                    break
+        for queue_key in queue_keys:
+            held = queues.get(queue_key)
+            if held is None:
+                held = queues[queue_key] = {}
+            entry = held.get(message_id)
+            if entry is None or entry.message is not shared:
+                held[message_id] = Entry(shared, deliveries)
+            elif deliveries > entry.deliveries:
+                entry.deliveries = deliveries
         return shared
 
     def remove(self, queue_key: str, message_id: str) -> Message | None:
@@ -39,13 +59,13 @@ class Replay:
         if held is None:
             return None
         found = held.pop(message_id, None)
-        return found[0] if found else None
+        return found.message if found else None
 
     def delivered(self, queue_key: str, message_id: str, count: int) -> None:
         held = self.queues.get(queue_key)
-        if held is not None and message_id in held:
-            message, previous = held[message_id]
-            held[message_id] = (message, max(previous, count))
+        entry = held.get(message_id) if held is not None else None
+        if entry is not None and count > entry.deliveries:
+            entry.deliveries = count
 
     def durable(self, key: str, topic: str) -> None:
         self.durables[key] = topic

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import fcntl
-import gc
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ from pairmq.core.queue import Address
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
 from pairmq.server.connection import StompConnection, now_ms
+from pairmq.store.gcpause import gc_paused
 from pairmq.store.store import JournalCorrupt, Store
 
 if TYPE_CHECKING:
@@ -107,14 +107,8 @@ class PairmqServer:
         self._lock_fd = fd
 
     def _recover(self, recovered: tuple | None = None) -> None:
-        replay, report = recovered or self.store.recover_quickly(self.config.dup_cache_size)
-        gc.disable()
-        try:
-            self.broker.restore(replay)
-        finally:
-            gc.enable()
-        # What recovery built lives long: keep it out of every later collection's scan.
-        gc.freeze()
+        replay, report = recovered or self.store.recover(self.config.dup_cache_size)
+        self.broker.restore(replay)
         log.info("%s (epoch %d, last seq %d)", report.describe(), self.store.epoch,
                  self.store.appended_seq)
 
@@ -136,9 +130,10 @@ class PairmqServer:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._lock_data_dir()
-        self._recover()
-        if self.ha is None:
-            self._open_for_serving()
+        with gc_paused(freeze=True):
+            self._recover()
+            if self.ha is None:
+                self._open_for_serving()
         self._server = await self.loop.create_server(
             lambda: StompConnection(self), self.config.stomp_host, self.config.stomp_port,
             reuse_address=True, backlog=1024)
@@ -217,12 +212,15 @@ class PairmqServer:
             await self.synced(self.store.appended_seq)
             self.store.close()
             store = Store(Path(self.config.data_dir) / "journal", self.config.store_settings())
-            # Reading a large journal takes seconds: keep the event loop (heartbeats) going.
-            recovered = await self.loop.run_in_executor(None, store.recover_quickly,
-                                                        self.config.dup_cache_size)
-            self.store = store
-            self.broker = self._new_broker()
-            self._recover(recovered)
+            with gc_paused(freeze=True):
+                # Reading a large journal takes seconds: keep the event loop (heartbeats)
+                # going meanwhile.
+                recovered = await self.loop.run_in_executor(None, store.recover,
+                                                            self.config.dup_cache_size)
+                self.store = store
+                self.broker = self._new_broker()
+                self._recover(recovered)
+                self._open_for_serving()
         if self.store.writer is None:
             self._open_for_serving()
         self.store.begin_epoch(epoch)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from collections.abc import ItemsView, Iterator, Mapping
 from dataclasses import dataclass
 
 FORMAT_VERSION = 1
@@ -29,6 +30,7 @@ SEGMENT_MAGIC = b"PMQJ"
 SEGMENT_HEADER = struct.Struct("<4sHHI")  # magic, format version, reserved, segment id
 RECORD_HEADER = struct.Struct("<IIQIB")  # length, crc, seq, epoch, kind
 CRC_PART = struct.Struct("<QIB")
+CRC_FROM = 8  # the checksum covers the header from here (seq, epoch, kind) and the payload
 
 KIND_BATCH = 1
 
@@ -46,6 +48,10 @@ DUPS = 9  # a destination's whole dup-id cache, oldest first (written by compact
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _ADD_FIXED = struct.Struct("<BQQBBI")  # type, order, expires, priority, persistent, deliveries
+
+
+# What decoding damaged bytes raises: turned into CorruptRecord (or JournalCorrupt).
+BAD_BYTES = (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError)
 
 
 class CorruptRecord(Exception):
@@ -79,6 +85,40 @@ def encode_meta(message_id: str, destination: str, headers: dict[str, str],
     if "\\" in text or text.count("\n") != len(parts) - 1:
         text = "\n".join(_escape(part) for part in parts)
     return text.encode()
+
+
+class PackedHeaders(Mapping[str, str]):
+    """A recovered message's headers, still in their journal form: decoded on first use
+    (its first delivery), because a start must not build a million dicts it may never
+    need, and the text is smaller than the dict."""
+
+    __slots__ = ("_headers", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text  # the whole metadata block (see decode_meta)
+        self._headers: dict[str, str] | None = None
+
+    def _decoded(self) -> dict[str, str]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = decode_meta(self._text)[2]
+            self._text = ""
+        return headers
+
+    def __getitem__(self, name: str) -> str:
+        return self._decoded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def items(self) -> ItemsView[str, str]:
+        return self._decoded().items()
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 def decode_meta(text: str) -> tuple[str, str, dict[str, str], list[str]]:
@@ -156,35 +196,54 @@ class AddEntry:
     meta_length: int  # bytes of id, destination and headers: sizes the message cheaply
 
 
-def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
-    """The common record, one message added: decoded without the general loop."""
-    end = len(buf)
-    _, order, expires, priority, persistent, deliveries = _ADD_FIXED.unpack_from(buf, 0)
-    pos = _ADD_FIXED.size
-    (n,) = _U32.unpack_from(buf, pos)
-    meta_at = pos + 4
-    body_len_at = meta_at + n
-    if body_len_at + 4 > end:
-        return None
+_ADD_HEAD = struct.Struct("<BQQBBII")  # the fixed part, then the metadata's length
+
+
+def decode_lone_add(buf: memoryview) -> tuple | None:
+    """The common record, one message added, decoded without the general loop or an
+    AddEntry, its headers left packed: (order, expires, priority, persistent, deliveries,
+    message id, destination, PackedHeaders, queues, body offset, body length, metadata
+    length), or None when other entries follow. Raises BAD_BYTES on damaged bytes."""
+    _, order, expires, priority, persistent, deliveries, n = _ADD_HEAD.unpack_from(buf, 0)
+    body_len_at = _ADD_HEAD.size + n
     (body_length,) = _U32.unpack_from(buf, body_len_at)
     body_at = body_len_at + 4
-    if body_at + body_length != end:
+    if body_at + body_length != len(buf):
+        return None
+    text = str(buf[_ADD_HEAD.size:body_len_at], "utf-8")
+    parts = text.split("\n")
+    count = int(parts[2])
+    if "\\" in text or len(parts) <= 3 + 2 * count:  # escapes (rare) or no queue: now
+        message_id, destination, headers, queues = decode_meta(text)
+    else:
+        message_id, destination = parts[0], parts[1]
+        queues = parts[3 + 2 * count:]
+        headers = PackedHeaders(text)
+    return (order, expires, priority, persistent, deliveries, message_id, destination, headers,
+            queues, body_at, body_length, n)
+
+
+def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
+    fields = decode_lone_add(buf)
+    if fields is None:
         return None  # more entries follow: the general loop handles it
-    message_id, destination, headers, queues = decode_meta(str(buf[meta_at:body_len_at],
-                                                               "utf-8"))
-    body = bytes(buf[body_at:end]) if load_bodies else None
+    (order, expires, priority, persistent, deliveries, message_id, destination, headers, queues,
+     body_at, body_length, meta_length) = fields
+    body = bytes(buf[body_at:body_at + body_length]) if load_bodies else None
+    if isinstance(headers, PackedHeaders):
+        headers = dict(headers)
     return AddEntry(order, message_id, destination, priority, expires, bool(persistent),
-                    deliveries, headers, queues, body, body_at, body_length, n)
+                    deliveries, headers, queues, body, body_at, body_length, meta_length)
 
 
 def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> list[tuple]:
     """Decode a batch payload into tuples: (ADD, AddEntry), (DEL, queue, id), ..."""
     buf = memoryview(payload)
     end = len(buf)
-    if end > _ADD_FIXED.size and buf[0] == ADD:
+    if end > _ADD_HEAD.size and buf[0] == ADD:
         try:
             single = _single_add(buf, load_bodies)
-        except (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError) as e:
+        except BAD_BYTES as e:
             raise CorruptRecord(str(e)) from None
         if single is not None:
             return [(ADD, single)]
@@ -263,7 +322,7 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 out.append((EPOCH, epoch))
             else:
                 raise CorruptRecord(f"unknown entry type {etype}")
-    except (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError) as e:
+    except BAD_BYTES as e:
         raise CorruptRecord(str(e)) from None
     if pos != end:
         raise CorruptRecord("entries do not fill their record")

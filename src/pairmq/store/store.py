@@ -10,8 +10,8 @@ small steps on the event loop, then deleting it once those records are on disk.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable
@@ -22,7 +22,9 @@ from pairmq.core import Broker, Message
 from pairmq.core import records as rec
 from pairmq.core.replay import Replay
 from pairmq.store import records as disk
+from pairmq.store.gcpause import gc_paused
 from pairmq.store.records import (
+    BAD_BYTES,
     CorruptRecord,
     decode_entries,
     encode_add,
@@ -69,13 +71,15 @@ class RecoveryReport:
     durables: int = 0
     torn_bytes: int = 0
     seconds: float = 0.0
-    paged: int = 0
+    paged: bool = False  # the paging budget was spent: some bodies stay on disk
+    in_memory: int = 0  # messages whose bodies were loaded
 
     def describe(self) -> str:
         return (f"Recovered {self.messages} messages in {self.queues} queues and "
                 f"{self.durables} durable subscriptions from {self.records} records in "
                 f"{self.segments} segments in {self.seconds:.2f} s"
-                + (f" ({self.paged} message bodies left on disk)" if self.paged else ""))
+                + (f" (paging: {self.in_memory} bodies in memory, the others read from disk "
+                   "when delivered)" if self.paged else ""))
 
 
 class Store:
@@ -113,14 +117,16 @@ class Store:
             newest = index == len(found) - 1
 
             def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
-                      segment_id: int = segment_id, path: Path = path) -> None:
+                      segment_id: int = segment_id, path: Path = path,
+                      lone_add=self._apply_lone_add, add: int = disk.ADD) -> None:
                 try:
-                    entries = decode_entries(payload, load_bodies=False)
-                except CorruptRecord as e:
+                    if payload[0] != add or not lone_add(replay, payload, segment_id, offset):
+                        self._apply(replay, decode_entries(payload, load_bodies=False),
+                                    segment_id, offset)
+                except (CorruptRecord, *BAD_BYTES) as e:
                     raise JournalCorrupt(
                         f"journal segment {path} has an undecodable record (seq {seq}) at "
                         f"offset {offset}: {e}") from None
-                self._apply(replay, entries, segment_id, offset)
                 if epoch != self.epoch:
                     self.epochs.append((epoch, seq))
                     self.epoch = epoch
@@ -161,15 +167,29 @@ class Store:
         return replay, report
 
     def recover_quickly(self, dup_cache_size: int = 20000) -> tuple[Replay, RecoveryReport]:
-        """recover() with the garbage collector paused: it would scan millions of new,
-        long-lived objects over and over (about 40% of the time for a million messages)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        """recover() with the garbage collector paused (see gcpause)."""
+        with gc_paused():
             return self.recover(dup_cache_size)
-        finally:
-            if enabled:
-                gc.enable()
+
+    @staticmethod
+    def _apply_lone_add(replay: Replay, payload: memoryview, segment_id: int,
+                        offset: int) -> bool:
+        """The common record, one message added, straight into a Message: a million of them
+        are read at every start. False when the record holds more than that one entry."""
+        fields = disk.decode_lone_add(payload)
+        if fields is None:
+            return False
+        (order, expires, priority, persistent, deliveries, message_id, destination, headers,
+         queues, body_at, body_length, meta_length) = fields
+        body_offset = offset + body_at
+        message = Message(message_id, destination, headers, None, bool(persistent), priority,
+                          expires, body_length + meta_length + 64, order, segment_id, None,
+                          body_offset, body_length)
+        shared = replay.add(message, queues, deliveries)
+        if shared is not message:  # a compaction copy: the newest location wins
+            shared.journal_segment = segment_id
+            shared.body_offset = body_offset
+        return True
 
     def _apply(self, replay: Replay, entries: list[tuple], segment_id: int,
                offset: int) -> None:
@@ -212,27 +232,33 @@ class Store:
                 where[("epoch", entry[1])] = segment_id
 
     def _load_bodies(self, replay: Replay, report: RecoveryReport) -> None:
-        """Bring bodies into memory, in journal order (oldest first), up to the paging budget."""
+        """Bring bodies into memory, oldest first, until the paging budget is spent; the rest
+        stay on disk and are read back when delivered."""
         budget = self.settings.paging_bytes
         by_segment: dict[int, list[Message]] = {}
         chosen: set[int] = set()  # a message shared by several queues is loaded once
+        used = self.memory_bytes
         for held in replay.queues.values():
-            for message, _ in held.values():
+            for entry in held.values():
+                message = entry.message
                 if id(message) in chosen:
                     continue
+                if used + message.body_length > budget:
+                    report.paged = True
+                    break
                 chosen.add(id(message))
-                if self.memory_bytes + message.body_length <= budget:
-                    self.memory_bytes += message.body_length
-                    by_segment.setdefault(message.journal_segment, []).append(message)
-                else:
-                    report.paged += 1
+                used += message.body_length
+                by_segment.setdefault(message.journal_segment, []).append(message)
+            if report.paged:
+                break
+        self.memory_bytes = used
+        report.in_memory = len(chosen)
         for segment_id, messages in by_segment.items():
             path = self.directory / f"journal-{segment_id:08d}.seg"
-            with open(path, "rb") as f:
-                data = f.read()
-            for message in messages:
-                start = message.body_offset
-                message.body = data[start:start + message.body_length]
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                for message in messages:
+                    start = message.body_offset
+                    message.body = data[start:start + message.body_length]
 
     # ------------------------------------------------------------ serving
 

@@ -37,15 +37,19 @@ def message_block(delivery: Delivery, version: str,
 
 
 def _encode_block(message: Message, version: str, body: bytes) -> bytes:
-    pairs = [("message-id", message.message_id), ("destination", message.destination),
-             *message.headers.items()]
+    # The sender's headers reached us unescaped: usually nothing in them needs escaping, so
+    # check the joined text once. Our own message ids hold a colon, so they are escaped alone.
+    pairs = message.headers.items()
     text = "\n".join([f"{name}:{value}" for name, value in pairs])
-    # Fast path: nothing to escape when the only colons and newlines are our own.
     if ("\\" in text or "\r" in text or text.count("\n") != len(pairs) - 1
             or text.count(":") != len(pairs)):
         text = "\n".join([f"{_escape(name, version)}:{_escape(value, version)}"
                           for name, value in pairs])
-    return f"{text}\ncontent-length:{len(body)}\n\n".encode() + body + b"\x00"
+    head = (f"message-id:{_escape(message.message_id, version)}\n"
+            f"destination:{_escape(message.destination, version)}\n")
+    if text:
+        head += text + "\n"
+    return f"{head}content-length:{len(body)}\n\n".encode() + body + b"\x00"
 
 
 def encode_delivery(delivery: Delivery, version: str, sub_line: bytes,

@@ -25,6 +25,7 @@ log = logging.getLogger("pairmq.journal")
 RETRY_AFTER_FAILURE_S = 1.0
 RESERVE_NAME = "reserve"  # space set aside so that, on a full disk, acks can still be written
 RESERVE_MAX = 4 * 1024 * 1024
+IOV_MAX = 1024  # buffers per writev (Linux's limit)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class JournalWriter:
         # Set on ENOSPC, cleared once the reserve could be made again: until then new
         # persistent messages are refused or held, so the reserve serves acknowledgements.
         self.short_of_space = False  # the reserve itself is made by the writer thread
+        self._reserve_made = False  # known to exist: the writer thread stops looking
         if self.current is None:
             self._roll()
 
@@ -221,7 +223,14 @@ class JournalWriter:
     def _write(self, job: list[tuple[int, bytes]], unlinks: list[int]) -> None:
         touched: dict[int, int] = {}
         created = False
-        for segment_id, data in job:
+        # One writev per run of records bound for the same segment: every system call lets
+        # go of the GIL, and taking it back from a busy event loop can take milliseconds.
+        start = 0
+        while start < len(job):
+            segment_id = job[start][0]
+            end = start + 1
+            while end < len(job) and job[end][0] == segment_id and end - start < IOV_MAX:
+                end += 1
             fd = self._fds.get(segment_id)
             if fd is None:
                 created = True
@@ -230,11 +239,9 @@ class JournalWriter:
                 durable = self._durable_size(segment_id)
                 os.ftruncate(fd, durable)
                 os.lseek(fd, durable, os.SEEK_SET)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            _write_all(fd, [data for _, data in job[start:end]])
             touched[segment_id] = fd
+            start = end
         for fd in touched.values():
             os.fdatasync(fd)
         if created:
@@ -249,13 +256,14 @@ class JournalWriter:
                 pass
         if unlinks:
             fsync_directory(self.directory)
-        if not self.reserve_path.exists():
+        if not self._reserve_made:
             self._make_reserve()
 
     def _make_reserve(self) -> None:
         """Set space aside while the disk has room (twice the reserve free), quietly."""
         try:
             if self.reserve_path.exists():
+                self._reserve_made = True
                 return
             stats = os.statvfs(self.directory)
             if stats.f_bavail * stats.f_frsize < 2 * self.reserve_bytes:
@@ -264,6 +272,7 @@ class JournalWriter:
                 f.write(bytes(self.reserve_bytes))
                 f.flush()
                 os.fsync(f.fileno())
+            self._reserve_made = True
         except OSError:
             try:
                 self.reserve_path.unlink()
@@ -272,6 +281,7 @@ class JournalWriter:
 
     def _release_reserve(self) -> bool:
         self.short_of_space = True
+        self._reserve_made = False
         try:
             self.reserve_path.unlink()
         except OSError:
@@ -295,6 +305,17 @@ class JournalWriter:
             self._retry.cancel()
         self._executor.shutdown(wait=True)
         self._close_fds()
+
+
+def _write_all(fd: int, buffers: list[bytes]) -> None:
+    """writev until every byte is written (a short write resumes where it stopped)."""
+    total = sum(len(b) for b in buffers)
+    written = os.writev(fd, buffers)
+    if written == total:
+        return
+    rest = memoryview(b"".join(buffers))[written:]
+    while rest:
+        rest = rest[os.write(fd, rest):]
 
 
 def _describe(error: OSError) -> str:

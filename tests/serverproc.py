@@ -11,11 +11,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one this process handed out before: a port is only
+    bound later, by a server, and the kernel may offer a released one again at once (a
+    pair's HA and admin ports once got the same one)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free loopback port found that was not handed out already")
 
 
 def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:

@@ -98,6 +98,28 @@ def test_lone_add_record_keeps_plain_headers_packed_until_first_use():
     assert decode_lone_add(memoryview(add + encode_del("q", "id"))) is None
 
 
+def test_a_mirror_learns_where_the_journal_ends_without_rebuilding_anything(tmp_path):
+    async def fill():
+        broker, store = await open_broker(tmp_path, segment_bytes=4096)
+        store.begin_epoch(3)
+        broker.open_session(1, "1.2")
+        for i in range(20):
+            broker.send(1, "/queue/q", PERSISTENT, b"%d" % i * 100, NOW)
+            persist(broker, store)
+        await close(store)
+
+    run(fill())
+    full = Store(tmp_path, StoreSettings())
+    replay, report = full.recover()
+    assert report.messages == 20 and report.segments > 1
+    mirror = Store(tmp_path, StoreSettings())
+    empty, quick = mirror.recover(rebuild=False)
+    assert not empty.queues and quick.messages == 0
+    assert (mirror.appended_seq, mirror.epoch, mirror.epochs, quick.records, quick.segments) \
+        == (full.appended_seq, full.epoch, full.epochs, report.records, report.segments)
+    assert full.epoch == 3
+
+
 def test_recovery_rebuilds_queues_durables_dups_and_redelivery(tmp_path):
     async def first():
         broker, store = await open_broker(tmp_path)

@@ -235,7 +235,7 @@ class PairmqServer:
         self.close_clients(f"this server is no longer active: {why}", self.active_address)
         self.store.close()
         self.store = Store(Path(self.config.data_dir) / "journal", self.config.store_settings())
-        self.store.recover_quickly(self.config.dup_cache_size)
+        self.store.recover(rebuild=False)  # where the journal ends: the mirror appends there
         self.store.open_mirror(self.loop)
         self.watch_mirror()
         self.broker = self._new_broker()

@@ -22,7 +22,6 @@ from pairmq.core import Broker, Message
 from pairmq.core import records as rec
 from pairmq.core.replay import Replay
 from pairmq.store import records as disk
-from pairmq.store.gcpause import gc_paused
 from pairmq.store.records import (
     BAD_BYTES,
     CorruptRecord,
@@ -105,8 +104,13 @@ class Store:
 
     # ------------------------------------------------------------ recovery
 
-    def recover(self, dup_cache_size: int = 20000) -> tuple[Replay, RecoveryReport]:
-        """Read every segment back, cut a torn tail, refuse corruption. Before serving."""
+    def recover(self, dup_cache_size: int = 20000,
+                rebuild: bool = True) -> tuple[Replay, RecoveryReport]:
+        """Read every segment back, cut a torn tail, refuse corruption. Before serving.
+
+        With rebuild=False the records are only checked, not decoded: a backup mirroring
+        the active's journal needs where it ends, not the broker state (a fifth of the
+        time; the records are decoded when it takes over)."""
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         replay = Replay(dup_cache_size)
@@ -120,7 +124,9 @@ class Store:
                       segment_id: int = segment_id, path: Path = path,
                       lone_add=self._apply_lone_add, add: int = disk.ADD) -> None:
                 try:
-                    if payload[0] != add or not lone_add(replay, payload, segment_id, offset):
+                    if not rebuild:
+                        pass
+                    elif payload[0] != add or not lone_add(replay, payload, segment_id, offset):
                         self._apply(replay, decode_entries(payload, load_bodies=False),
                                     segment_id, offset)
                 except (CorruptRecord, *BAD_BYTES) as e:
@@ -162,14 +168,10 @@ class Store:
         report.durables = len(replay.durables)
         report.queues = len(replay.queues)
         report.messages = sum(len(held) for held in replay.queues.values())
-        self._load_bodies(replay, report)
+        if rebuild:
+            self._load_bodies(replay, report)
         report.seconds = time.monotonic() - started
         return replay, report
-
-    def recover_quickly(self, dup_cache_size: int = 20000) -> tuple[Replay, RecoveryReport]:
-        """recover() with the garbage collector paused (see gcpause)."""
-        with gc_paused():
-            return self.recover(dup_cache_size)
 
     @staticmethod
     def _apply_lone_add(replay: Replay, payload: memoryview, segment_id: int,

@@ -110,7 +110,7 @@ def test_a_mirror_learns_where_the_journal_ends_without_rebuilding_anything(tmp_
 
     run(fill())
     full = Store(tmp_path, StoreSettings())
-    replay, report = full.recover()
+    _, report = full.recover()
     assert report.messages == 20 and report.segments > 1
     mirror = Store(tmp_path, StoreSettings())
     empty, quick = mirror.recover(rebuild=False)

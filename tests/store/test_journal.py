@@ -24,6 +24,7 @@ from pairmq.store.records import (
 )
 from pairmq.store.segments import list_segments
 from pairmq.store.store import JournalCorrupt, Store, StoreSettings
+from pairmq.store.writer import IOV_MAX, write_all
 
 NOW = 1_700_000_000_000
 PERSISTENT = {"persistent": "true"}
@@ -331,6 +332,10 @@ def test_group_commit_covers_many_records_with_one_sync(tmp_path, monkeypatch):
     syncs = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    writes = []
+    real_writev = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: (writes.append(len(bufs)),
+                                                        real_writev(fd, bufs))[1])
 
     async def go():
         broker, store = await open_broker(tmp_path)
@@ -342,4 +347,19 @@ def test_group_commit_covers_many_records_with_one_sync(tmp_path, monkeypatch):
 
     run(go())
     assert len(syncs) < 50, f"{len(syncs)} fdatasync calls for 2000 records"
+    # Records bound for one segment go out in one writev (at most IOV_MAX buffers each).
+    assert len(writes) < 60 and max(writes) == IOV_MAX, writes
     assert len(recovered_bodies(tmp_path)) == 2000
+
+
+def test_a_short_writev_is_finished_with_plain_writes(tmp_path, monkeypatch):
+    real_writev = os.writev
+    # The kernel may write less than asked (a signal, a full disk racing): take 3 bytes.
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: real_writev(fd, [bytes(bufs[0])[:3]]))
+    path = tmp_path / "segment"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        write_all(fd, [b"abcdef", b"ghi", b"jk"])
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"abcdefghijk"

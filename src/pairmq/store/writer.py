@@ -239,7 +239,7 @@ class JournalWriter:
                 durable = self._durable_size(segment_id)
                 os.ftruncate(fd, durable)
                 os.lseek(fd, durable, os.SEEK_SET)
-            _write_all(fd, [data for _, data in job[start:end]])
+            write_all(fd, [data for _, data in job[start:end]])
             touched[segment_id] = fd
             start = end
         for fd in touched.values():
@@ -307,7 +307,7 @@ class JournalWriter:
         self._close_fds()
 
 
-def _write_all(fd: int, buffers: list[bytes]) -> None:
+def write_all(fd: int, buffers: list[bytes]) -> None:
     """writev until every byte is written (a short write resumes where it stopped)."""
     total = sum(len(b) for b in buffers)
     written = os.writev(fd, buffers)

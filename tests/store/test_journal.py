@@ -90,6 +90,11 @@ def test_lone_add_record_keeps_plain_headers_packed_until_first_use():
     assert isinstance(packed, PackedHeaders)
     assert dict(packed) == headers and list(packed.items()) == list(headers.items())
     assert packed["x-a"] == "1" and packed.get("nope") is None and len(packed) == 3
+    # Compaction re-journals recovered messages: packed headers encode to the same bytes.
+    meta_at = body_at - 4 - fields[11]
+    again = PackedHeaders(add[meta_at:body_at - 4].decode())
+    assert encode_add(3, "id-1", "/queue/a", 4, 0, True, 0, again, b"body",
+                      ["/queue/a", "durable:c:s"])[0] == add
     # Escaped values are decoded at once, and equally exact.
     odd = {"k:\\n": "v\nw\\", "": ""}
     add, _ = encode_add(4, "id\\2", "/queue/b\nc", 4, 0, True, 0, odd, b"", ["/queue/b\nc"])
@@ -363,3 +368,40 @@ def test_a_short_writev_is_finished_with_plain_writes(tmp_path, monkeypatch):
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abcdefghijk"
+
+
+def test_recovered_headers_survive_dead_lettering_and_another_restart(tmp_path):
+    """A recovered message's headers stay packed until used: copying them to a dead-letter
+    queue (and journaling that copy) must see every one."""
+    headers = {**PERSISTENT, "x-plain": "yes", "expires": str(NOW + 1000)}
+
+    async def first():
+        broker, store = await open_broker(tmp_path)
+        broker.open_session(1, "1.2")
+        broker.send(1, "/queue/q", PERSISTENT, b"first", NOW)  # its record creates the queue
+        persist(broker, store)
+        broker.send(1, "/queue/q", headers, b"body", NOW)  # a record holding only the ADD
+        persist(broker, store)
+        await close(store)
+
+    async def second():
+        broker, store = await open_broker(tmp_path)
+        _, entry = broker.queues["/queue/q"].entries()
+        assert isinstance(entry.message.headers, PackedHeaders)
+        assert broker.sweep_expired(NOW + 2000) == 1
+        persist(broker, store)
+        await close(store)
+
+    async def third():
+        broker, store = await open_broker(tmp_path)
+        assert queue_bodies(broker, "/queue/q") == [b"first"]
+        (entry,) = broker.queues["/queue/DLQ.q"].entries()
+        moved = dict(entry.message.headers)
+        assert moved["x-plain"] == "yes" and moved["persistent"] == "true"
+        assert moved["original-destination"] == "/queue/q" and "expires" not in moved
+        assert entry.message.body == b"body"
+        await close(store)
+
+    run(first())
+    run(second())
+    run(third())

@@ -7,7 +7,6 @@ import collections
 import fcntl
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from pairmq.core.queue import Address
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
 from pairmq.server.connection import StompConnection, now_ms
+from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.store.gcpause import gc_paused
 from pairmq.store.store import JournalCorrupt, Store
 
@@ -330,21 +330,10 @@ class PairmqServer:
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
 async def serve(config: ServerConfig) -> None:
     server = PairmqServer(config)
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stop_signal()
     await server.stop()
 
 

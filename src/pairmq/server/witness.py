@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from pairmq.ha import channel as ch
 from pairmq.ha.lease import Grant, WitnessLeases
 from pairmq.server.halink import accept_link, split_address
+from pairmq.server.process import setup_logging, until_stop_signal
 
 log = logging.getLogger("pairmq.witness")
 
@@ -126,15 +126,10 @@ async def serve_witness(listen: str, secret: str, state_file: Path | None) -> No
     witness = Witness(listen, secret, state_file)
     witness.load()
     await witness.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stop_signal()
     await witness.stop()
 
 
 def run_witness(listen: str, secret: str, state_file: Path | None, log_level: str) -> None:
-    logging.basicConfig(level=getattr(logging, log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     asyncio.run(serve_witness(listen, secret, state_file))

@@ -54,9 +54,9 @@ from benchmarks.ha_replication import (  # noqa: E402
     ha_state,
     is_passive_in_sync,
     is_serving,
-    percentile,
     probe_send,
 )
+from benchmarks.loadgen import nearest_rank  # noqa: E402
 from benchmarks.persistent import run_load  # noqa: E402
 
 # name: (heartbeat_interval_ms, activation_interval_ms, target seconds)
@@ -178,7 +178,7 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
     times = [r["failover_s"] for r in runs if r.get("failover_s") is not None]
     connects = [r["connect_s"] for r in runs if r.get("connect_s") is not None]
     errors = [f"run {r['run']}: {e}" for r in runs for e in r["errors"]]
-    p50 = percentile(times, 0.5)
+    p50 = nearest_rank(times, 0.5)
     worst = max(times) if times else None
     return {
         "benchmark": "failover",
@@ -188,11 +188,11 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
         "runs": args.runs,
         "measured": len(times),
         "p50_s": p50,
-        "p90_s": percentile(times, 0.9),
+        "p90_s": nearest_rank(times, 0.9),
         "max_s": worst,
         "min_s": min(times) if times else None,
         "mean_s": round(statistics.fmean(times), 4) if times else None,
-        "connect_p50_s": percentile(connects, 0.5),
+        "connect_p50_s": nearest_rank(connects, 0.5),
         "connect_max_s": max(connects) if connects else None,
         "target_s": target,
         "target_met": worst is not None and worst < target and len(times) == args.runs,

@@ -42,7 +42,6 @@ if str(ROOT) not in sys.path:
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
@@ -58,6 +57,7 @@ from typing import Any  # noqa: E402
 import psutil  # noqa: E402
 from tests.serverproc import ServerProcess, free_port, start_server  # noqa: E402
 
+from benchmarks.loadgen import process_cpu  # noqa: E402
 from benchmarks.persistent import run_load  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -220,24 +220,6 @@ def log_problems(paths: list[Path], limit: int = 20) -> list[str]:
             continue
         found += [f"{path.name}: {line}" for line in lines if LOG_PROBLEMS.search(line)]
     return found[:limit] + ([f"... and {len(found) - limit} more"] if len(found) > limit else [])
-
-
-def process_cpu(proc: psutil.Process | None) -> float | None:
-    if proc is None:
-        return None
-    try:
-        t = proc.cpu_times()
-        return t.user + t.system
-    except psutil.Error:
-        return None
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 # --------------------------------------------------------------------------- raw STOMP

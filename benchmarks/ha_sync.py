@@ -55,8 +55,8 @@ from benchmarks.ha_replication import (  # noqa: E402
     is_passive_in_sync,
     is_serving,
     probe_send,
-    process_cpu,
 )
+from benchmarks.loadgen import process_cpu  # noqa: E402
 from benchmarks.persistent import journal_usage, run_load  # noqa: E402
 
 POLL_S = 0.01

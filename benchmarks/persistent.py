@@ -36,12 +36,9 @@ if str(ROOT) not in sys.path:
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import os  # noqa: E402
-import queue  # noqa: E402
 import re  # noqa: E402
-import resource  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
@@ -55,6 +52,17 @@ from typing import Any  # noqa: E402
 
 import psutil  # noqa: E402
 from tests.serverproc import ServerProcess, start_server  # noqa: E402
+
+from benchmarks.loadgen import (  # noqa: E402
+    GeneratorPool,
+    alive,
+    cpu_seconds,
+    host_busy_cpu,
+    percentile_ms,
+    process_cpu,
+    split,
+    thread_cpu,
+)
 
 SCENARIOS: dict[str, tuple[int, int]] = {"1p1c": (1, 1), "4p4c": (4, 4)}
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n\n\x00"
@@ -74,11 +82,6 @@ class LoadError(Exception):
 
 class Stopped(Exception):
     """The orchestrator asked every generator process to finish."""
-
-
-def cpu_seconds() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 # --------------------------------------------------------------------------- sockets
@@ -469,43 +472,6 @@ class LoadResult:
     errors: list[str] = field(default_factory=list)
 
 
-def percentile(ordered: list[int], q: float) -> float | None:
-    """Nearest-rank percentile, in ms, of sorted nanosecond values."""
-    if not ordered:
-        return None
-    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)] / 1e6, 3)
-
-
-def process_cpu(proc: psutil.Process | None) -> float | None:
-    if proc is None:
-        return None
-    try:
-        t = proc.cpu_times()
-        return t.user + t.system
-    except psutil.Error:
-        return None
-
-
-def host_busy_cpu() -> float:
-    """Busy CPU seconds of the whole machine, all cores."""
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-
-
-def thread_cpu(proc: psutil.Process | None) -> dict[int, float]:
-    """CPU seconds per thread of the server (thread id -> user+system)."""
-    if proc is None:
-        return {}
-    try:
-        return {t.id: t.user_time + t.system_time for t in proc.threads()}
-    except psutil.Error:
-        return {}
-
-
-def split(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
 def run_load(host: str, port: int, producers: int, consumers: int, total: int, *,
              size: int = 1024, window: int = 100, prefetch: int = 1000,
              destination: str | None = None, timeout: float = 600.0,
@@ -523,38 +489,7 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
     shared = Shared(ctx.Queue(), ctx.Event(), ctx.RawValue("b", 0),
                     ctx.RawArray("q", max(consumers, 1)), ctx.RawArray("q", producers))
     every = max(1, total // LATENCY_SAMPLES)
-    procs: dict[tuple[str, int], Any] = {}
-    ready: set[tuple[str, int]] = set()
-    results: dict[tuple[str, int], dict[str, Any]] = {}
-
-    def take(timeout_s: float) -> None:
-        try:
-            kind, role, index, payload = shared.events.get(timeout=timeout_s)
-        except queue.Empty:
-            return
-        if kind == "ready":
-            ready.add((role, index))
-        else:
-            results[(role, index)] = payload
-            if payload.get("error"):
-                res.errors.append(payload["error"])
-
-    def launch(job: Job) -> None:
-        p = ctx.Process(target=generator_main, args=(job, shared), name=f"{job.role}-{job.index}")
-        p.start()
-        procs[(job.role, job.index)] = p
-
-    def wait_ready(role: str, n: int) -> bool:
-        until = time.monotonic() + SETUP_TIMEOUT_S
-        while not all((role, i) in ready for i in range(n)):
-            if res.errors:
-                return False
-            if time.monotonic() > until:
-                res.errors.append(f"{role}s not ready within {SETUP_TIMEOUT_S:.0f}s")
-                return False
-            take(0.05)
-        return True
-
+    pool = GeneratorPool(ctx, shared.events, res.errors)
     cpu0 = cpu_seconds()
     server_cpu0 = None
     threads0: dict[int, float] = {}
@@ -562,21 +497,23 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
     t0 = time.monotonic()
     try:
         for i in range(consumers):
-            launch(Job("consumer", i, host, port, destination, deadline, total, size=size,
-                       prefetch=prefetch, sample_every=every))
-        if wait_ready("consumer", consumers):
+            pool.launch("consumer", i, generator_main, (
+                Job("consumer", i, host, port, destination, deadline, total, size=size,
+                    prefetch=prefetch, sample_every=every), shared))
+        if pool.wait_ready("consumer", consumers, SETUP_TIMEOUT_S):
             first = 0
             for i, count in enumerate(split(total, producers)):
-                launch(Job("producer", i, host, port, destination, deadline, total, first,
-                           count, size, window, sample_every=every))
+                pool.launch("producer", i, generator_main, (
+                    Job("producer", i, host, port, destination, deadline, total, first, count,
+                        size, window, sample_every=every), shared))
                 first += count
-            if wait_ready("producer", producers):
+            if pool.wait_ready("producer", producers, SETUP_TIMEOUT_S):
                 server_cpu0 = process_cpu(server)
                 threads0 = thread_cpu(server)
                 host0 = host_busy_cpu()
                 t0 = time.monotonic()
                 shared.start.set()
-                _watch(res, shared, results, take, producers, consumers, total, deadline,
+                _watch(res, shared, pool, producers, consumers, total, deadline,
                        idle_timeout, server, on_tick)
     finally:
         if server_cpu0 is not None:
@@ -589,32 +526,23 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
                                               3)
         shared.stop.value = 2 if res.errors else 1
         shared.start.set()
-        until = time.monotonic() + REPORT_TIMEOUT_S
-        while len(results) < len(procs) and time.monotonic() < until:
-            take(0.05)
-        for key, p in procs.items():
-            p.join(max(0.1, until - time.monotonic()))
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-            if key not in results:
-                res.errors.append(f"{key[0]} {key[1]} did not report")
+        pool.collect(REPORT_TIMEOUT_S)
         res.loadgen_cpu_s = cpu_seconds() - cpu0
-    _summarise(res, results, total, consumers, time.monotonic() - t0)
+    _summarise(res, pool.results, total, consumers, time.monotonic() - t0)
     if host1 and res.server_cpu_s is not None:
         # Generator CPU after the start signal is about all of it (setup is cheap).
         res.other_cpu_s = round(host1 - host0 - res.server_cpu_s - res.loadgen_cpu_s, 3)
     return res
 
 
-def _watch(res: LoadResult, shared: Shared, results: dict, take: Any, producers: int,
+def _watch(res: LoadResult, shared: Shared, pool: GeneratorPool, producers: int,
            consumers: int, total: int, deadline: float, idle_timeout: float,
            server: psutil.Process | None, on_tick: Any) -> None:
     last, changed = (-1, -1), time.monotonic()
     complete_at = None
     next_tick = 0.0
     while True:
-        take(0.01)
+        pool.take(0.01)
         if res.errors:
             return
         now = time.monotonic()
@@ -628,7 +556,7 @@ def _watch(res: LoadResult, shared: Shared, results: dict, take: Any, producers:
         if consumers:
             finished = received >= total
         else:
-            finished = sum(1 for role, _ in results if role == "producer") == producers
+            finished = len(pool.role_results("producer")) == producers
         if finished:
             complete_at = complete_at or now
             if not consumers or now - complete_at >= DUPLICATE_GRACE_S:
@@ -642,16 +570,9 @@ def _watch(res: LoadResult, shared: Shared, results: dict, take: Any, producers:
             res.errors.append(f"timed out: confirmed {confirmed}, received {received} of "
                               f"{total}")
             return
-        if server is not None and not _alive(server):
+        if server is not None and not alive(server):
             res.errors.append("the server process died")
             return
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _summarise(res: LoadResult, results: dict, total: int, consumers: int,
@@ -681,16 +602,16 @@ def _summarise(res: LoadResult, results: dict, total: int, consumers: int,
     for r in prods:
         receipts.extend(r.get("receipt_ns", ()))
     ordered = sorted(receipts)
-    res.receipt_p50_ms = percentile(ordered, 0.50)
-    res.receipt_p99_ms = percentile(ordered, 0.99)
-    res.receipt_max_ms = percentile(ordered, 1.0)
+    res.receipt_p50_ms = percentile_ms(ordered, 0.50)
+    res.receipt_p99_ms = percentile_ms(ordered, 0.99)
+    res.receipt_max_ms = percentile_ms(ordered, 1.0)
     e2e = array("q")
     for r in cons:
         e2e.extend(r.get("e2e_ns", ()))
     ordered = sorted(e2e)
-    res.e2e_p50_ms = percentile(ordered, 0.50)
-    res.e2e_p99_ms = percentile(ordered, 0.99)
-    res.e2e_max_ms = percentile(ordered, 1.0)
+    res.e2e_p50_ms = percentile_ms(ordered, 0.50)
+    res.e2e_p99_ms = percentile_ms(ordered, 0.99)
+    res.e2e_max_ms = percentile_ms(ordered, 1.0)
     if res.confirmed != total and not res.errors:
         res.errors.append(f"only {res.confirmed} of {total} SENDs were confirmed")
     if consumers:

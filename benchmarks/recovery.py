@@ -51,16 +51,15 @@ from typing import Any  # noqa: E402
 import psutil  # noqa: E402
 from tests.serverproc import ServerProcess, free_port, start_server, wait_for_port  # noqa: E402
 
+from benchmarks.loadgen import host_busy_cpu, split  # noqa: E402
 from benchmarks.persistent import (  # noqa: E402
     SEGMENT_RE,
     LoadError,
     Wire,
     header_value,
-    host_busy_cpu,
     journal_usage,
     run_load,
     server_log_problems,
-    split,
 )
 
 DESTINATION = "/queue/recovery"

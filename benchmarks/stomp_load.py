@@ -10,7 +10,6 @@ runs in its own process (`multiprocessing`, fork) and reports its own CPU use.
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import socket
 import struct
@@ -18,6 +17,8 @@ import time
 from array import array
 from dataclasses import dataclass
 from typing import Any
+
+from benchmarks.loadgen import cpu_seconds
 
 CONNECT_FRAME = b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n\n\x00"
 RECV_SIZE = 256 * 1024
@@ -43,12 +44,6 @@ class Stopped(Exception):
 def _detach_from_ctrl_c() -> None:
     """Ctrl-C reaches the whole process group; the orchestrator stops us via the stop flag."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def cpu_seconds() -> float:
-    """User+system CPU seconds of this process (all its threads)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 @dataclass(frozen=True)

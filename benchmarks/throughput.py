@@ -30,9 +30,7 @@ if str(ROOT) not in sys.path:
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import multiprocessing as mp  # noqa: E402
-import queue  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -44,12 +42,20 @@ from typing import Any  # noqa: E402
 import psutil  # noqa: E402
 from tests.serverproc import ServerProcess, start_server  # noqa: E402
 
+from benchmarks.loadgen import (  # noqa: E402
+    GeneratorPool,
+    alive,
+    cpu_seconds,
+    host_busy_cpu,
+    percentile_ms,
+    process_cpu,
+    split,
+)
 from benchmarks.stomp_load import (  # noqa: E402
     ConsumerConfig,
     ProducerConfig,
     RunShared,
     consumer_main,
-    cpu_seconds,
     producer_main,
 )
 
@@ -84,38 +90,6 @@ class RunStats:
     errors: list[str] = field(default_factory=list)
 
 
-def process_cpu(proc: psutil.Process | None) -> float | None:
-    """User+system CPU of the server and any processes it spawned."""
-    if proc is None:
-        return None
-    try:
-        total = 0.0
-        for p in [proc, *proc.children(recursive=True)]:
-            t = p.cpu_times()
-            total += t.user + t.system
-        return total
-    except psutil.Error:
-        return None
-
-
-def host_busy_cpu() -> float:
-    """CPU seconds the whole machine spent busy (all cores, kernel work included)."""
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-
-
-def percentile(sorted_values: list[int], q: float) -> float | None:
-    """Nearest-rank percentile in ms of sorted nanosecond values."""
-    if not sorted_values:
-        return None
-    idx = max(0, math.ceil(q * len(sorted_values)) - 1)
-    return round(sorted_values[idx] / 1e6, 3)
-
-
-def split(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
 def run_once(
     args: argparse.Namespace,
     host: str,
@@ -141,31 +115,7 @@ def run_once(
     )
     # About LATENCY_SAMPLES latencies per run: plenty for a p99, cheaper than all.
     sample_every = max(1, total // LATENCY_SAMPLES)
-    procs: dict[tuple[str, int], Any] = {}
-    results: dict[tuple[str, int], dict[str, Any]] = {}
-    ready: set[tuple[str, int]] = set()
-
-    def take_event(timeout: float) -> None:
-        try:
-            kind, role, index, payload = shared.events.get(timeout=timeout)
-        except queue.Empty:
-            return
-        if kind == "ready":
-            ready.add((role, index))
-        else:
-            results[(role, index)] = payload
-            if payload.get("error"):
-                stats.errors.append(payload["error"])
-
-    def wait_ready(keys: list[tuple[str, int]]) -> bool:
-        until = time.monotonic() + SETUP_TIMEOUT_S
-        while not all(k in ready for k in keys):
-            if stats.errors or time.monotonic() > until:
-                missing = [f"{r} {i}" for r, i in keys if (r, i) not in ready]
-                stats.errors.append(f"not ready within {SETUP_TIMEOUT_S}s: {', '.join(missing)}")
-                return False
-            take_event(0.05)
-        return True
+    pool = GeneratorPool(ctx, shared.events, stats.errors)
 
     t0 = time.monotonic()
     cpu_main0 = 0.0
@@ -174,10 +124,8 @@ def run_once(
     try:
         for i in range(n_consumers):
             cfg = ConsumerConfig(i, host, port, destination, deadline, sample_every)
-            p = ctx.Process(target=consumer_main, args=(cfg, shared), name=f"consumer-{i}")
-            p.start()
-            procs[("consumer", i)] = p
-        if wait_ready([("consumer", i) for i in range(n_consumers)]):
+            pool.launch("consumer", i, consumer_main, (cfg, shared))
+        if pool.wait_ready("consumer", n_consumers, SETUP_TIMEOUT_S):
             per_rate = rate / n_producers if rate else None
             for i, count in enumerate(split(total, n_producers)):
                 pcfg = ProducerConfig(
@@ -192,20 +140,16 @@ def run_once(
                     deadline,
                     args.idle_timeout,
                 )
-                p = ctx.Process(target=producer_main, args=(pcfg, shared), name=f"producer-{i}")
-                p.start()
-                procs[("producer", i)] = p
-        if len(procs) == n_consumers + n_producers and wait_ready(
-            [("producer", i) for i in range(n_producers)]
+                pool.launch("producer", i, producer_main, (pcfg, shared))
+        if len(pool.procs) == n_consumers + n_producers and pool.wait_ready(
+            "producer", n_producers, SETUP_TIMEOUT_S
         ):
             server_cpu0 = process_cpu(server)
             host_cpu0 = host_busy_cpu()
             cpu_main0 = cpu_seconds()
             t0 = time.monotonic()
             shared.start.set()
-            _watch(
-                args, shared, stats, results, take_event, n_producers, total, t0, deadline, server
-            )
+            _watch(args, shared, stats, pool, n_producers, total, t0, deadline, server)
     finally:
         stats.wall_s = time.monotonic() - t0
         shared.stop.value = 1
@@ -215,19 +159,10 @@ def run_once(
         if server_cpu0 is not None:
             after = process_cpu(server)
             stats.server_cpu_s = None if after is None else round(after - server_cpu0, 3)
-        until = time.monotonic() + COLLECT_TIMEOUT_S
-        while len(results) < len(procs) and time.monotonic() < until:
-            take_event(0.05)
-        for key, p in procs.items():
-            p.join(max(0.1, until - time.monotonic()))
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-                if key not in results:
-                    stats.errors.append(f"{key[0]} {key[1]} did not report and was terminated")
+        pool.collect(COLLECT_TIMEOUT_S)
         stats.loadgen_cpu_s = cpu_seconds() - cpu_main0 if cpu_main0 else 0.0
 
-    _summarise(stats, results)
+    _summarise(stats, pool.results)
     return stats
 
 
@@ -235,8 +170,7 @@ def _watch(
     args: argparse.Namespace,
     shared: RunShared,
     stats: RunStats,
-    results: dict[tuple[str, int], dict[str, Any]],
-    take_event: Any,
+    pool: GeneratorPool,
     n_producers: int,
     total: int,
     t0: float,
@@ -247,14 +181,14 @@ def _watch(
     last_total, last_change = 0, t0
     complete_at: float | None = None
     while True:
-        take_event(0.005)
+        pool.take(0.005)
         if stats.errors:
             return
         now = time.monotonic()
         received = sum(shared.progress)
         if received != last_total:
             last_total, last_change = received, now
-        producer_results = [r for (role, _), r in results.items() if role == "producer"]
+        producer_results = pool.role_results("producer")
         sent = sum(r["sent"] for r in producer_results)
         if received >= total or (len(producer_results) == n_producers and received >= sent):
             # Everything arrived; linger briefly so duplicates would show up too.
@@ -271,16 +205,9 @@ def _watch(
         if now > deadline:
             stats.errors.append(f"timed out: received {received} of {total} planned")
             return
-        if server is not None and not _alive(server):
+        if server is not None and not alive(server):
             stats.errors.append("the server process died")
             return
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _summarise(stats: RunStats, results: dict[tuple[str, int], dict[str, Any]]) -> None:
@@ -309,9 +236,9 @@ def _summarise(stats: RunStats, results: dict[tuple[str, int], dict[str, Any]]) 
         merged.extend(r["latencies_ns"])
     ordered = sorted(merged)
     stats.samples = len(ordered)
-    stats.p50_ms = percentile(ordered, 0.50)
-    stats.p99_ms = percentile(ordered, 0.99)
-    stats.max_ms = percentile(ordered, 1.0)
+    stats.p50_ms = percentile_ms(ordered, 0.50)
+    stats.p99_ms = percentile_ms(ordered, 0.99)
+    stats.max_ms = percentile_ms(ordered, 1.0)
     if stats.received != stats.sent:
         kind = "lost" if stats.received < stats.sent else "duplicated"
         stats.errors.append(

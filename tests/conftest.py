@@ -9,6 +9,22 @@ import pytest
 
 from tests.serverproc import ServerProcess, start_server
 
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """On a failure, show the tail of every server and witness log the test wrote: a CI run
+    is often the only witness of a rare failure."""
+    outcome = yield
+    report = outcome.get_result()
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if not report.failed or tmp_path is None:
+        return
+    for log in sorted(Path(tmp_path).rglob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        report.sections.append((f"log {log.name} (last {len(lines)} lines)", "\n".join(lines)))
+
 
 @pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:

@@ -103,6 +103,9 @@ def start_server(
     args += ["--name", name, "--data-dir", str(data_dir), "--stomp", f"127.0.0.1:{port}"]
     if anonymous:
         args.append("--allow-anonymous")
+    if "--log-level" not in flags and "log_level" not in (config_text or ""):
+        # Connections opening and closing are logged at debug: a failure report shows them.
+        args += ["--log-level", "debug"]
     args += list(flags)
     full_env = dict(os.environ)
     full_env.setdefault("PYTHONUNBUFFERED", "1")

@@ -79,6 +79,7 @@ class StompConnection(asyncio.Protocol):
         self.server.connections[self.conn_id] = self
         self._timers["connect"] = self.server.loop.call_later(CONNECT_TIMEOUT_S,
                                                              self._connect_timeout)
+        log.debug("Connection %d opened from %s", self.conn_id, self.peer)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -111,6 +112,8 @@ class StompConnection(asyncio.Protocol):
             self.process(frames)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        log.debug("Connection %d from %s closed%s", self.conn_id, self.peer,
+                  f" ({exc})" if exc else "")
         self.closing = True
         for timer in self._timers.values():
             timer.cancel()

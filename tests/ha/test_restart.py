@@ -10,6 +10,7 @@ import pytest
 from pairmq.client.blocking import BlockingConnection, StompError
 from tests.ha.clients import drain, parse_address, send_some
 from tests.ha.pair import HOST, Pair
+from tests.netproxy import NetProxy
 
 QUEUE = "/queue/ha-restart"
 
@@ -85,3 +86,28 @@ def test_alone_with_an_older_journal_waits_until_forced(pair: Pair, older: str) 
     # it serves what it has: the messages from before the split, not the newer ones
     got = drain(parse_address(pair.stomp_address(older)), QUEUE)
     assert sorted(got) == sorted(old), got
+
+
+def test_a_forced_activation_outlives_an_unreachable_witness(pair: Pair) -> None:
+    """`pairmq activate` said while the witness cannot be reached (or while the server is
+    itself asking the witness) is not forgotten: the server activates once the witness
+    grants it, and not before (the witness still guards against split brain)."""
+    old, _new = both_down_with_newest(pair, "backup")
+    proxy = NetProxy(pair.witness_address(), name="primary->witness",
+                     log_path=pair.workdir / "proxy.log").start()
+    try:
+        pair.witness_address_for["primary"] = proxy.address
+        pair.start_server("primary")
+        pair.wait_state("primary", "WAITING", 10)
+        proxy.cut()
+        result = pair.activate("primary")
+        assert result.returncode == 0, result.stderr
+        assert "forced" in result.stdout
+        assert_not_serving_for(pair, "primary", 2.0)
+        proxy.heal()
+        pair.wait_state("primary", "STANDALONE", 10)
+        got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+        assert sorted(got) == sorted(old), got  # the operator chose the older journal
+    finally:
+        pair.close()  # before the proxy: without its witness the server would step down
+        proxy.stop()

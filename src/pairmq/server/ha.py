@@ -349,6 +349,10 @@ class HaNode:
             return
         if link is not None:
             if self.peer_state.serving:
+                if self.force_activation:
+                    self.force_activation = False
+                    log.warning("Forced activation cancelled: %s is serving, this server "
+                                "synchronises from it", self.peer.get("name"))
                 if not self.sync_requested:
                     self._request_sync(link)
                 elif (self.state == State.PASSIVE and self.role == "primary"
@@ -446,6 +450,9 @@ class HaNode:
                                                      "ms": self.activation_ms, "force": force})
                 if reply is None or not reply.get("granted"):
                     reason = reply.get("reason") if reply else "the witness is unreachable"
+                    if self.force_activation:
+                        self._say_once(f"forced:{reason}", "Forced activation not granted "
+                                       "yet (%s): trying again", reason)
                     trace.debug("Activation refused: %s", reason)
                     if self.state == State.STARTING:
                         self.set_state(State.WAITING, f"not activating: {reason}")
@@ -482,8 +489,11 @@ class HaNode:
             self.set_state(State.STANDALONE, f"{why}; epoch {epoch}")
             self._send_heartbeat()
         finally:
+            # An operator's force outlives attempts that fail (or ran when it came in): it
+            # ends when this server serves, or when it sees its peer serving (decide).
             self.activating = False
-            self.force_activation = False
+            if self.state.serving:
+                self.force_activation = False
 
     def _split_brain_seen(self) -> None:
         """Both serving (a partition healed, or no witness): the higher epoch stays."""

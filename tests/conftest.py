@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,8 +23,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if not report.failed or tmp_path is None:
         return
     for log in sorted(Path(tmp_path).rglob("*.log")):
-        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        lines = _without_refused(log.read_text(errors="replace").splitlines())[-LOG_TAIL_LINES:]
         report.sections.append((f"log {log.name} (last {len(lines)} lines)", "\n".join(lines)))
+
+
+_CONNECTION = re.compile(r"onnection (\d+) ")
+_REFUSED = re.compile(r"Closing connection (\d+) from \S+: this server is [A-Z]+")
+
+
+def _without_refused(lines: list[str]) -> list[str]:
+    """Drop the chatter of clients knocking at a server that does not serve (HA tests
+    retry every few ms), which would push everything else out of the tail."""
+    refused = {m.group(1) for line in lines if (m := _REFUSED.search(line))}
+    if not refused:
+        return lines
+    kept = [line for line in lines
+            if not ((m := _CONNECTION.search(line)) and m.group(1) in refused)]
+    return [*kept, f"({len(refused)} connections refused by a server not serving: not shown)"]
 
 
 @pytest.fixture

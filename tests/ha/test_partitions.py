@@ -600,6 +600,17 @@ class Partitioned:
             client.close()
         return bodies
 
+    def settle(self, failback: bool = True) -> str:
+        """Wait until one server is ACTIVE and the other PASSIVE behind it, for good: with
+        failback that is the primary (a serving backup hands back once the primary is in
+        sync, so a backup ACTIVE then is only a passing state). Returns the active one."""
+        pair = self.pair
+        active = "primary" if failback else pair.wait_active(FORM_TIMEOUT_S)
+        pair.wait_state(active, "ACTIVE", FORM_TIMEOUT_S)
+        pair.wait_state(Pair.other(active), "PASSIVE", FORM_TIMEOUT_S)
+        self.note(f"settled: {active} ACTIVE")
+        return active
+
     def assert_nothing_lost(self, name: str) -> int:
         """Every receipted message is in `name`'s queue, once. Returns how many were."""
         confirmed = {r.body: r for r in self.receipts()}
@@ -939,6 +950,7 @@ def test_lost_takeover_grant_does_not_wedge_the_pair(partitioned) -> None:
         raise AssertionError(f"no server serves {FAILOVER_TIMEOUT_S} s after the heal (the "
                              f"witness: {_last_lease(pair)})\n{e}\n{net.timeline()}") from None
     net.note(f"{active} serving")
+    active = net.settle()
     net.wait_confirmed(active, after=healed)
     net.stop_probes()
 
@@ -969,11 +981,7 @@ def test_flapping_partition_never_two_confirmers(partitioned, failback: bool) ->
         _hold(cut_for)
         net.heal_all()
         _hold(1.0 + rng.random() * 0.5)
-    # Settle: one server ACTIVE, the other in sync behind it.
-    active = pair.wait_active(FORM_TIMEOUT_S)
-    pair.wait_state(active, "ACTIVE", FORM_TIMEOUT_S)
-    pair.wait_state(Pair.other(active), "PASSIVE", FORM_TIMEOUT_S)
-    net.note(f"settled: {active} ACTIVE")
+    active = net.settle(failback)
     net.wait_confirmed(active, after=time.monotonic())
     net.stop_probes()
 

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import serverproc
 from tests.serverproc import ServerProcess, start_server
+
+serverproc.LOG_LEVEL = "debug"
 
 LOG_TAIL_LINES = 80
 

@@ -13,6 +13,11 @@ from pathlib import Path
 
 _handed_out: set[int] = set()
 
+# The servers' log level when neither flags nor config set one; None leaves the server's
+# default (benchmarks measure that). The test suite sets "debug" (tests/conftest.py), so
+# that a failure report shows connections opening and closing.
+LOG_LEVEL: str | None = None
+
 
 def free_port() -> int:
     """A free loopback port, never one this process handed out before: a port is only
@@ -103,9 +108,8 @@ def start_server(
     args += ["--name", name, "--data-dir", str(data_dir), "--stomp", f"127.0.0.1:{port}"]
     if anonymous:
         args.append("--allow-anonymous")
-    if "--log-level" not in flags and "log_level" not in (config_text or ""):
-        # Connections opening and closing are logged at debug: a failure report shows them.
-        args += ["--log-level", "debug"]
+    if LOG_LEVEL and "--log-level" not in flags and "log_level" not in (config_text or ""):
+        args += ["--log-level", LOG_LEVEL]
     args += list(flags)
     full_env = dict(os.environ)
     full_env.setdefault("PYTHONUNBUFFERED", "1")

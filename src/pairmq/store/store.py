@@ -124,9 +124,8 @@ class Store:
                       segment_id: int = segment_id, path: Path = path,
                       lone_add=self._apply_lone_add, add: int = disk.ADD) -> None:
                 try:
-                    if not rebuild:
-                        pass
-                    elif payload[0] != add or not lone_add(replay, payload, segment_id, offset):
+                    if rebuild and (payload[0] != add
+                                    or not lone_add(replay, payload, segment_id, offset)):
                         self._apply(replay, decode_entries(payload, load_bodies=False),
                                     segment_id, offset)
                 except (CorruptRecord, *BAD_BYTES) as e:
@@ -234,8 +233,8 @@ class Store:
                 where[("epoch", entry[1])] = segment_id
 
     def _load_bodies(self, replay: Replay, report: RecoveryReport) -> None:
-        """Bring bodies into memory, oldest first, until the paging budget is spent; the rest
-        stay on disk and are read back when delivered."""
+        """Bring bodies into memory queue by queue, each in journal order (oldest first), until
+        the paging budget is spent; the rest stay on disk and are read back when delivered."""
         budget = self.settings.paging_bytes
         by_segment: dict[int, list[Message]] = {}
         chosen: set[int] = set()  # a message shared by several queues is loaded once

@@ -48,14 +48,13 @@ import socket  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import psutil  # noqa: E402
 from tests.serverproc import ServerProcess, free_port, start_server  # noqa: E402
+from tests.support.admin import admin_status, admin_user_flags  # noqa: E402
 
 from benchmarks.loadgen import process_cpu  # noqa: E402
 from benchmarks.persistent import run_load  # noqa: E402
@@ -78,12 +77,9 @@ class BenchError(Exception):
 
 
 def http_status(admin: str, timeout: float = 1.0) -> dict[str, Any] | None:
-    """GET /status of a server's management HTTP; None while it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://{admin}/status", timeout=timeout) as response:
-            return json.loads(response.read())
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
+    """GET /status of a server's management HTTP (as the admin user every server of a
+    Pair has); None while it does not answer."""
+    return admin_status(admin, timeout)
 
 
 def ha_state(status: dict[str, Any] | None) -> str | None:
@@ -150,7 +146,8 @@ class Pair:
                  "--peer", self.ha[peer], "--witness", self.witness_address,
                  "--secret", SECRET, "--heartbeat-interval-ms", str(self.heartbeat_ms),
                  "--activation-interval-ms", str(self.activation_ms),
-                 "--backup-ack", self.backup_ack, "--admin", self.admin[role], *self.extra]
+                 "--backup-ack", self.backup_ack, "--admin", self.admin[role],
+                 *admin_user_flags(), *self.extra]
         server = start_server(self.workdir, *flags, name=role)
         self.servers[role] = server
         return server

@@ -89,25 +89,97 @@ def witness(listen: str, secret: str, state_file: Path | None, log_level: str) -
     run_witness(listen, secret, state_file, log_level)
 
 
-def _admin_get(address: str, path: str, method: str = "GET") -> dict:
+class AdminRefused(Exception):
+    """The management port answered with an HTTP error; the message is one line for users."""
+
+
+def _admin_call(address: str, path: str, credentials: tuple[str, str] | None,
+                method: str = "GET") -> dict:
+    """One management request; AdminRefused for an HTTP error, OSError if unreachable."""
+    import base64
     import json
+    import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(f"http://{address}{path}", method=method)
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.loads(response.read())
+    headers = {}
+    if credentials is not None:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    request = urllib.request.Request(f"http://{address}{path}", method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as e:  # before OSError: HTTPError is one
+        try:
+            problem = json.loads(e.read()).get("error") or e.reason
+        except ValueError:
+            problem = e.reason
+        hint = " (give --user and --password, or set PAIRMQ_USER and PAIRMQ_PASSWORD)" \
+            if e.code == 401 else ""
+        raise AdminRefused(f"{address}: {problem} [HTTP {e.code}]{hint}") from None
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _admin_credentials(user: str | None, password: str | None,
+                       addresses: tuple[str, ...]) -> tuple[str, str] | None:
+    """--user/--password (or PAIRMQ_USER/PAIRMQ_PASSWORD, or a prompt on a terminal); without
+    a user, the credentials `pairmq up` wrote, but only for servers on this machine."""
+    from pairmq.local import LOCAL_DIR, local_login
+
+    if user is None:
+        if password is not None:
+            raise click.UsageError("a password was given (--password or PAIRMQ_PASSWORD) "
+                                   "without a user: add --user NAME or PAIRMQ_USER")
+        return local_login(LOCAL_DIR) if all(_is_loopback(a) for a in addresses) else None
+    if password is None:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"--user {user} needs a password: give --password or set "
+                                   "PAIRMQ_PASSWORD (no terminal to ask on)")
+        password = click.prompt(f"Password for {user}", hide_input=True)
+    return user, password
+
+
+def _admin_options(func):
+    func = click.option("--password", envvar="PAIRMQ_PASSWORD", default=None,
+                        help="its password (or PAIRMQ_PASSWORD; asked for on a terminal)")(func)
+    func = click.option("--user", envvar="PAIRMQ_USER", default=None, metavar="NAME",
+                        help="management user (or PAIRMQ_USER); default on loopback: the one "
+                             "`pairmq up` wrote to .pairmq-local/credentials")(func)
+    return func
 
 
 @main.command()
 @click.argument("admin", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
-def status(admin: tuple[str, ...], as_json: bool) -> None:
+@_admin_options
+def status(admin: tuple[str, ...], as_json: bool, user: str | None, password: str | None
+           ) -> None:
     """Show the state of servers, by their management addresses (default: `pairmq up`'s)."""
     import json
 
-    for address in admin or ("127.0.0.1:8161", "127.0.0.1:8162"):
+    from pairmq.local import ADMIN_ADDRESSES
+
+    addresses = admin or ADMIN_ADDRESSES
+    credentials = _admin_credentials(user, password, addresses)
+    refused = False
+    for address in addresses:
         try:
-            info = _admin_get(address, "/status")
+            info = _admin_call(address, "/status", credentials)
+        except AdminRefused as e:
+            click.echo(str(e), err=True)
+            refused = True
+            continue
         except OSError as e:
             click.echo(f"{address}: unreachable ({e})")
             continue
@@ -122,15 +194,25 @@ def status(admin: tuple[str, ...], as_json: bool) -> None:
                      f"synchronized-with-backup={ha['synchronized-with-backup']}, "
                      f"synchronized-with-live={ha['synchronized-with-live']}")
         click.echo(line)
+    if refused:
+        sys.exit(1)
 
 
 @main.command()
 @click.argument("admin")
 @click.confirmation_option(prompt="Serve this server's journal even if the other server may "
                                   "hold newer data?")
-def activate(admin: str) -> None:
-    """Force a WAITING server (by its management address) to become active."""
-    click.echo(_admin_get(admin, "/activate", method="POST"))
+@_admin_options
+def activate(admin: str, user: str | None, password: str | None) -> None:
+    """Force a WAITING server (by its management address) to become active (needs a user
+    with the admin role)."""
+    credentials = _admin_credentials(user, password, (admin,))
+    try:
+        click.echo(_admin_call(admin, "/activate", credentials, method="POST"))
+    except AdminRefused as e:
+        raise click.ClickException(str(e)) from None
+    except OSError as e:
+        raise click.ClickException(f"{admin}: unreachable ({e})") from None
 
 
 @main.command()

@@ -22,6 +22,18 @@ SERVERS = (
      "127.0.0.1:7001"),
 )
 WITNESS = "127.0.0.1:7000"
+ADMIN_ADDRESSES = tuple(admin for _name, _role, _stomp, admin, _listen, _peer in SERVERS)
+LOCAL_DIR = Path(".pairmq-local")  # `pairmq up`'s default --dir
+
+
+def local_login(root: Path) -> tuple[str, str] | None:
+    """The login and password `pairmq up` generated in `root`, if it ran there: `pairmq
+    status` and `pairmq activate` use them for the local pair when given no user."""
+    try:
+        login, password, _secret = (root / "credentials").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return login, password
 
 
 def _credentials(root: Path) -> tuple[str, str, str]:
@@ -86,7 +98,10 @@ def run_local_pair(root: Path) -> None:
     print(f".venv/bin/pairmq send -s 127.0.0.1:61613 -u {login} -p {password} /queue/hello hi "
           f"&& .venv/bin/pairmq receive -s 127.0.0.1:61613 -u {login} -p {password} "
           "/queue/hello", file=sys.stderr, flush=True)
-    console.print("  state     .venv/bin/pairmq status")
+    state = ".venv/bin/pairmq status"
+    if root.resolve() != LOCAL_DIR.resolve():  # status finds only the default dir by itself
+        state += f" --user {login} --password {password}"
+    console.print(f"  state     {state}")
     console.print("  Ctrl-C stops all three.")
     stopping = False
 

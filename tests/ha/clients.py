@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pairmq.client.blocking import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
@@ -89,9 +89,11 @@ class FailoverProducer(_Failover):
     """
 
     def __init__(self, addresses: Sequence[Address], destination: str, *, window: int = 16,
-                 receipt_timeout: float = 10.0, connect_timeout: float = 30.0) -> None:
+                 receipt_timeout: float = 10.0, connect_timeout: float = 30.0,
+                 on_receipt: Callable[[Address, str, bytes], None] | None = None) -> None:
         super().__init__(addresses, connect_timeout)
         self.destination = destination
+        self.on_receipt = on_receipt  # (server address, dup-id, body) as each RECEIPT arrives
         self.window = window
         self.receipt_timeout = receipt_timeout
         self.pending: collections.OrderedDict[str, bytes] = collections.OrderedDict()
@@ -110,9 +112,12 @@ class FailoverProducer(_Failover):
         frame = self.conn.read_frame(self.receipt_timeout)
         if frame.command == "RECEIPT":
             rid = frame.headers.get("receipt-id", "")
-            if self.pending.pop(rid, None) is not None:
+            body = self.pending.pop(rid, None)
+            if body is not None:
                 self.receipted.append(rid)
                 self.receipt_times.append(time.monotonic())
+                if self.on_receipt is not None:
+                    self.on_receipt(self.connected_to[-1], rid, body)
 
     def _run(self, dup_id: str | None, done) -> None:
         give_up = time.monotonic() + self.connect_timeout + self.receipt_timeout

@@ -6,6 +6,7 @@ Used by the HA tests and the partition tests. The API is meant to stay stable:
     pair.start()                              # witness, primary, backup (see `order`)
     pair.wait_formed()                        # primary ACTIVE, backup PASSIVE
     pair.status("primary")                    # GET /status of its admin HTTP (dict or None)
+                                              # as the test admin (tests/support/admin.py)
     pair.wait_state("backup", "PASSIVE", 10)  # returns the status
     pair.active()                             # the one serving server's name, or None
     pair.kill("primary"); pair.restart("primary")
@@ -20,7 +21,7 @@ are plain dicts, read at every (re)start, so they may be changed before `start()
 
 from __future__ import annotations
 
-import json
+import os
 import random
 import signal
 import socket
@@ -28,8 +29,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any, TypeVar
 
 from pairmq.client.blocking import BlockingConnection, StompError
 from tests.serverproc import ServerProcess, free_port, start_server, wait_for_port
+from tests.support.admin import admin_env, admin_status, admin_user_flags
 
 NAMES = ("primary", "backup")
 SERVING = ("ACTIVE", "STANDALONE")
@@ -154,6 +154,7 @@ class Pair:
             "--heartbeat-interval-ms", str(self.heartbeat_ms),
             "--activation-interval-ms", str(self.activation_ms),
             "--admin", self.admin_address(name),
+            *admin_user_flags(),  # the management port answers only users with a role
         ]
         if self.with_witness:
             flags += ["--witness", self.witness_address_for.get(name, self.witness_address())]
@@ -327,15 +328,10 @@ class Pair:
     # ------------------------------------------------------------ management
 
     def status(self, name: str, timeout: float = 2.0) -> dict[str, Any] | None:
-        """GET /status of `name`, or None when it does not answer."""
+        """GET /status of `name` (as the test admin), or None when it does not answer."""
         if not self.alive(name):
             return None
-        try:
-            with urllib.request.urlopen(f"http://{self.admin_address(name)}/status",
-                                        timeout=timeout) as response:
-                return json.loads(response.read())
-        except (OSError, urllib.error.URLError, ValueError):
-            return None
+        return admin_status(self.admin_address(name), timeout)
 
     def state(self, name: str) -> str | None:
         st = self.status(name)
@@ -384,8 +380,9 @@ class Pair:
         return self.cli("activate", self.admin_address(name), "--yes")
 
     def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """`pairmq ARGS`, logged in as the test admin (PAIRMQ_USER / PAIRMQ_PASSWORD)."""
         return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, env={**os.environ, **admin_env()})
 
     # ------------------------------------------------------------ clients
 

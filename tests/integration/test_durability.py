@@ -613,8 +613,11 @@ def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
             with pytest.raises(TimeoutError):
                 frame = client.read_frame(1.0)  # not on disk: no RECEIPT
                 raise AssertionError(f"{command} answered while the disk was frozen: {frame}")
-            # The event loop never waits for the disk: what journals nothing goes on.
-            bystander.send_frame("SEND", {"destination": topic}, f"served {i}")
+            # The event loop never waits for the disk: what journals nothing goes on, and
+            # its RECEIPT comes at once (it waits for no record, least of all another's).
+            bystander.send_frame("SEND", {"destination": topic, "receipt": f"b{i}"},
+                                 f"served {i}")
+            assert bystander.wait_receipt(f"b{i}", timeout=1.0).command == "RECEIPT"
             assert bystander.read_message().body == f"served {i}".encode()
         finally:
             _run("fsfreeze", "-u", str(mountpoint))

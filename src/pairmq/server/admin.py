@@ -1,18 +1,31 @@
-"""Management HTTP: /status (JSON), /metrics (Prometheus), POST /activate (operator)."""
+"""Management HTTP: /status (JSON), /metrics (Prometheus), POST /activate (operator).
+
+Every request is checked against [auth.users] with HTTP basic auth (docs/configuration.md,
+"Management HTTP"): writes need the `admin` role, reads `admin` or `monitor` unless
+`anonymous_management_reads` opens them. `allow_anonymous` (STOMP) never opens this port.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
 
 if TYPE_CHECKING:
     from pairmq.server.app import PairmqServer
 
 log = logging.getLogger("pairmq.admin")
+
+REALM = 'Basic realm="pairmq"'
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def server_status(server: PairmqServer) -> dict[str, Any]:
@@ -20,9 +33,10 @@ def server_status(server: PairmqServer) -> dict[str, Any]:
     status: dict[str, Any] = {
         "name": server.config.name,
         "stomp": server.client_address,
-        "state": server.ha.state.value if server.ha else "STANDALONE",
+        "state": server.pair.state.value,
         "policy": server.config.policy,
-        "connections": len(server.connections),
+        "role_generation": server.role.generation,
+        "connections": len(server.role.connections),
         "journal": {"appended_seq": store.appended_seq, "synced_seq": store.synced_seq,
                     "confirmed_seq": server.confirmed_seq, "epoch": store.epoch,
                     "full": store.full},
@@ -30,8 +44,9 @@ def server_status(server: PairmqServer) -> dict[str, Any]:
                                 "consumers": sum(len(q.consumers) for q in a.queues)}
                          for name, a in server.broker.addresses.items()},
     }
-    if server.ha is not None:
-        status["ha"] = server.ha.status()
+    pair = server.pair.status()
+    if pair is not None:
+        status["ha"] = pair
     return status
 
 
@@ -48,7 +63,7 @@ class _Collector:
             counter.add_metric([], stats.get(name, 0))
             yield counter
         gauge = GaugeMetricFamily("pairmq_connections", "open client connections")
-        gauge.add_metric([], len(server.connections))
+        gauge.add_metric([], len(server.role.connections))
         yield gauge
         depth = GaugeMetricFamily("pairmq_destination_messages", "messages held",
                                   labels=["destination"])
@@ -58,6 +73,64 @@ class _Collector:
         serving = GaugeMetricFamily("pairmq_serving", "1 when this server serves clients")
         serving.add_metric([], 1 if server.serving else 0)
         yield serving
+
+
+def _refused(status: int, problem: str) -> web.Response:
+    """401 asks for credentials (with the challenge a browser or curl understands); 403 says
+    the user is known but lacks the role."""
+    headers = {hdrs.WWW_AUTHENTICATE: REALM} if status == 401 else None
+    return web.json_response({"error": problem}, status=status, headers=headers)
+
+
+def _basic_credentials(header: str | None) -> tuple[str, str] | None:
+    """(login, password) from an Authorization header; ValueError when it is not basic auth."""
+    if header is None:
+        return None
+    credentials = BasicAuth.decode(header, encoding="utf-8")
+    return credentials.login, credentials.password
+
+
+def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
+    open_reads: bool = server.config.anonymous_management_reads
+
+    @web.middleware
+    async def require_role(request: web.Request, handler: Handler) -> web.StreamResponse:
+        method, path = request.method, request.path
+        if open_reads and method in READ_METHODS:
+            return await handler(request)
+        roles = management_roles(method)
+        needs = " or ".join(roles)
+        where = f"{method} {path} from {request.remote}"
+        try:
+            credentials = _basic_credentials(request.headers.get(hdrs.AUTHORIZATION))
+        except ValueError as e:
+            log.warning("Management HTTP refused %s: malformed Authorization header (%s)",
+                        where, e)
+            return _refused(401, f"authentication failed: the Authorization header is not "
+                                 f"valid HTTP basic auth ({e})")
+        if credentials is None:
+            log.warning("Management HTTP refused %s: no credentials", where)
+            return _refused(401, f"authentication required: {method} {path} needs a user "
+                                 f"with role {needs} (HTTP basic auth)")
+        login, password = credentials
+        # A hashed password takes tens of ms to check: in a thread of our own, so that
+        # neither the event loop nor the threads the journal uses wait for it.
+        loop = asyncio.get_running_loop()
+        user = await loop.run_in_executor(executor, authenticate, server.config.users, login,
+                                          password)
+        if user is None:
+            log.warning("Management HTTP refused %s: unknown user or wrong password for %r",
+                        where, login)
+            return _refused(401, "authentication failed: unknown user or wrong password")
+        if not set(roles) & set(user.roles):
+            has = ", ".join(user.roles) or "none"
+            log.warning("Management HTTP refused %s: user %r lacks role %s", where, login, needs)
+            return _refused(403, f"forbidden: {method} {path} needs role {needs}; user "
+                                 f"{login!r} has: {has}")
+        request["user"] = user.name
+        return await handler(request)
+
+    return require_role
 
 
 async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
@@ -71,21 +144,38 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
         return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    async def activate(_request: web.Request) -> web.Response:
-        if server.ha is None:
+    async def activate(request: web.Request) -> web.Response:
+        pair = server.pair
+        if server.config.policy == "none":
             return web.json_response({"error": "not part of a pair"}, status=400)
         if server.serving:
-            return web.json_response({"state": server.ha.state.value})
-        log.warning("An operator forced this server to activate")
-        server.ha.force()
-        return web.json_response({"state": server.ha.state.value, "forced": True})
+            return web.json_response({"state": pair.state.value})
+        refused = pair.force()
+        if refused is not None:
+            log.warning("Refused an operator's forced activation (user %s): %s",
+                        request["user"], refused)
+            return web.json_response({"state": pair.state.value, "error": refused},
+                                     status=409)
+        log.warning("An operator forced this server to activate (user %s)", request["user"])
+        return web.json_response({"state": pair.state.value, "forced": True})
 
-    app = web.Application()
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pairmq-admin-auth")
+    app = web.Application(middlewares=[_auth_middleware(server, executor)])
     app.add_routes([web.get("/status", status), web.get("/metrics", metrics),
                     web.post("/activate", activate)])
+
+    async def shutdown_executor(_app: web.Application) -> None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(shutdown_executor)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
     await web.TCPSite(runner, host, int(port)).start()
-    log.info("Management HTTP on http://%s/status and /metrics", address)
+    if not any(ADMIN_ROLE in user.roles for user in server.config.users.values()):
+        log.warning("No user has the admin role: the management port refuses POST /activate. "
+                    "Add one to [auth.users] (roles = [\"admin\"]).")
+    reads = "open to anyone" if server.config.anonymous_management_reads else \
+        "for users with role admin or monitor"
+    log.info("Management HTTP on http://%s/status and /metrics (%s)", address, reads)
     return runner

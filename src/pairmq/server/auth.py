@@ -1,4 +1,4 @@
-"""Passwords: plain or scrypt hashes, checked without blocking the event loop."""
+"""Passwords (plain or scrypt hashes) and the roles the management port asks for."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from collections.abc import Mapping
 
 from pairmq.server.config import User
 
@@ -39,10 +40,28 @@ def verify_password(stored: str, given: str) -> bool:
     return hmac.compare_digest(expected, actual)
 
 
-def check_login(users: dict[str, User], login: str, passcode: str) -> bool:
+def check_login(users: Mapping[str, User], login: str, passcode: str) -> bool:
     user = users.get(login)
     if user is None:
         # Spend the same effort for an unknown user, so timing does not reveal who exists.
         verify_password(hash_password("x", b"0" * 16), passcode)
         return False
     return verify_password(user.password, passcode)
+
+
+# ------------------------------------------------------------------ management HTTP
+
+ADMIN_ROLE = "admin"
+MONITOR_ROLE = "monitor"
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+def management_roles(method: str) -> tuple[str, ...]:
+    """The roles that may make a management request: reads (GET, HEAD) need `admin` or
+    `monitor`; anything else may change the server (POST /activate), so only `admin`."""
+    return (ADMIN_ROLE, MONITOR_ROLE) if method in READ_METHODS else (ADMIN_ROLE,)
+
+
+def authenticate(users: Mapping[str, User], login: str, password: str) -> User | None:
+    """The user behind a login and password, or None; slow for hashes (run it in a thread)."""
+    return users.get(login) if check_login(users, login, password) else None

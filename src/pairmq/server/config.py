@@ -89,6 +89,8 @@ KEYS: tuple[Key, ...] = (
         "persistent message bodies held in memory; beyond it they stay on disk",
         _at_least(0)),
     Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
+    Key("auth", "anonymous_management_reads", bool, False,
+        "GET /status and /metrics without credentials (writes always need an admin)"),
     Key("ha", "policy", str, "none", "none or replication (shared-store is not available yet)",
         _one_of(HA_POLICIES)),
     Key("ha", "role", str, "primary", "primary or backup", _one_of(("primary", "backup"))),

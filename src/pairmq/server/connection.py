@@ -11,7 +11,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from pairmq import __version__
 from pairmq.core import CoreError, Delivery
@@ -27,9 +26,8 @@ from pairmq.protocol import (
 )
 from pairmq.server import wire
 from pairmq.server.auth import check_login, is_hashed, verify_password
-
-if TYPE_CHECKING:
-    from pairmq.server.app import PairmqServer
+from pairmq.server.config import ServerConfig
+from pairmq.server.role import Role, RolePhase, Ticket
 
 log = logging.getLogger("pairmq.connection")
 
@@ -44,11 +42,16 @@ def now_ms() -> int:
 
 
 class StompConnection(asyncio.Protocol):
-    def __init__(self, server: PairmqServer) -> None:
-        self.server = server
-        self.broker = server.broker
-        self.conn_id = server.next_conn_id()
-        cfg = server.config
+    """A client connection; it belongs to the role it was accepted in, for life."""
+
+    def __init__(self, config: ServerConfig, role: Role, conn_id: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.role = role
+        self.broker = role.broker
+        self.loop = loop
+        self.conn_id = conn_id
+        cfg = config
         self.parser = FrameParser(max_frame_bytes=cfg.max_frame_bytes,
                                   max_headers=cfg.max_headers,
                                   max_header_bytes=cfg.max_header_bytes)
@@ -59,8 +62,9 @@ class StompConnection(asyncio.Protocol):
         self.closing = False
         self.waiting = False  # frames are held: a password check runs, or the journal is full
         self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
-        self.needed_seq = 0  # receipts wait until the journal is confirmed up to here
-        self.pending_receipts: deque[tuple[int, bytes]] = deque()  # (journal seq, RECEIPT)
+        self.last_ticket: Ticket | None = None  # the newest record this connection wrote
+        # RECEIPTs in frame order, each with the record it waits for (None: nothing)
+        self.pending_receipts: deque[tuple[Ticket | None, bytes]] = deque()
         self.backlog: deque[Frame] = deque()
         self.out: list[bytes] = []
         self.blocked_on: set[Address] = set()
@@ -75,16 +79,16 @@ class StompConnection(asyncio.Protocol):
         self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.last_read = self.last_write = self.server.loop.time()
-        self.server.connections[self.conn_id] = self
-        self._timers["connect"] = self.server.loop.call_later(CONNECT_TIMEOUT_S,
-                                                             self._connect_timeout)
-        log.debug("Connection %d opened from %s", self.conn_id, self.peer)
+        self.last_read = self.last_write = self.loop.time()
+        self.role.attach(self)
+        self._timers["connect"] = self.loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
+        log.debug("Connection %d opened from %s (role %d)", self.conn_id, self.peer,
+                  self.role.generation)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_read = self.server.loop.time()
+        self.last_read = self.loop.time()
         try:
             frames = self.parser.feed(data)
         except ProtocolError as e:
@@ -92,18 +96,18 @@ class StompConnection(asyncio.Protocol):
             if e.frames:
                 self._take(e.frames)
             self.fail(str(e))
-            self.server.flush()
+            self.role.flush()
             return
         if frames:
             try:
                 self._take(frames)
-                self.server.flush()
+                self.role.flush()
             except Exception:
                 # A bug must not pass silently (uvloop would just close the socket).
                 log.exception("Internal error while serving connection %d from %s",
                               self.conn_id, self.peer)
                 self.fail("internal server error (logged on the server)")
-                self.server.flush()
+                self.role.flush()
 
     def _take(self, frames: list[Frame]) -> None:
         if self.waiting or self.backlog:
@@ -118,10 +122,11 @@ class StompConnection(asyncio.Protocol):
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        self.server.forget(self)
+        self.role.detach(self)
+        self.blocked_on.clear()
         if self.connected:
             self.broker.close_session(self.conn_id, now_ms())
-        self.server.flush()
+        self.role.flush()
 
     def pause_writing(self) -> None:
         if self.connected:
@@ -130,7 +135,7 @@ class StompConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.connected and not self.closing:
             self.broker.set_writable(self.conn_id, True, now_ms())
-            self.server.flush()
+            self.role.flush()
 
     # ------------------------------------------------------------ frames
 
@@ -153,10 +158,13 @@ class StompConnection(asyncio.Protocol):
         if handler is None:
             self.fail(f"unknown command {command!r}", frame)
             return
-        server = self.server
-        broker = self.broker
-        duplicates = broker.stats["duplicates"]
-        records = len(broker.records)
+        role = self.role
+        if role.phase is not RolePhase.CURRENT:
+            refusal = role.refusal()
+            assert refusal is not None
+            self.fail(refusal.message, frame, extra=refusal.extra)
+            return
+        mark = role.frame_mark()
         try:
             held = handler(self, frame)
         except (CoreError, ProtocolError) as e:
@@ -164,38 +172,39 @@ class StompConnection(asyncio.Protocol):
             return
         if held is HELD:
             return
-        if len(broker.records) > records or broker.stats["duplicates"] != duplicates:
-            # What this frame changed (or, for a dup-id hit, the original it relies on, which
-            # any connection may have journaled) must be confirmed before its receipt. The
-            # changes of a whole socket read are journaled as one record when the read is
-            # done (server.flush), so that record is the next sequence number.
-            store = server.store
-            self.needed_seq = store.appended_seq + (1 if broker.records else 0)
+        # What this frame changed (or, for a dup-id hit, the original it relies on) must be
+        # confirmed before its receipt: the record that holds it, and no other.
+        ticket = role.ticket_since(mark)
+        if ticket is not None:
+            self.last_ticket = ticket
         receipt = frame.headers.get("receipt")
         if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
             self.drain_deliveries()
-            self.confirm(wire.receipt(receipt, self.version))
+            self.confirm(ticket, wire.receipt(receipt, self.version))
 
-    def confirm(self, frame_bytes: bytes) -> None:
-        """Send a RECEIPT once everything journaled before it is confirmed: on disk and, in a
-        pair, on the backup (never earlier)."""
-        server = self.server
-        seq = self.needed_seq
-        if seq <= server.confirmed_seq and not self.pending_receipts:
+    def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
+        """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,
+        on the backup), never earlier, and after every earlier RECEIPT of this connection."""
+        role = self.role
+        if not self.pending_receipts and (ticket is None or role.confirmed(ticket)):
             self.out.append(frame_bytes)
-            server.dirty.add(self)
+            role.mark_dirty(self)
             return
-        self.pending_receipts.append((seq, frame_bytes))
-        server.when_confirmed(seq, self.release_receipts)
+        self.pending_receipts.append((ticket, frame_bytes))
+        if ticket is not None:
+            role.when_confirmed(ticket, self.release_receipts)
 
     def release_receipts(self) -> None:
         if self.closing:
             return
-        synced = self.server.confirmed_seq
+        role = self.role
         pending = self.pending_receipts
-        while pending and pending[0][0] <= synced:
+        while pending:
+            ticket = pending[0][0]
+            if ticket is not None and not role.confirmed(ticket):
+                break
             self.out.append(pending.popleft()[1])
-        self.server.dirty.add(self)
+        role.mark_dirty(self)
         if self.disconnecting and not pending:
             self.close()
 
@@ -209,27 +218,22 @@ class StompConnection(asyncio.Protocol):
                       extra={"version": SUPPORTED})
             return
         self.version = version
-        server = self.server
-        if not server.serving:
-            active = server.active_address
-            state = server.ha.state.value if server.ha else "?"
-            where = f": connect to the active server at {active}" if active else \
-                ": no server of the pair is active right now"
-            self.fail(f"this server is {state}{where}", frame,
-                      extra={"active-server": active} if active else None)
+        refusal = self.role.refusal()
+        if refusal is not None:
+            self.fail(refusal.message, frame, extra=refusal.extra)
             return
         cx, cy = parse_heart_beat(h.get("heart-beat", "0,0"))
         client_id = h.get("client-id")
         login = h.get("login")
         if login is None:
-            if self.server.config.allow_anonymous:
+            if self.config.allow_anonymous:
                 self.finish_connect(version, cx, cy, client_id, None)
             else:
                 self.fail("authentication failed", frame,
                           detail="this server requires a login and passcode")
             return
         passcode = h.get("passcode", "")
-        users = self.server.config.users
+        users = self.config.users
         user = users.get(login)
         if user is not None and not is_hashed(user.password):
             if verify_password(user.password, passcode):
@@ -241,7 +245,7 @@ class StompConnection(asyncio.Protocol):
         self.waiting = True
         assert self.transport is not None
         self.transport.pause_reading()
-        future = self.server.loop.run_in_executor(None, check_login, users, login, passcode)
+        future = self.loop.run_in_executor(None, check_login, users, login, passcode)
         future.add_done_callback(
             lambda f: self._auth_done(f, version, cx, cy, client_id, login, frame))
 
@@ -263,7 +267,7 @@ class StompConnection(asyncio.Protocol):
         self.backlog.appendleft(frame)
         if self.transport is not None:
             self.transport.pause_reading()
-        self.server.store_waiters.add(self)
+        self.role.wait_for_room(self)
         return HELD
 
     def release_backlog(self) -> None:
@@ -276,7 +280,7 @@ class StompConnection(asyncio.Protocol):
             frames = list(self.backlog)
             self.backlog.clear()
             self.process(frames)
-        self.server.flush()
+        self.role.flush()
 
     def _auth_failed(self, login: str, frame: Frame) -> None:
         log.warning("Refused login %r from %s: bad login or passcode", login, self.peer)
@@ -291,15 +295,16 @@ class StompConnection(asyncio.Protocol):
             return
         self.connected = True
         self.parser.version = version
-        beat = self.server.config.heartbeat_ms
+        beat = self.config.heartbeat_ms
         outgoing, incoming = negotiate_heart_beat(beat, beat, cx, cy)
         headers = {"version": version, "heart-beat": f"{beat},{beat}",
                    "session": session.token, "server": f"pairmq/{__version__}"}
-        if self.server.ha is not None:
-            headers["topology"] = self.server.topology()
+        topology = self.role.topology()
+        if topology is not None:
+            headers["topology"] = topology
         self.out.append(serialize(Frame("CONNECTED", headers), version))
-        self.server.dirty.add(self)
-        loop = self.server.loop
+        self.role.mark_dirty(self)
+        loop = self.loop
         if outgoing:
             self._timers["beat"] = loop.call_later(outgoing / 1000, self._beat, outgoing / 1000)
         if incoming:
@@ -312,7 +317,7 @@ class StompConnection(asyncio.Protocol):
         destination = h.get("destination")
         if destination is None:
             raise CoreError("SEND requires a destination header")
-        if h.get("persistent") == "true" and self.server.store.full:
+        if h.get("persistent") == "true" and self.role.journal_full_reason() is not None:
             return self._journal_full(frame)
         full = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
                                 h.get("transaction"))
@@ -386,18 +391,18 @@ class StompConnection(asyncio.Protocol):
 
     def on_commit(self, frame: Frame) -> object:
         transaction = self._transaction(frame)
-        if self.server.store.full and self.broker.has_persistent_sends(self.conn_id,
-                                                                        transaction):
+        if self.role.journal_full_reason() is not None \
+                and self.broker.has_persistent_sends(self.conn_id, transaction):
             return self._journal_full(frame)
         for address in self.broker.commit(self.conn_id, transaction, now_ms()):
             self.block_on(address)
         return None
 
     def _journal_full(self, frame: Frame) -> object:
-        store = self.server.store
-        if store.settings.full_policy == "block":
+        role = self.role
+        if role.full_policy == "block":
             return self.hold(frame)
-        raise CoreError(f"{store.full_reason()}: persistent message not accepted")
+        raise CoreError(f"{role.journal_full_reason()}: persistent message not accepted")
 
     def on_abort(self, frame: Frame) -> None:
         self.broker.abort(self.conn_id, self._transaction(frame), now_ms())
@@ -409,7 +414,9 @@ class StompConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.pause_reading()
         if receipt is not None:
-            self.confirm(wire.receipt(receipt, self.version))
+            # After every earlier receipt, and once everything this connection wrote is
+            # confirmed: the client may rely on all its frames having been taken.
+            self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
         if not self.pending_receipts:
             self.close()
 
@@ -419,14 +426,14 @@ class StompConnection(asyncio.Protocol):
         version = self.version
         lines = self.sub_lines
         out = self.out
-        read_body = self.server.store.read_body
+        read_body = self.role.read_body
         for delivery in deliveries:
             sub_id = delivery.subscription.id
             line = lines.get(sub_id)
             if line is None:
                 line = lines[sub_id] = wire.subscription_line(sub_id, version)
             out.append(wire.encode_delivery(delivery, version, line, read_body))
-        self.server.dirty.add(self)
+        self.role.mark_dirty(self)
 
     def drain_deliveries(self) -> None:
         """Write this connection's pending deliveries now, so a RECEIPT never overtakes them."""
@@ -439,7 +446,7 @@ class StompConnection(asyncio.Protocol):
             data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
             self.out.clear()
             self.transport.write(data)
-            self.last_write = self.server.loop.time()
+            self.last_write = self.loop.time()
 
     def fail(self, message: str, frame: Frame | None = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None:
@@ -466,7 +473,7 @@ class StompConnection(asyncio.Protocol):
         if address in self.blocked_on:
             return
         self.blocked_on.add(address)
-        self.server.waiters.setdefault(address, set()).add(self)
+        self.role.wait_for_address(self, address)
         self.waiting = True
         if self.transport is not None and not self.closing:
             self.transport.pause_reading()
@@ -487,7 +494,7 @@ class StompConnection(asyncio.Protocol):
     def _beat(self, interval: float) -> None:
         if self.closing or self.transport is None:
             return
-        loop = self.server.loop
+        loop = self.loop
         idle = loop.time() - self.last_write
         if idle >= interval * 0.95:
             self.transport.write(b"\n")
@@ -498,7 +505,7 @@ class StompConnection(asyncio.Protocol):
     def _watch(self, interval: float) -> None:
         if self.closing:
             return
-        loop = self.server.loop
+        loop = self.loop
         silent = loop.time() - self.last_read
         if silent > 2 * interval:
             log.info("Closing connection %d from %s: no heart-beat for %.0f ms", self.conn_id,

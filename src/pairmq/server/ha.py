@@ -862,11 +862,28 @@ class HaNode:
                         "holder_identity": self.witness_info.get("holder")},
         }
 
-    def force(self) -> None:
-        """`pairmq activate`: an operator says this server's journal is the one to serve."""
+    def force(self) -> str | None:
+        """`pairmq activate`: an operator says this server's journal is the one to serve.
+        Only a server that cannot decide (WAITING, STARTING) takes the order; the reason
+        otherwise."""
+        if self.state in (State.SYNCING, State.PASSIVE):
+            active = self.active_address()
+            return (f"this server is {self.state.value}, a backup of the active server"
+                    f"{f' at {active}' if active else ''}: forcing is for a WAITING server")
         if not self.state.serving:
             self.force_activation = True
             self.decide()
+        return None
+
+    # ------------------------------------------------------------ what clients are told
+
+    def active_address(self) -> str | None:
+        """The peer's STOMP address while it serves (where clients should go)."""
+        return self.peer.get("stomp") if self.peer_state.serving else None
+
+    def topology(self, own: str) -> str:
+        peer = self.peer.get("stomp")
+        return f"{own},{peer}" if peer else own
 
 
 

@@ -1,0 +1,82 @@
+"""What the server asks of its HA policy, and the null policy of a server without a pair.
+
+The server and its roles talk to the pair through this small interface only; a server
+with `[ha] policy = "none"` gets `NoPair`, which always serves and confirms what is on the
+local disk, so no code path has to ask whether a pair exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pairmq.ha.states import State
+
+
+class PairPolicy(Protocol):
+    """The pair as the rest of the server sees it."""
+
+    @property
+    def state(self) -> State: ...
+
+    def active_address(self) -> str | None:
+        """The STOMP address of the pair's serving server when this one does not serve."""
+
+    def topology(self, own: str) -> str | None:
+        """The CONNECTED frame's `topology` header: this server first, then its peer."""
+
+    def confirmable(self, local: int, current: int) -> int:
+        """Up to which journal sequence receipts may go out, given the local disk's."""
+
+    def on_append(self, seq: int, record: bytes) -> None:
+        """A record the serving journal appended (the replication stream)."""
+
+    def mirror_synced(self, seq: int) -> None:
+        """A mirrored (backup) journal reached the disk up to seq."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def status(self) -> dict[str, Any] | None:
+        """The pair's part of GET /status, or None without a pair."""
+
+    def force(self) -> str | None:
+        """`pairmq activate`: None when the order is taken, else why it is refused."""
+
+
+class NoPair:
+    """The null policy: one server, always serving, confirming what its disk holds."""
+
+    def __init__(self, open_for_serving: Any) -> None:
+        self._open_for_serving = open_for_serving  # async () -> None, from the server
+
+    @property
+    def state(self) -> State:
+        return State.STANDALONE
+
+    def active_address(self) -> str | None:
+        return None
+
+    def topology(self, own: str) -> str | None:
+        return None
+
+    def confirmable(self, local: int, current: int) -> int:
+        return local
+
+    def on_append(self, seq: int, record: bytes) -> None:
+        pass
+
+    def mirror_synced(self, seq: int) -> None:
+        raise RuntimeError("a server without a pair never mirrors a journal")
+
+    async def start(self) -> None:
+        await self._open_for_serving()
+
+    async def stop(self) -> None:
+        pass
+
+    def status(self) -> dict[str, Any] | None:
+        return None
+
+    def force(self) -> str | None:
+        return "not part of a pair"

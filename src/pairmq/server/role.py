@@ -1,0 +1,340 @@
+"""What one role of the server serves with: its broker, its store, its confirmation pipeline.
+
+A role is made anew at every role change (start, activation, stepping down), with a
+generation number one higher than the last. A client connection belongs to the role it
+was accepted in and talks to it only through the methods of `Role` below. When the role
+retires, its connections are closed with an ERROR naming the active server: no connection
+ever outlives the broker and store it was using, so nothing it sends can be applied to a
+broker that will never journal it, and no RECEIPT can be released by another role's disk.
+
+RECEIPTs wait for a `Ticket`: the sequence number of the journal record that holds the
+frame's own changes. The changes of one socket read (or timer) are journaled as one
+record when the role flushes, and only then does the ticket learn its number; a number
+other connections' records could reach is never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from pairmq.core import Broker, BrokerEvent, Delivery, Message
+from pairmq.core.queue import Address
+from pairmq.server.policy import PairPolicy
+from pairmq.store.store import Store
+
+log = logging.getLogger("pairmq.server")
+
+
+class RoleKind(StrEnum):
+    SERVING = "serving"  # the journal is open for appends: clients are served
+    STANDBY = "standby"  # recovered but not yet active, or mirroring the peer: clients refused
+
+
+class RolePhase(StrEnum):
+    CURRENT = "current"
+    RETIRED = "retired"  # a newer role took over: its connections are closed
+
+
+class Ticket:
+    """The journal sequence number a RECEIPT waits for (None until the record is appended)."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq: int | None = None) -> None:
+        self.seq = seq
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a role does not serve a client, and where the active server is (if known)."""
+
+    message: str
+    active: str | None
+
+    @property
+    def extra(self) -> dict[str, str] | None:
+        return {"active-server": self.active} if self.active else None
+
+
+class Client(Protocol):
+    """What a role needs of a client connection."""
+
+    conn_id: int
+    closing: bool
+
+    def fail(self, message: str, frame: object = None, detail: str = "",
+             extra: dict[str, str] | None = None) -> None: ...
+
+    def write_deliveries(self, deliveries: list[Delivery]) -> None: ...
+
+    def flush_out(self) -> None: ...
+
+    def unblock(self, address: Address) -> None: ...
+
+    def release_backlog(self) -> None: ...
+
+
+FrameMark = tuple[int, int]  # (records pending, duplicates seen) before a frame
+
+
+class Role:
+    def __init__(self, generation: int, kind: RoleKind, broker: Broker, store: Store,
+                 policy: PairPolicy, own_address: str) -> None:
+        self.generation = generation
+        self.kind = kind
+        self.phase = RolePhase.CURRENT
+        self.broker = broker
+        self.store = store
+        self._policy = policy
+        self._own_address = own_address
+        self.connections: dict[int, Client] = {}
+        self._dirty: set[Client] = set()  # connections with output waiting
+        self._address_waiters: dict[Address, set[Client]] = {}  # full address -> producers
+        self._room_waiters: set[Client] = set()  # held while the journal is full
+        self.confirmed_seq = 0  # receipts may go out for every record up to here
+        self._confirm_waiters: collections.deque[tuple[Ticket, Callable[[], None]]] = \
+            collections.deque()
+        self._batch: Ticket | None = None  # the ticket of the record the next flush writes
+
+    def __repr__(self) -> str:
+        return f"<Role {self.generation} {self.kind} {self.phase}>"
+
+    # ------------------------------------------------------------ lifecycle (the server)
+
+    def open_for_serving(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Account the recovered state and open the journal for appends."""
+        store = self.store
+        if store.writer is None:
+            store.start(self.broker, loop)
+        writer = store.writer
+        assert writer is not None
+        writer.on_synced(lambda _seq: self._synced())
+        writer.on_append(self._policy.on_append)
+        store.on_full_change(self._store_full_changed)
+        self.confirmed_seq = store.synced_seq
+
+    def watch_mirror(self) -> None:
+        """A standby mirroring the peer: tell the policy when the copy reaches the disk."""
+        writer = self.store.writer
+        assert writer is not None
+        writer.on_synced(self._policy.mirror_synced)
+
+    def retire(self, message: str, active: str | None) -> None:
+        """A newer role took over: close every connection of this one (naming the active
+        server) and forget every receipt still waiting. The store is the server's to close."""
+        if self.phase is RolePhase.RETIRED:
+            return
+        self.phase = RolePhase.RETIRED
+        self.close_clients(message, active)
+        self._confirm_waiters.clear()
+        self._batch = None
+
+    def close_clients(self, message: str, active: str | None) -> None:
+        extra = {"active-server": active} if active else None
+        for conn in list(self.connections.values()):
+            conn.fail(message, extra=extra)
+        self._write_dirty()
+
+    # ------------------------------------------------------------ the connection interface
+
+    def refusal(self) -> Refusal | None:
+        """None when this role serves clients now; otherwise why not, and where to go."""
+        if self.phase is RolePhase.RETIRED:
+            return Refusal(f"this server changed role (role {self.generation} ended): reconnect",
+                           self._policy.active_address())
+        state = self._policy.state
+        if self.kind is RoleKind.SERVING and state.serving:
+            return None
+        active = self._policy.active_address()
+        where = f": connect to the active server at {active}" if active else \
+            ": no server of the pair is active right now"
+        return Refusal(f"this server is {state.value}{where}", active)
+
+    def topology(self) -> str | None:
+        return self._policy.topology(self._own_address)
+
+    def attach(self, conn: Client) -> None:
+        self.connections[conn.conn_id] = conn
+
+    def detach(self, conn: Client) -> None:
+        self.connections.pop(conn.conn_id, None)
+        self._dirty.discard(conn)
+        for waiting in self._address_waiters.values():
+            waiting.discard(conn)
+        self._room_waiters.discard(conn)
+
+    def mark_dirty(self, conn: Client) -> None:
+        self._dirty.add(conn)
+
+    def frame_mark(self) -> FrameMark:
+        broker = self.broker
+        return len(broker.records), broker.stats["duplicates"]
+
+    def ticket_since(self, mark: FrameMark) -> Ticket | None:
+        """What a frame's RECEIPT waits for: the record holding what it changed, or, for a
+        duplicate, one at or after the original's; None when it wrote nothing."""
+        broker = self.broker
+        if len(broker.records) > mark[0]:
+            return self._batch_ticket()
+        if broker.stats["duplicates"] != mark[1]:
+            # The original is in the journal already, or among the records not yet written.
+            return self._batch_ticket() if broker.records else Ticket(self.store.appended_seq)
+        return None
+
+    def _batch_ticket(self) -> Ticket:
+        if self._batch is None:
+            self._batch = Ticket()
+        return self._batch
+
+    def confirmed(self, ticket: Ticket) -> bool:
+        return ticket.seq is not None and ticket.seq <= self.confirmed_seq
+
+    def when_confirmed(self, ticket: Ticket, callback: Callable[[], None]) -> None:
+        if self.confirmed(ticket):
+            callback()
+        else:
+            self._confirm_waiters.append((ticket, callback))
+
+    def journal_full_reason(self) -> str | None:
+        """Why new persistent messages cannot be journaled now (None: they can)."""
+        store = self.store
+        return store.full_reason() if store.full else None
+
+    @property
+    def full_policy(self) -> str:
+        return self.store.settings.full_policy
+
+    def wait_for_room(self, conn: Client) -> None:
+        self._room_waiters.add(conn)
+
+    def wait_for_address(self, conn: Client, address: Address) -> None:
+        self._address_waiters.setdefault(address, set()).add(conn)
+
+    def read_body(self, message: Message) -> bytes:
+        return self.store.read_body(message)
+
+    # ------------------------------------------------------------ journal and confirmations
+
+    def persist(self) -> None:
+        """Journal what the broker changed since the last call (one atomic group) and give
+        the waiting ticket its sequence number."""
+        broker = self.broker
+        if not broker.records:
+            return
+        store = self.store
+        if self.phase is RolePhase.RETIRED:
+            return  # a closing connection's leftovers: this broker is gone with its role
+        if self.kind is not RoleKind.SERVING or store.writer is None or store.mirror:
+            # Never silently: whoever relied on these changes is told, none is confirmed.
+            log.error("Internal error: %d journal records in role %d (%s, %s), which cannot "
+                      "journal them: closing its connections", len(broker.records),
+                      self.generation, self.kind, self.phase)
+            broker.take_records()
+            self._batch = None
+            self.close_clients("internal server error: this server cannot store anything now "
+                               "(logged on the server)", self._policy.active_address())
+            return
+        seq = store.persist(broker.take_records())
+        if self._batch is not None:
+            self._batch.seq = seq
+            self._batch = None
+
+    def _synced(self) -> None:
+        self.update_confirmed()
+        self.flush()
+
+    def update_confirmed(self) -> None:
+        """Receipts wait for the local disk and whatever else the pair requires."""
+        if self.kind is not RoleKind.SERVING or self.phase is RolePhase.RETIRED:
+            return
+        new = self._policy.confirmable(self.store.synced_seq, self.confirmed_seq)
+        if new <= self.confirmed_seq:
+            return
+        self.confirmed_seq = new
+        waiters = self._confirm_waiters
+        while waiters:
+            ticket, callback = waiters[0]
+            if ticket.seq is None or ticket.seq > new:
+                break
+            waiters.popleft()
+            callback()
+        self.flush()
+
+    async def synced(self, seq: int) -> None:
+        """Wait until this role's journal has everything up to seq on disk."""
+        store = self.store
+        if store.writer is None or seq <= store.synced_seq:
+            return
+        done = asyncio.get_running_loop().create_future()
+        store.when_synced(seq, lambda: done.done() or done.set_result(None))
+        await done
+
+    # ------------------------------------------------------------ output
+
+    def flush(self) -> None:
+        """Turn the broker's records, deliveries and events into journal appends and socket
+        writes, once per read. A retired role only writes what its closing connections
+        still hold: its broker may be a newer role's (handed over at activation)."""
+        if self.phase is RolePhase.RETIRED:
+            self._write_dirty()
+            return
+        broker = self.broker
+        if broker.records:
+            self.persist()
+        if broker.outbox:
+            for conn_id, deliveries in broker.take_outbox().items():
+                conn = self.connections.get(conn_id)
+                if conn is not None and not conn.closing:
+                    conn.write_deliveries(deliveries)
+        if broker.events:
+            for event in broker.take_events():
+                self._on_event(event)
+        self._write_dirty()
+
+    def _write_dirty(self) -> None:
+        if self._dirty:
+            for conn in self._dirty:
+                conn.flush_out()
+            self._dirty.clear()
+
+    def sweep(self, now: int) -> None:
+        """Expire what is due (timer)."""
+        if self.kind is RoleKind.SERVING and self.phase is RolePhase.CURRENT:
+            self.broker.sweep_expired(now)
+            self.flush()
+
+    def _on_event(self, event: BrokerEvent) -> None:
+        address = event.address
+        if event.kind == "blocked" and address is not None:
+            log.warning("Destination %s is full (%s): blocking its producers until consumers "
+                        "catch up", address.name, event.detail)
+        elif event.kind == "unblocked" and address is not None:
+            log.info("Destination %s is below its limit again (%s): producers resume",
+                     address.name, event.detail)
+            for conn in self._address_waiters.pop(address, set()):
+                conn.unblock(address)
+        elif event.kind == "dead-lettered":
+            log.debug("Dead-lettered %s into %s", event.detail,
+                      address.name if address else "?")
+        elif event.kind == "expired":
+            log.debug("Dropped expired message %s", event.detail)
+
+    def _store_full_changed(self, full: bool) -> None:
+        if full:
+            action = ("held" if self.full_policy == "block" else "refused with an ERROR")
+            log.warning("%s: new persistent messages are %s until there is room",
+                        self.store.full_reason().capitalize(), action)
+            return
+        if self._room_waiters:
+            log.info("Journal has room again: %d held connections resume",
+                     len(self._room_waiters))
+        waiting, self._room_waiters = self._room_waiters, set()
+        for conn in waiting:
+            if not conn.closing:
+                conn.release_backlog()

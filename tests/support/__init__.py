@@ -1,0 +1,1 @@
+"""Helpers shared by tests and benchmarks (real processes, real sockets)."""

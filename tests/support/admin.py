@@ -1,0 +1,74 @@
+"""Talking to a real server's management HTTP with credentials, in one place.
+
+The management port refuses requests without a user that has the right role
+(docs/configuration.md, "Management HTTP"). Servers started by the test helpers get
+ADMIN_USER (through `admin_user_flags()`), and every helper that reads /status or POSTs
+/activate goes through `admin_request` / `admin_status`, or passes `admin_env()` to the
+`pairmq` command.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+ADMIN_USER = "pairmq-test-admin"
+ADMIN_PASSWORD = "admin-test-password"
+ADMIN = (ADMIN_USER, ADMIN_PASSWORD)
+
+
+def admin_user_flags(user: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> list[str]:
+    """Server flags adding a user with the admin role (`--user NAME:PASSWORD` gives it)."""
+    return ["--user", f"{user}:{password}"]
+
+
+def admin_env(user: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> dict[str, str]:
+    """Environment for `pairmq status` / `pairmq activate` to log in as `user`."""
+    return {"PAIRMQ_USER": user, "PAIRMQ_PASSWORD": password}
+
+
+def basic_auth(user: str, password: str) -> str:
+    """The value of an Authorization header for HTTP basic auth."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def admin_request(address: str, path: str, method: str = "GET",
+                  credentials: tuple[str, str] | None = ADMIN, timeout: float = 5.0,
+                  headers: dict[str, str] | None = None
+                  ) -> tuple[int, dict[str, str], Any]:
+    """(HTTP status, response headers, body: JSON if it parses, else text) of one request;
+    HTTP errors are answers too. OSError when the port does not answer."""
+    all_headers = dict(headers or {})
+    if credentials is not None:
+        all_headers["Authorization"] = basic_auth(*credentials)
+    request = urllib.request.Request(f"http://{address}{path}", method=method,
+                                     headers=all_headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            code, reply_headers, raw = response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as e:
+        code, reply_headers, raw = e.code, dict(e.headers), e.read()
+    try:
+        body: Any = json.loads(raw)
+    except ValueError:
+        body = raw.decode(errors="replace")
+    return code, reply_headers, body
+
+
+def admin_status(address: str, timeout: float = 2.0,
+                 credentials: tuple[str, str] | None = ADMIN) -> dict[str, Any] | None:
+    """GET /status as the test admin, or None while the server does not answer it (not
+    listening yet, or killed mid-answer). A refusal (401, 403) is raised: it means the
+    server was started without the test admin, which no waiting would fix."""
+    try:
+        code, _headers, body = admin_request(address, "/status", credentials=credentials,
+                                             timeout=timeout)
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    if code in (401, 403):
+        raise RuntimeError(f"{address} refused GET /status to the test admin ({code}): {body}")
+    return body if code == 200 and isinstance(body, dict) else None

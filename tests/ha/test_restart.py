@@ -3,37 +3,13 @@ start order; a server alone with an older journal waits until an operator forces
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from pairmq.client.blocking import BlockingConnection, StompError
-from tests.ha.clients import drain, parse_address, send_some
+from tests.ha.clients import drain, parse_address
 from tests.ha.pair import HOST, Pair
 from tests.netproxy import NetProxy
-
-QUEUE = "/queue/ha-restart"
-
-
-def both_down_with_newest(pair: Pair, newest: str) -> tuple[list[str], list[str]]:
-    """A formed pair; messages `old` on both; the older server dies; messages `new` only on
-    `newest`, which then dies too. Returns (old, new) dup-ids."""
-    older = pair.other(newest)
-    old = send_some(parse_address(pair.stomp_address("primary")), QUEUE, "old", 10)
-    pair.kill(older)
-    pair.wait_active(10, newest)
-    pair.wait_state(newest, "STANDALONE", 10)
-    new = send_some(parse_address(pair.stomp_address(newest)), QUEUE, "new", 10)
-    pair.kill(newest)
-    return old, new
-
-
-def assert_not_serving_for(pair: Pair, name: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        state = pair.state(name)
-        assert state not in ("ACTIVE", "STANDALONE"), pair.describe()
-        time.sleep(0.1)
+from tests.support.scenarios import QUEUE, assert_not_serving_for, both_down_with_newest
 
 
 @pytest.mark.parametrize("first", ["newest-first", "older-first"])

@@ -68,6 +68,24 @@ class WitnessLeases:
         self.standby = None
         return self._grant(name, ms, now)
 
+    def adopt(self, name: str, epoch: int, ms: int, now: float, standby: str | None) -> Grant:
+        """A server that serves without this witness knowing it (the pair elected it while
+        the witness was unreachable, or the witness lost its memory) asks to hold the lease.
+        Granted only if no other server's lease may still run, the epoch is above every one
+        granted, and the server last granted, if any, is the asker's in-sync backup (it
+        follows the asker's journal: it cannot be serving)."""
+        if self.held_by_other(name, now):
+            return self._refuse(now, f"{self.holder} holds the lease for "
+                                     f"{self.remaining_ms(now)} ms more")
+        if self.holder not in (None, name, standby):
+            return self._refuse(now, f"{self.holder} was last granted and is not {name}'s "
+                                     "in-sync backup")
+        if epoch <= self.epoch and self.holder != name:
+            return self._refuse(now, f"adopting needs an epoch above {self.epoch}")
+        self.epoch = max(self.epoch, epoch)
+        self.standby = standby
+        return self._grant(name, ms, now)
+
     def release(self, name: str, now: float, keep_standby: bool) -> Grant:
         """The holder's lease ends now. A hand-over keeps the standby (it takes over next);
         a clean stop without failover withdraws it, so the backup waits for the holder."""

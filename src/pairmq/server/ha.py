@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pairmq.ha import channel as ch
+from pairmq.ha.election import Standing, elected
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.states import State
 from pairmq.server.halink import Link, accept_link, open_link, split_address
@@ -366,15 +367,15 @@ class HaNode:
             if self.deferring:
                 return
             if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
-                mine = (store.epoch, store.appended_seq, self.role == "primary")
-                theirs = (int(self.peer.get("epoch", 0)), int(self.peer.get("last_seq", 0)),
-                          self.peer.get("role") == "primary")
+                won = elected(Standing(store.epoch, store.appended_seq, self.role == "primary"),
+                              Standing.of_peer(self.peer))
                 if self.witness_address:
                     # The witness is the pair's memory: the server it last granted activates
-                    # (even if a reply got lost); the journals decide only on a new witness.
+                    # (even if a reply got lost); the journals decide only on a new witness,
+                    # or when the witness cannot be reached (the two servers agree).
                     self._activate("the witness names this server", query_first=True,
-                                   won=mine > theirs)
-                elif mine > theirs:
+                                   won=won)
+                elif won:
                     self._activate("the peer's journal is older")
                 elif self.state == State.STARTING:
                     self.set_state(State.WAITING, f"{self.peer.get('name')} holds the newer "
@@ -436,7 +437,13 @@ class HaNode:
                 if query_first and not force:
                     info = await self._witness_request({"op": "query"})
                     if info is None:
-                        self.set_state(State.WAITING, "cannot reach the witness or the peer")
+                        if won and self._peer_agrees():
+                            await self._activate_with_peer(why)
+                            return
+                        peer = self.peer.get("name") if self.link is not None else None
+                        self.set_state(State.WAITING, "cannot reach the witness" + (
+                            f"; {peer} holds the newer journal and activates" if peer
+                            else " or the peer"))
                         return
                     if not self._may_activate(info, fresh, won):
                         if self.state in (State.STARTING, State.WAITING):
@@ -494,6 +501,35 @@ class HaNode:
             self.activating = False
             if self.state.serving:
                 self.force_activation = False
+
+    def _peer_agrees(self) -> bool:
+        """The peer is connected and serves nothing: it compares the same journals and so
+        stays a backup (docs/ha.md, electing without the witness)."""
+        return self.link is not None and self.peer_state in (State.STARTING, State.WAITING)
+
+    async def _activate_with_peer(self, why: str) -> None:
+        """The witness cannot be reached, but the peer is connected and agrees that this
+        server holds the newest journal: serve. Receipts still wait for the lease or for the
+        in-sync backup's promise (confirmable), so nothing is confirmed until the peer has
+        synchronised from this server; a server that cannot see its peer never gets here."""
+        epoch = max(self.store.epoch, int(self.peer.get("epoch", 0)),
+                    int(self.witness_info.get("epoch") or 0)) + 1
+        log.warning("Witness at %s unreachable: %s agrees that this server holds the newest "
+                    "journal, activating without the witness (receipts wait for %s to be in "
+                    "sync)", self.witness_address, self.peer.get("name"), self.peer.get("name"))
+        await self.server.become_active(epoch)
+        if not self._peer_agrees():
+            self._step_down(f"{self.peer.get('name')} left or took over while this server "
+                            "activated without the witness")
+            return
+        self.backup_in_sync = False
+        self.backup_acked = 0
+        self.synchronized_with_live = False
+        self.failback_requested = False
+        self.handed_over = False
+        self.set_state(State.STANDALONE, f"{why}: elected with {self.peer.get('name')} while "
+                                         f"the witness is unreachable; epoch {epoch}")
+        self._send_heartbeat()
 
     def _split_brain_seen(self) -> None:
         """Both serving (a partition healed, or no witness): the higher epoch stays."""
@@ -786,10 +822,34 @@ class HaNode:
                 self.backup_in_sync = False
                 self.set_state(State.STANDALONE, "backup lost; the witness knows")
             self.server.update_confirmed()
+        elif reply.get("holder") != self.identity and reply.get("holder") in (None, standby) \
+                and not reply.get("remaining_ms"):
+            # The witness was away (restarted without its memory, or the pair elected this
+            # server while it was unreachable): nobody else holds a lease, and the server it
+            # last knew as active, if any, is this server's in-sync backup.
+            await self._adopt_witness(reply, standby)
         elif int(reply.get("epoch", 0)) > self.store.epoch:
             log.error("The witness says epoch %s is active (mine is %d): stepping down",
                       reply.get("epoch"), self.store.epoch)
             self._step_down("the pair moved on to a higher epoch")
+
+    async def _adopt_witness(self, reply: dict[str, Any], standby: str | None) -> None:
+        """Tell a witness that does not know this server as active that it is, at an epoch
+        above any the witness granted (journaled, and so replicated, first)."""
+        witness_epoch = int(reply.get("epoch", 0))
+        if self.store.epoch <= witness_epoch:
+            self.store.begin_epoch(witness_epoch + 1)
+        requested = time.monotonic()
+        answer = await self._witness_request({"op": "adopt", "standby": standby})
+        if answer is not None and answer.get("granted"):
+            self.witness_lease.granted(requested, self.activation_ms)
+            log.info("The witness at %s knows this server as active again (epoch %d, in-sync "
+                     "backup %s)", self.witness_address, self.store.epoch, standby)
+            self.server.update_confirmed()
+        elif answer is not None:
+            self._say_once(f"adopt:{answer.get('reason')}", "The witness at %s does not take "
+                           "this server as active: %s", self.witness_address,
+                           answer.get("reason"))
 
     # ------------------------------------------------------------ ticks
 
@@ -828,7 +888,11 @@ class HaNode:
             # at once (_renew).
             valid_until = max(self.witness_lease.valid_until,
                               self.peer_lease.valid_until if self.backup_in_sync else 0.0)
-            if self.witness_address and now > valid_until + self.activation \
+            # A peer still connected and not serving cannot take over (it synchronises from
+            # this server), so only a server that lost its peer too gives up; it confirms
+            # nothing meanwhile unless it holds the lease or the promise (confirmable).
+            attached = self.link is not None and not self.peer_state.serving
+            if self.witness_address and now > valid_until + self.activation and not attached \
                     and not self.activating and not self.handing_over:
                 log.error("Lost the witness lease and the backup's promise: not serving any more")
                 self._step_down("lost both the witness and the backup")

@@ -99,6 +99,8 @@ class Witness:
             grant = leases.renew(name, epoch, ms, now, request.get("standby"))
         elif op == "activate":
             grant = leases.activate(name, epoch, ms, now, bool(request.get("force")))
+        elif op == "adopt":
+            grant = leases.adopt(name, epoch, ms, now, request.get("standby"))
         elif op == "release":
             grant = leases.release(name, now, bool(request.get("keep_standby")))
         elif op == "query":

@@ -1,0 +1,112 @@
+"""The pair without its witness: two servers that see each other elect the active one and
+serve; an active server that loses only the witness keeps serving while its backup is in
+sync; a witness that comes back is adopted without a failover. A server alone, without the
+witness, still never activates on its own. Every witness here is a real process, killed
+with SIGKILL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.ha.clients import drain, parse_address, send_some
+from tests.ha.pair import SERVING, Pair, wait_for
+from tests.support.scenarios import assert_not_serving_for, both_down_with_newest
+
+QUEUE = "/queue/witness-down"
+
+
+def _witness_dead_before_the_pair(pair: Pair) -> None:
+    pair.start_witness()
+    pair.kill_witness()
+
+
+def _receipts_flow(pair: Pair, name: str, prefix: str, count: int = 5) -> list[str]:
+    """Persistent SENDs, each waiting for its RECEIPT (send_some fails on a timeout)."""
+    return send_some(parse_address(pair.stomp_address(name)), QUEUE, prefix, count)
+
+
+def test_a_fresh_pair_without_its_witness_elects_the_primary(pair_factory) -> None:
+    pair = pair_factory()
+    _witness_dead_before_the_pair(pair)
+    pair.start(witness=False, parallel=True)
+    pair.wait_formed(20)
+    assert "activating without the witness" in pair.logs("primary")
+    sent = _receipts_flow(pair, "primary", "fresh")
+    got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+    assert sorted(got) == sorted(sent) and set(got.values()) == {1}
+
+
+def test_a_server_alone_without_the_witness_does_not_activate(pair_factory) -> None:
+    pair = pair_factory()
+    _witness_dead_before_the_pair(pair)
+    pair.start(["primary"], witness=False)
+    pair.wait_state("primary", "WAITING", 10)
+    assert_not_serving_for(pair, "primary", 1.5)
+
+
+@pytest.mark.parametrize("witness_memory", ["kept", "lost"])
+def test_the_active_keeps_serving_without_the_witness_and_adopts_it_again(
+        pair_factory, witness_memory: str) -> None:
+    pair = pair_factory()
+    pair.start(parallel=True)
+    pair.wait_formed()
+    epoch = pair.status("primary")["ha"]["epoch"]
+    pair.kill_witness()
+    # several activation intervals (0.4 s each) without the witness: still serving, still
+    # confirming (the in-sync backup's promise), and no failover
+    deadline = time.monotonic() + 2.0
+    sent: list[str] = []
+    while time.monotonic() < deadline:
+        sent += _receipts_flow(pair, "primary", f"nowitness{len(sent)}", 2)
+        assert pair.state("primary") == "ACTIVE" and pair.state("backup") == "PASSIVE"
+    assert not pair.status("primary")["ha"]["witness"]["lease_valid"]
+    if witness_memory == "lost":
+        pair.witness_state.unlink()
+    pair.start_witness()
+
+    def lease_back() -> bool:
+        st = pair.status("primary")
+        return bool(st and st["ha"]["witness"]["lease_valid"])
+
+    wait_for(lease_back, 10, "the active server's lease from the restarted witness")
+    assert pair.state("primary") == "ACTIVE" and pair.state("backup") == "PASSIVE"
+    if witness_memory == "lost":  # a witness without memory adopts the running active
+        assert "knows this server as active again" in pair.logs("primary")
+    assert pair.status("primary")["ha"]["epoch"] >= epoch
+    # the witness learnt the pair: the backup may take over once the active dies
+    pair.kill("primary")
+    pair.wait_state("backup", SERVING, 10)
+    more = _receipts_flow(pair, "backup", "after")
+    got = drain(parse_address(pair.stomp_address("backup")), QUEUE)
+    assert sorted(got) == sorted(sent + more) and set(got.values()) == {1}
+
+
+@pytest.mark.parametrize("newest", ["primary", "backup"])
+def test_both_restarted_without_the_witness_elect_the_newest_journal(pair_factory,
+                                                                     newest: str) -> None:
+    pair = pair_factory(flags=["--no-allow-failback"])  # who serves shows who was elected
+    pair.start(parallel=True)
+    pair.wait_formed()
+    old, new = both_down_with_newest(pair, newest, QUEUE)
+    pair.kill_witness()
+    pair.start(witness=False, parallel=True)
+    pair.wait_formed(20, active=newest)
+    got = drain(parse_address(pair.stomp_address(newest)), QUEUE)
+    assert sorted(got) == sorted(old + new), got
+    assert set(got.values()) == {1}
+
+
+def test_equal_journals_after_a_clean_stop_elect_the_primary(pair_factory) -> None:
+    pair = pair_factory()
+    pair.start(parallel=True)
+    pair.wait_formed()
+    sent = _receipts_flow(pair, "primary", "equal", 10)
+    pair.stop("backup")
+    pair.stop("primary")
+    pair.kill_witness()
+    pair.start(witness=False, parallel=True)
+    pair.wait_formed(20)
+    got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+    assert sorted(got) == sorted(sent) and set(got.values()) == {1}

@@ -4,6 +4,8 @@ Run from the repository root:
 
     .venv/bin/python benchmarks/persistent.py                   # 1p1c then 4p4c, 100,000 each
     .venv/bin/python benchmarks/persistent.py --scenario 1p1c --messages 200000 --size 4096
+    .venv/bin/python benchmarks/persistent.py --scenario 1p1c --consumer-delay 10 \
+        --messages 400000                       # consumers join 10 s late: the backlog pages
 
 Every scenario starts a fresh server (fresh data directory) and pushes --messages
 persistent messages (header persistent:true) of --size bytes through one queue:
@@ -13,7 +15,10 @@ persistent messages (header persistent:true) of --size bytes through one queue:
   message is on disk (group commit), so the window bounds what is unconfirmed;
 - each consumer is its own process, subscribed with ack:client-individual and
   prefetch-count --prefetch; it ACKs every message (pipelined, no receipts), with
-  competing consumers on the same queue in 4p4c.
+  competing consumers on the same queue in 4p4c;
+- with --consumer-delay S the consumers are started S seconds after the producers (a
+  consumer restart, a deploy): the backlog grows past the destination's max_size_bytes,
+  and `producer_msgs_per_s` / `receipt_max_ms` show whether producers were held.
 
 Prints one JSON line per scenario: msgs/s received and acknowledged, receipt
 latency p50/p99 (SEND written .. RECEIPT read), end-to-end p50/p99 (the ts header
@@ -191,6 +196,7 @@ class Job:
     window: int = 100
     prefetch: int = 1000
     sample_every: int = 1
+    late: bool = False  # consumer: messages are waiting already (no receipt to wait for)
 
 
 def generator_main(job: Job, shared: Shared) -> None:
@@ -278,9 +284,12 @@ def consume(job: Job, shared: Shared, wire: Wire, result: dict[str, Any]) -> Non
     latencies = array("q")  # ts header .. MESSAGE read, every sample_every-th message
     result.update(received=0, first_recv_ns=0, last_ack_ns=0, redelivered=0, bad=0,
                   e2e_ns=latencies, seen=seen)
+    # A late consumer's MESSAGEs may come before a RECEIPT: it asks for none.
+    receipt = "" if job.late else "receipt:sub\n"
     wire.send((f"SUBSCRIBE\nid:0\ndestination:{job.destination}\nack:client-individual\n"
-               f"prefetch-count:{job.prefetch}\nreceipt:sub\n\n\x00").encode())
-    wire.expect(b"RECEIPT", b"receipt-id:sub")
+               f"prefetch-count:{job.prefetch}\n{receipt}\n\x00").encode())
+    if not job.late:
+        wire.expect(b"RECEIPT", b"receipt-id:sub")
     shared.events.put(("ready", job.role, job.index, None))
     buf = wire.buf
     size, every, total = job.size, job.sample_every, job.total
@@ -469,6 +478,8 @@ class LoadResult:
     # work on the host (or loopback softirq time) that makes the figures noisy.
     other_cpu_s: float | None = None
     busiest_generator_cpu_util: float = 0.0  # CPU s of the busiest generator / seconds
+    producer_seconds: float = 0.0  # first SEND .. last RECEIPT
+    producer_msgs_per_s: float = 0.0
     errors: list[str] = field(default_factory=list)
 
 
@@ -476,11 +487,12 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
              size: int = 1024, window: int = 100, prefetch: int = 1000,
              destination: str | None = None, timeout: float = 600.0,
              idle_timeout: float = 30.0, server: psutil.Process | None = None,
-             on_tick: Any = None) -> LoadResult:
+             on_tick: Any = None, consumer_delay: float = 0.0) -> LoadResult:
     """Producers send `total` persistent messages with receipts; consumers ACK each one.
 
     With no consumers the run ends when every SEND is confirmed (a journal builder).
     `on_tick(confirmed, received)` is called about every 50 ms from this process.
+    With `consumer_delay` the consumers start that many seconds after the producers.
     """
     res = LoadResult(planned=total)
     destination = destination or f"/queue/persistent.{uuid.uuid4().hex[:10]}"
@@ -495,12 +507,17 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
     threads0: dict[int, float] = {}
     host0 = host1 = 0.0
     t0 = time.monotonic()
-    try:
+
+    def launch_consumers() -> None:
         for i in range(consumers):
             pool.launch("consumer", i, generator_main, (
                 Job("consumer", i, host, port, destination, deadline, total, size=size,
-                    prefetch=prefetch, sample_every=every), shared))
-        if pool.wait_ready("consumer", consumers, SETUP_TIMEOUT_S):
+                    prefetch=prefetch, sample_every=every, late=consumer_delay > 0), shared))
+
+    try:
+        if consumer_delay <= 0:
+            launch_consumers()
+        if consumer_delay > 0 or pool.wait_ready("consumer", consumers, SETUP_TIMEOUT_S):
             first = 0
             for i, count in enumerate(split(total, producers)):
                 pool.launch("producer", i, generator_main, (
@@ -513,8 +530,9 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
                 host0 = host_busy_cpu()
                 t0 = time.monotonic()
                 shared.start.set()
+                late = (t0 + consumer_delay, launch_consumers) if consumer_delay > 0 else None
                 _watch(res, shared, pool, producers, consumers, total, deadline,
-                       idle_timeout, server, on_tick)
+                       idle_timeout, server, on_tick, late)
     finally:
         if server_cpu0 is not None:
             host1 = host_busy_cpu()
@@ -537,7 +555,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
 
 def _watch(res: LoadResult, shared: Shared, pool: GeneratorPool, producers: int,
            consumers: int, total: int, deadline: float, idle_timeout: float,
-           server: psutil.Process | None, on_tick: Any) -> None:
+           server: psutil.Process | None, on_tick: Any, late: Any = None) -> None:
+    """`late`: (monotonic time, launch) to start the consumers at that time."""
     last, changed = (-1, -1), time.monotonic()
     complete_at = None
     next_tick = 0.0
@@ -546,6 +565,9 @@ def _watch(res: LoadResult, shared: Shared, pool: GeneratorPool, producers: int,
         if res.errors:
             return
         now = time.monotonic()
+        if late is not None and now >= late[0]:
+            late[1]()
+            late, changed = None, now
         confirmed = sum(shared.sent)
         received = sum(shared.progress) if consumers else 0
         if on_tick is not None and now >= next_tick:
@@ -586,6 +608,10 @@ def _summarise(res: LoadResult, results: dict, total: int, consumers: int,
     cpus = [r.get("cpu_s", 0.0) for r in prods + cons]
     res.loadgen_cpu_s = round(res.loadgen_cpu_s + sum(cpus), 3)
     firsts = [r["first_send_ns"] for r in prods if r.get("first_send_ns")]
+    receipted = [r["last_receipt_ns"] for r in prods if r.get("last_receipt_ns")]
+    if firsts and receipted and max(receipted) > min(firsts):
+        res.producer_seconds = round((max(receipted) - min(firsts)) / 1e9, 3)
+        res.producer_msgs_per_s = round(res.confirmed / res.producer_seconds, 1)
     if consumers:
         lasts = [r["last_ack_ns"] for r in cons if r.get("last_ack_ns")]
         done = res.received
@@ -659,6 +685,8 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
     n_producers, n_consumers = SCENARIOS[name]
     workdir = Path(tempfile.mkdtemp(prefix=f"pairmq-persistent-{name}-", dir=args.workdir))
     flags = ["--segment-bytes", str(args.segment_bytes), "--log-level", "info"]
+    if args.address_full_policy:
+        flags += ["--address-full-policy", args.address_full_policy]
     server = start_server(workdir, *flags, name="persistent")
     journal = server.data_dir / "journal"
     sampler = JournalSampler(journal, interval=0.5)
@@ -668,7 +696,8 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
         sampler.start()
         res = run_load(server.host, server.port, n_producers, n_consumers, args.messages,
                        size=args.size, window=args.window, prefetch=args.prefetch,
-                       timeout=args.timeout, server=psutil.Process(server.proc.pid))
+                       timeout=args.timeout, server=psutil.Process(server.proc.pid),
+                       consumer_delay=args.consumer_delay)
         sampler.stop()
         segments, size, settle_s = settle_journal(journal)
         rss = psutil.Process(server.proc.pid).memory_info().rss if server.alive() else None
@@ -685,6 +714,10 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "prefetch": args.prefetch,
             "msgs_per_s": res.msgs_per_s,
             "seconds": res.seconds,
+            "consumer_delay_s": args.consumer_delay,
+            "address_full_policy": args.address_full_policy or "server default",
+            "producer_msgs_per_s": res.producer_msgs_per_s,
+            "producer_seconds": res.producer_seconds,
             "received": res.received,
             "confirmed": res.confirmed,
             "lost": res.lost,
@@ -750,6 +783,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300.0, help="cap on one scenario, seconds")
     ap.add_argument("--workdir", default=None, help="where data directories go (default: tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the data directory and log")
+    ap.add_argument("--consumer-delay", type=float, default=0.0,
+                    help="start the consumers this many seconds after the producers")
+    ap.add_argument("--address-full-policy", choices=["page", "block", "fail", "drop"],
+                    default=None, help="the server's address_full_policy (default: its own)")
     args = ap.parse_args(argv)
     if args.messages < 1 or args.size < 0 or args.window < 1 or args.prefetch < 1:
         ap.error("--messages, --window and --prefetch must be positive, --size not negative")

@@ -305,6 +305,8 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
     try:
         server = start_recovering_server(
             workdir, ["--paging-bytes", str(paging), "--segment-bytes", str(args.segment_bytes),
+                      # no per-destination cap: --paging alone decides what recovery loads
+                      "--max-size-bytes", "0",
                       "--log-level", args.server_log_level], args.start_timeout)
     except (RuntimeError, TimeoutError) as e:
         record.update(ok=False, errors=[f"server did not start: {e}"])

@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pairmq.core import Broker, CoreError, CoreSettings
+from pairmq.core.admission import Admission
+from pairmq.core.settings import AddressFullPolicy
 
 NOW = 1_000_000
 
@@ -225,15 +227,14 @@ def test_temp_queue_reply_to_is_rewritten_and_private(broker):
 
 
 def test_full_destination_blocks_and_unblocks(broker):
-    b = Broker(CoreSettings(max_size_bytes=5000))
+    b = Broker(CoreSettings(max_size_bytes=5000, address_full_policy=AddressFullPolicy.BLOCK))
     b.open_session(1, "1.2")
-    blocked = None
-    for _ in range(10):
-        blocked = b.send(1, "/queue/q", {}, b"x" * 1000, NOW) or blocked
-    assert blocked is not None and blocked.blocked
-    assert [e.kind for e in b.take_events()] == ["blocked"]
+    outcomes = [b.send(1, "/queue/q", {}, b"x" * 1000, NOW).admission for _ in range(7)]
+    # 1,080 bytes each (body, timestamp, bookkeeping): the 5th passes the limit and is taken
+    assert outcomes == [Admission.ACCEPTED] * 5 + [Admission.HELD] * 2
+    assert [e.kind for e in b.take_events()] == ["address-full"]
     b.subscribe(1, "s", "/queue/q", NOW)
-    assert [e.kind for e in b.take_events()] == ["unblocked"]
+    assert [e.kind for e in b.take_events()] == ["address-resumed"]
 
 
 def test_unknown_destination_kind_is_refused(broker):

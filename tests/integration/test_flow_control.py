@@ -1,5 +1,6 @@
 """Flow control: the per-subscription window of unacknowledged messages, and producer
-blocking when a destination is full (server memory stays bounded)."""
+blocking when a destination under address_full_policy block is full (server memory stays
+bounded). The other policies and the server-wide guards: test_address_full.py."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def log_lines(server, *needles: str) -> list[str]:
 
 
 def test_full_destination_blocks_its_producer_until_drained(server_factory, raw_client):
-    srv = server_factory("--max-size-bytes", "20000")
+    srv = server_factory("--max-size-bytes", "20000", "--address-full-policy", "block")
     name = unique("full")
     queue = f"/queue/{name}"
     producer, _ = raw_client(srv)
@@ -155,7 +156,7 @@ def test_full_destination_blocks_its_producer_until_drained(server_factory, raw_
 
 def test_server_memory_stays_bounded_under_a_flood(server_factory, raw_client):
     limit = 1 << 20
-    srv = server_factory("--max-size-bytes", str(limit))
+    srv = server_factory("--max-size-bytes", str(limit), "--address-full-policy", "block")
     proc = psutil.Process(srv.proc.pid)
     warmup, _ = raw_client(srv)
     warmup.request("SEND", {"destination": "/queue/warmup"}, b"w" * 65536)

@@ -241,7 +241,8 @@ def test_disk_full_refuses_persistent_sends_and_loses_nothing_confirmed(server_f
     mountpoint, ballast = tiny_disk
     started: list[ServerProcess] = []
     try:
-        srv = server_factory(name="tiny")
+        # the journal's own ENOSPC handling is under test, not the max_disk_usage guard
+        srv = server_factory("--max-disk-usage", "100", name="tiny")
         started.append(srv)
         assert srv.data_dir == mountpoint
         queue = f"/queue/{unique('enospc')}"
@@ -302,7 +303,7 @@ def test_disk_full_with_block_policy_resumes_once_consumers_drain(server_factory
     _, ballast = tiny_disk
     ballast.unlink()  # the journal alone fills the disk
     srv = server_factory("--segment-bytes", str(SEGMENT), "--full-policy", "block",
-                         name="tiny")
+                         "--max-disk-usage", "100", name="tiny")  # ENOSPC, not the guard
     try:
         queue = f"/queue/{unique('enospc')}"
         producer, _ = raw_client(srv)

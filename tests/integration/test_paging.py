@@ -154,3 +154,27 @@ def test_paged_topic_messages_reach_every_durable_subscription(server_factory, r
     subscriber, _ = raw_client(srv)
     subscriber.request("SUBSCRIBE", {"destination": topic, "id": "b", "durable": "true"})
     assert receive(subscriber, 60) == expected(0, 60, 2000)
+
+
+def test_a_full_destination_pages_whatever_the_budget_also_after_a_restart(server_factory,
+                                                                           raw_client):
+    """address_full_policy page: past max_size_bytes a body stays on disk though the paging
+    budget (256 MiB by default) has room, and recovery brings back no more of that
+    destination than its limit."""
+    flags = ("--max-size-bytes", str(200 * 1024))
+    srv = server_factory(*flags)
+    queue = f"/queue/{unique('full')}"
+    producer, _ = raw_client(srv)
+    producer.request("SEND", {"destination": f"/queue/{unique('warm')}", **P}, "warm")
+    before = rss(srv)
+    send_many(producer, queue, 600, 16 * 1024)  # 9.4 MiB into a 200 KiB destination
+    assert rss(srv) - before < 6 * MiB
+
+    srv = restart(server_factory, srv, *flags)
+    found = re.search(r"\(paging: (\d+) bodies in memory", srv.logs())
+    # At most what fits in the limit, plus the warm-up message of the other queue.
+    assert found and int(found.group(1)) <= 200 * 1024 // (16 * 1024) + 1, srv.logs()
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "client-individual",
+                                   "prefetch-count": "50"})
+    assert receive(consumer, 600, ack=True) == expected(0, 600, 16 * 1024)

@@ -1,9 +1,12 @@
 """The messaging model: applies client commands, returns deliveries and events.
 
 Deterministic and free of I/O: time comes in as `now` (ms since the epoch), message ids
-from a counter, and everything a command causes is left in `outbox` (deliveries per
-connection) and `events` (destinations blocked/unblocked) for the server to act on. The
-journal can therefore record commands and replay them into the same state.
+from a counter, the server-wide guards' numbers (disk usage, bytes the store paged out,
+whether the journal is full) as inputs too, and everything a command causes is left in
+`outbox` (deliveries per connection) and `events` (destinations or the server full and
+resumed) for the server to act on; a SEND's fate is its returned `Outcome`. The journal
+can therefore record commands and replay them into the same state. The SEND path, with
+flow control, is in core/intake.py.
 """
 
 from __future__ import annotations
@@ -12,20 +15,21 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from pairmq.core import records as rec
+from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
+from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
-from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
-from pairmq.core.queue import Address, Queue
+from pairmq.core.intake import BrokerEvent, Intake
+from pairmq.core.message import Entry, Message
+from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.replay import Replay
-from pairmq.core.session import PendingSend, Session, Transaction
+from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Subscription
 
-# Headers that describe one frame's transport, not the message: never stored or forwarded.
-TRANSPORT_HEADERS = frozenset({
-    "receipt", "transaction", "content-length", "destination", "message-id", "subscription",
-    "ack", "redelivered", "delivery-count",
-})
+__all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/intake.py
+
+_FULL = AddressState.FULL  # tested for every message consumed (see core/intake.py)
 
 
 class Delivery(NamedTuple):
@@ -35,13 +39,7 @@ class Delivery(NamedTuple):
     delivery_count: int
 
 
-class BrokerEvent(NamedTuple):
-    kind: str  # "blocked" | "unblocked" | "expired" | "dead-lettered"
-    address: Address | None
-    detail: str = ""
-
-
-class Broker:
+class Broker(Intake):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -55,7 +53,9 @@ class Broker:
         self.events: list[BrokerEvent] = []
         self.records: list[tuple] = []  # durable state changes for the journal (core.records)
         self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
-                      "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0}
+                      "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0,
+                      "dropped": 0}
+        self.capacity = Capacity(self.settings)
         self._message_seq = 0
         self._order_seq = 0
         self._session_seq = 0
@@ -88,12 +88,16 @@ class Broker:
             if any(entries[i].message.order > entries[i + 1].message.order
                    for i in range(len(entries) - 1)):
                 entries.sort(key=lambda e: e.message.order)  # compaction copies came later
-            q.address.size += q.extend(entries)
+            held = q.extend(entries)
+            q.address.size += held
+            self.capacity.memory += held + len(entries) * INDEX_BYTES
             top = max(top, entries[-1].message.order)
         for destination, ids in replay.dups.items():
             self._address(destination, QUEUE if destination.startswith("/queue/") else TOPIC)
             self.addresses[destination].dups.update(ids)
         self._order_seq = max(self._order_seq, top)
+        for address in self.addresses.values():
+            self._check_full(address)
         self.records.clear()  # restoring writes nothing new
 
     # ----------------------------------------------------------------- sessions
@@ -147,101 +151,6 @@ class Broker:
     def take_records(self) -> list[tuple]:
         records, self.records = self.records, []
         return records
-
-    # ----------------------------------------------------------------- SEND
-
-    def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
-             now: int, transaction: str | None = None) -> Address | None:
-        """Accept a message; returns its address when it is now full (block the sender)."""
-        session = self._session(conn_id)
-        kind, name = parse_destination(destination)
-        _check_message_headers(headers)
-        if kind == REPLY and name not in self.reply_queues:
-            raise CoreError(f"temporary queue {destination!r} no longer exists")
-        if transaction is not None:
-            self._tx(session, transaction).sends.append(PendingSend(destination, headers, body))
-            return None
-        return self._route(session, destination, kind, name, headers, body, now)
-
-    def _route(self, session: Session, destination: str, kind: str, name: str,
-               headers: dict[str, str], body: bytes, now: int) -> Address | None:
-        stored = {}
-        size = 64 + len(body)
-        for k, v in headers.items():
-            if k not in TRANSPORT_HEADERS:
-                stored[k] = v
-                size += len(k) + len(v)
-        reply_to = stored.get("reply-to")
-        if reply_to is not None and reply_to.startswith("/temp-queue/"):
-            temp_name = reply_to[len("/temp-queue/"):]
-            if temp_name:
-                self._temp_queue(session, temp_name)
-                stored["reply-to"] = f"/reply-queue/{session.token}.{temp_name}"
-        if kind == TOPIC:
-            address = self._address(destination, TOPIC)
-            targets = address.queues
-        else:
-            if kind == QUEUE:
-                q = self._plain_queue(destination)
-            elif kind == TEMP:
-                q = self._temp_queue(session, name)
-            else:
-                q = self.reply_queues.get(name)
-                if q is None:
-                    raise CoreError(f"temporary queue {destination!r} no longer exists")
-            address = q.address
-            targets = [q]
-        dup_id = stored.get("dup-id")
-        if dup_id is not None:
-            if dup_id in address.dups:
-                # Already accepted: confirm again, deliver nothing.
-                self.stats["duplicates"] += 1
-                return address if address.blocked else None
-            self._remember_dup(address, dup_id)
-        self._message_seq += 1
-        self._order_seq += 1
-        message_id = f"{self.id_prefix}{self._message_seq}"
-        if "timestamp" not in stored:
-            stored["timestamp"] = stamp = str(now)
-            size += 9 + len(stamp)
-        priority = int(stored.get("priority", DEFAULT_PRIORITY))
-        expires = int(stored.get("expires", 0) or 0)
-        message = Message(message_id, destination, stored, body,
-                          stored.get("persistent") == "true", priority, expires, size,
-                          self._order_seq)
-        self.stats["received"] += 1
-        if not targets:
-            self.stats["unroutable_topic"] += 1
-            return None
-        if message.persistent:
-            keys = [q.key for q in targets if q.key is not None]
-            if keys:
-                self.records.append((rec.ADD, message, keys))
-        for q in list(targets):
-            self._enqueue(q, Entry(message), now)
-        if address.limit and address.size > address.limit and not address.blocked:
-            address.blocked = True
-            self.events.append(BrokerEvent("blocked", address,
-                                           f"{address.size} bytes, limit {address.limit}"))
-        return address if address.blocked else None
-
-    def _remember_dup(self, address: Address, dup_id: str) -> None:
-        dups = address.dups
-        dups[dup_id] = None
-        durable = address.kind != TEMP  # a temp queue dies with its connection anyway
-        if durable:
-            self.records.append((rec.DUP, address.name, dup_id))
-        if len(dups) > self.settings.dup_cache_size:
-            oldest = next(iter(dups))
-            del dups[oldest]
-            if durable:
-                self.records.append((rec.DUP_EVICT, address.name, oldest))
-
-    def _enqueue(self, q: Queue, entry: Entry, now: int) -> None:
-        q.address.size += entry.message.size
-        q.push(entry)
-        if q.consumers:
-            self._dispatch(q, now)
 
     # ----------------------------------------------------------------- SUBSCRIBE
 
@@ -358,9 +267,8 @@ class Broker:
         for entry in q.clear():
             self._consumed(q, entry)
         q.deleted = True
-        if q.address.kind == TEMP and address.blocked:
-            address.blocked = False
-            self.events.append(BrokerEvent("unblocked", address, "deleted"))
+        if q.address.kind == TEMP and address.state is AddressState.FULL:
+            self._resumed(address, "deleted")
 
     # ----------------------------------------------------------------- ACK / NACK
 
@@ -433,8 +341,11 @@ class Broker:
             raise CoreError(f"transaction {transaction!r} is already open")
         session.txs[transaction] = Transaction()
 
-    def commit(self, conn_id: int, transaction: str, now: int) -> list[Address]:
-        """Apply the transaction's work at once; returns addresses now full."""
+    def commit(self, conn_id: int, transaction: str, now: int,
+               journal_full: str | None = None) -> Outcome:
+        """Apply the transaction's work at once. It is held or refused as a whole when one
+        of its messages would be now; otherwise every message is routed (page and drop
+        still apply to each as it goes), and the destinations may pass their limits."""
         session = self._session(conn_id)
         tx = self._tx(session, transaction)
         for pending in tx.sends:  # check everything before changing anything
@@ -442,14 +353,17 @@ class Broker:
             if kind == REPLY and name not in self.reply_queues:
                 raise CoreError(f"temporary queue {pending.destination!r} no longer exists; "
                                 f"transaction {transaction!r} left open")
-        del session.txs[transaction]
-        blocked: list[Address] = []
         for pending in tx.sends:
             kind, name = parse_destination(pending.destination)
-            full = self._route(session, pending.destination, kind, name, pending.headers,
-                               pending.body, now)
-            if full is not None and full not in blocked:
-                blocked.append(full)
+            admission, cause, address = self._admission(session, pending.destination, kind,
+                                                         name, pending.headers, journal_full)
+            if admission is Admission.HELD or admission is Admission.FAILED:
+                return refusal(admission, cause, address, self.capacity, journal_full)
+        del session.txs[transaction]
+        for pending in tx.sends:
+            kind, name = parse_destination(pending.destination)
+            self._route(session, pending.destination, kind, name, pending.headers,
+                        pending.body, now, journal_full, admitted=True)
         touched: list[Queue] = []
         for q, entry in tx.acked:
             self._consumed(q, entry)
@@ -458,11 +372,7 @@ class Broker:
         self._return_grouped(tx.nacked, now, touched)
         for q in touched:
             self._dispatch(q, now)
-        return blocked
-
-    def has_persistent_sends(self, conn_id: int, transaction: str) -> bool:
-        tx = self._tx(self._session(conn_id), transaction)
-        return any(p.headers.get("persistent") == "true" for p in tx.sends)
+        return ACCEPTED
 
     def abort(self, conn_id: int, transaction: str, now: int) -> None:
         session = self._session(conn_id)
@@ -561,15 +471,18 @@ class Broker:
         box.append(Delivery(sub, entry, ack_id, entry.deliveries))
 
     def _consumed(self, q: Queue, entry: Entry) -> None:
-        """The entry leaves the broker: release its bytes, maybe unblocking producers."""
+        """The entry leaves the broker: release its bytes, maybe resuming producers."""
         address = q.address
         message = entry.message
         address.size -= message.size
+        capacity = self.capacity
+        capacity.memory -= message.size + INDEX_BYTES
         if message.persistent and q.key is not None:
             self.records.append((rec.DEL, q.key, message))
-        if address.blocked and address.size <= address.limit * self.settings.resume_ratio:
-            address.blocked = False
-            self.events.append(BrokerEvent("unblocked", address, f"{address.size} bytes"))
+        if address.state is _FULL and address.size <= address.limit * self.settings.resume_ratio:
+            self._resumed(address, f"{address.size} bytes")
+        if capacity.shortages and Shortage.MEMORY in capacity.shortages:
+            self._server_changed(capacity.check_memory())
 
     def _return(self, q: Queue, entries: list[Entry], now: int) -> None:
         """Delivered but not acknowledged: back to the head, or to the dead-letter queue."""
@@ -613,7 +526,9 @@ class Broker:
     def _address(self, name: str, kind: str) -> Address:
         address = self.addresses.get(name)
         if address is None:
-            address = self.addresses[name] = Address(name, kind, self.settings.max_size_bytes)
+            rule = self.settings.rule_for(name)
+            address = self.addresses[name] = Address(name, kind, rule.max_size_bytes,
+                                                     rule.policy)
         return address
 
     def _plain_queue(self, destination: str) -> Queue:
@@ -632,7 +547,9 @@ class Broker:
         q = session.temp_queues.get(name)
         if q is None:
             token = f"{session.token}.{name}"
-            address = Address(f"/reply-queue/{token}", TEMP, self.settings.max_size_bytes)
+            # No pattern names a temporary queue: the defaults apply.
+            address = Address(f"/reply-queue/{token}", TEMP, self.settings.max_size_bytes,
+                              self.settings.address_full_policy)
             q = Queue(f"/temp-queue/{name}", address, f"temp.{name}")
             q.owner = session.id
             address.queues.append(q)
@@ -654,10 +571,3 @@ class Broker:
         return tx
 
 
-def _check_message_headers(headers: dict[str, str]) -> None:
-    priority = headers.get("priority")
-    if priority is not None and not (priority.isdigit() and 0 <= int(priority) <= 9):
-        raise CoreError(f"priority must be an integer from 0 to 9, got {priority!r}")
-    expires = headers.get("expires")
-    if expires is not None and expires != "" and not expires.isdigit():
-        raise CoreError(f"expires must be a time in ms since the epoch, got {expires!r}")

@@ -30,6 +30,9 @@ class Message:
     body_offset: int = -1
     body_length: int = 0
     journal_delivered: dict[str, int] | None = None  # queue key -> deliveries journaled
+    # The broker's word to the store: its destination was full (address_full_policy page),
+    # so keep the body on disk only once the record is synced, whatever the paging budget.
+    page_out: bool = False
     # The serializer caches the encoded header block here; it is not broker state.
     wire: dict[str, bytes] | None = field(default=None, repr=False)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pairmq.core.message import Entry
+from pairmq.core.settings import AddressFullPolicy
 
 if TYPE_CHECKING:
     from pairmq.core.subscription import Subscription
@@ -14,19 +16,33 @@ if TYPE_CHECKING:
 PRIORITY_LEVELS = 10
 
 
+class AddressState(StrEnum):
+    OPEN = "open"  # below its limit: messages are taken as they come
+    FULL = "full"  # past its limit, until back under resume_ratio of it: its policy applies
+
+
 class Address:
     """A destination name and the bytes held for it by all its queues (until acknowledged)."""
 
-    __slots__ = ("blocked", "dups", "kind", "limit", "name", "queues", "size")
+    __slots__ = ("dropped", "dups", "kind", "limit", "name", "period_dropped", "policy",
+                 "queues", "size", "state")
 
-    def __init__(self, name: str, kind: str, limit: int) -> None:
+    def __init__(self, name: str, kind: str, limit: int,
+                 policy: AddressFullPolicy = AddressFullPolicy.PAGE) -> None:
         self.name = name  # e.g. "/queue/orders"
         self.kind = kind  # "queue" | "topic" | "temp"
         self.limit = limit  # 0 = unlimited
+        self.policy = policy  # what a SEND meets while the address is FULL
         self.size = 0
-        self.blocked = False
+        self.state = AddressState.OPEN
+        self.dropped = 0  # messages discarded by the drop policy, ever
+        self.period_dropped = 0  # ... since it last became FULL (for the resume log line)
         self.queues: list[Queue] = []  # a queue's address has one; a topic's, one per subscription
         self.dups: dict[str, None] = {}  # accepted dup-ids, oldest first
+
+    @property
+    def full(self) -> bool:
+        return self.state is AddressState.FULL
 
 
 class Queue:

@@ -17,6 +17,8 @@ from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from pairmq.core.capacity import Shortage
+from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
 
 if TYPE_CHECKING:
@@ -40,14 +42,39 @@ def server_status(server: PairmqServer) -> dict[str, Any]:
         "journal": {"appended_seq": store.appended_seq, "synced_seq": store.synced_seq,
                     "confirmed_seq": server.confirmed_seq, "epoch": store.epoch,
                     "full": store.full},
-        "destinations": {name: {"messages": sum(q.count for q in a.queues), "bytes": a.size,
-                                "consumers": sum(len(q.consumers) for q in a.queues)}
+        "destinations": {name: destination_status(a, store.paged.by_destination.get(name, 0))
                          for name, a in server.broker.addresses.items()},
+        "capacity": capacity_status(server),
     }
     pair = server.pair.status()
     if pair is not None:
         status["ha"] = pair
     return status
+
+
+def destination_status(address: Address, paged: int) -> dict[str, Any]:
+    """One destination: what it holds, how much of it is paged out, the rule in force."""
+    return {"messages": sum(q.count for q in address.queues), "bytes": address.size,
+            "memory_bytes": address.size - paged, "paged_bytes": paged,
+            "consumers": sum(len(q.consumers) for q in address.queues),
+            "address_full_policy": address.policy.value, "max_size_bytes": address.limit,
+            "state": address.state.value, "dropped": address.dropped}
+
+
+def server_shortages(server: PairmqServer) -> list[str]:
+    """Why new messages are held or refused server-wide now (empty: they are not)."""
+    found = [s.value for s in server.broker.capacity.shortages]
+    if server.store.full:
+        found.append(Shortage.JOURNAL.value)
+    return sorted(found)
+
+
+def capacity_status(server: PairmqServer) -> dict[str, Any]:
+    capacity = server.broker.capacity
+    return {"memory_bytes": capacity.memory_bytes,
+            "global_max_size_bytes": capacity.memory_limit,
+            "disk_usage_percent": capacity.disk_usage, "max_disk_usage": capacity.max_disk_usage,
+            "full": server_shortages(server), "full_policy": capacity.full_policy}
 
 
 class _Collector:
@@ -58,7 +85,7 @@ class _Collector:
         server = self.server
         stats = server.broker.stats
         for name in ("received", "delivered", "acknowledged", "expired", "dead_lettered",
-                     "duplicates"):
+                     "duplicates", "dropped"):
             counter = CounterMetricFamily(f"pairmq_messages_{name}", f"messages {name}")
             counter.add_metric([], stats.get(name, 0))
             yield counter
@@ -67,9 +94,43 @@ class _Collector:
         yield gauge
         depth = GaugeMetricFamily("pairmq_destination_messages", "messages held",
                                   labels=["destination"])
+        held = GaugeMetricFamily("pairmq_destination_bytes",
+                                 "bytes held (counted against max_size_bytes)",
+                                 labels=["destination"])
+        paged = GaugeMetricFamily("pairmq_destination_paged_bytes",
+                                  "bytes of message bodies kept on disk only",
+                                  labels=["destination"])
+        full = GaugeMetricFamily("pairmq_destination_full",
+                                 "1 while past max_size_bytes (the policy applies)",
+                                 labels=["destination", "policy"])
+        paged_by = server.store.paged.by_destination
         for name, address in server.broker.addresses.items():
             depth.add_metric([name], sum(q.count for q in address.queues))
-        yield depth
+            held.add_metric([name], address.size)
+            paged.add_metric([name], paged_by.get(name, 0))
+            full.add_metric([name, address.policy.value], 1 if address.full else 0)
+        yield from (depth, held, paged, full)
+        capacity = server.broker.capacity
+        memory = GaugeMetricFamily("pairmq_memory_bytes",
+                                   "bytes of messages held in memory, all destinations")
+        memory.add_metric([], capacity.memory_bytes)
+        limit = GaugeMetricFamily("pairmq_memory_limit_bytes",
+                                  "global_max_size_bytes (0 = no limit)")
+        limit.add_metric([], capacity.memory_limit)
+        yield from (memory, limit)
+        if capacity.disk_usage is not None:
+            disk = GaugeMetricFamily("pairmq_disk_usage_percent",
+                                     "data directory's file system in use")
+            disk.add_metric([], capacity.disk_usage)
+            yield disk
+        short = server_shortages(server)
+        blocking = GaugeMetricFamily(
+            "pairmq_server_full", "1 while new messages are held or refused server-wide for "
+            "this reason (policy: [store] full_policy)", labels=["reason", "policy"])
+        for reason in Shortage:
+            blocking.add_metric([reason.value, capacity.full_policy],
+                                1 if reason.value in short else 0)
+        yield blocking
         serving = GaugeMetricFamily("pairmq_serving", "1 when this server serves clients")
         serving.add_metric([], 1 if server.serving else 0)
         yield serving

@@ -143,6 +143,8 @@ class PairmqServer:
             self._accept, self.config.stomp_host, self.config.stomp_port,
             reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        # Without a pair this serves at once (nothing awaited: no client is accepted before).
+        await self.pair.start()
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
         if not self.config.users and not self.config.allow_anonymous:
             log.warning("No users are configured and anonymous access is off: nobody can "
@@ -153,7 +155,6 @@ class PairmqServer:
             from pairmq.server.admin import start_admin
 
             self._admin = await start_admin(self, self.config.admin)
-        await self.pair.start()
 
     async def _serve_alone(self) -> None:
         """No pair: serve the recovered journal (no epoch change)."""
@@ -202,7 +203,10 @@ class PairmqServer:
         every connection accepted before is closed (it may reconnect at once)."""
         role = self.role
         if role.kind is RoleKind.SERVING:
-            raise RuntimeError("become_active while already serving")
+            # Never stepped down (no standby role since): the same journal goes on serving.
+            if epoch is not None:
+                role.store.begin_epoch(epoch)
+            return
         broker, store = role.broker, role.store
         if store.mirror:
             await role.synced(store.appended_seq)
@@ -246,8 +250,24 @@ class PairmqServer:
         self.role.update_confirmed()
 
     def _sweep(self) -> None:
+        self._sample_disk()
         self.role.sweep(now_ms())
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
+
+    def _sample_disk(self) -> None:
+        """The data directory's disk usage, as `df` shows it, for the max_disk_usage guard
+        (core decides; sampled at every sweep, not per message)."""
+        role = self.role
+        if role.kind is not RoleKind.SERVING:
+            return
+        try:
+            stats = os.statvfs(self.config.data_dir)
+        except OSError as e:
+            log.debug("Cannot sample the disk usage of %s: %s", self.config.data_dir, e)
+            return
+        used = stats.f_blocks - stats.f_bfree
+        if used + stats.f_bavail > 0:
+            role.broker.set_disk_usage(100.0 * used / (used + stats.f_bavail))
 
 
 async def serve(config: ServerConfig) -> None:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pairmq.core.settings import EXPIRED_POLICIES, CoreSettings
+from pairmq.core.settings import (
+    ADDRESS_FULL_POLICIES,
+    EXPIRED_POLICIES,
+    AddressFullPolicy,
+    CoreSettings,
+    DestinationOverride,
+    pattern_problem,
+    sorted_overrides,
+)
 from pairmq.store.store import FULL_POLICIES, StoreSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -32,6 +41,11 @@ def _optional_address(value: str) -> str | None:
 
 def _at_least(n: int) -> Callable[[int], str | None]:
     return lambda v: None if v >= n else f"must be an integer >= {n}, got {v}"
+
+
+def _between(low: int, high: int) -> Callable[[int], str | None]:
+    return lambda v: None if low <= v <= high else \
+        f"must be an integer from {low} to {high}, got {v}"
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
@@ -74,7 +88,15 @@ KEYS: tuple[Key, ...] = (
     Key("destinations", "expired_policy", str, "dead-letter", "dead-letter or drop",
         _one_of(EXPIRED_POLICIES)),
     Key("destinations", "max_size_bytes", int, 64 * 1024 * 1024,
-        "bytes a destination holds before producers are blocked (0 = unlimited)", _at_least(0)),
+        "bytes a destination holds before its address_full_policy applies (0 = unlimited)",
+        _at_least(0)),
+    Key("destinations", "address_full_policy", str, "page",
+        "past max_size_bytes: page (persistent bodies on disk only), block, fail or drop",
+        _one_of(ADDRESS_FULL_POLICIES)),
+    Key("destinations", "global_max_size_bytes", int, -1,
+        "bytes of messages held in memory, all destinations; past it new messages are held "
+        "or refused per [store] full_policy (-1 = half of this machine's memory, 0 = no "
+        "limit)", _at_least(-1)),
     Key("destinations", "dup_cache_size", int, 20000,
         "dup-ids remembered per destination", _at_least(1)),
     Key("store", "segment_bytes", int, 64 * 1024 * 1024, "journal segment file size",
@@ -83,8 +105,11 @@ KEYS: tuple[Key, ...] = (
         "journal size at which new persistent messages are refused (0 = disk size)",
         _at_least(0)),
     Key("store", "full_policy", str, "fail",
-        "when the journal is full: fail (ERROR to the sender) or block (stop reading)",
-        _one_of(FULL_POLICIES)),
+        "when the journal, the disk (max_disk_usage) or memory (global_max_size_bytes) is "
+        "full: fail (ERROR to the sender) or block (stop reading)", _one_of(FULL_POLICIES)),
+    Key("store", "max_disk_usage", int, 90,
+        "percent of the data directory's file system in use at which new persistent "
+        "messages are held or refused per full_policy (100 = no check)", _between(1, 100)),
     Key("store", "paging_bytes", int, 256 * 1024 * 1024,
         "persistent message bodies held in memory; beyond it they stay on disk",
         _at_least(0)),
@@ -134,6 +159,7 @@ class ServerConfig:
     values: Mapping[str, Any]  # key name -> value, for every key in KEYS
     users: Mapping[str, User] = field(default_factory=dict)
     source: str = "defaults"
+    overrides: tuple[DestinationOverride, ...] = ()  # [destinations.overrides."PATTERN"]
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -150,6 +176,11 @@ class ServerConfig:
             expired_policy=v["expired_policy"],
             max_size_bytes=v["max_size_bytes"],
             dup_cache_size=v["dup_cache_size"],
+            address_full_policy=AddressFullPolicy(v["address_full_policy"]),
+            overrides=self.overrides,
+            global_max_size_bytes=memory_budget(v["global_max_size_bytes"]),
+            max_disk_usage=v["max_disk_usage"],
+            full_policy=v["full_policy"],
         )
 
     def store_settings(self) -> StoreSettings:
@@ -159,6 +190,7 @@ class ServerConfig:
             max_journal_bytes=v["max_journal_bytes"],
             full_policy=v["full_policy"],
             paging_bytes=v["paging_bytes"],
+            paged_beyond=self.core_settings().paged_beyond,
         )
 
     @property
@@ -211,11 +243,53 @@ def _users(table: Any, source: str) -> dict[str, User]:
     return users
 
 
+def memory_budget(configured: int) -> int:
+    """global_max_size_bytes in bytes: -1 is half of the physical memory (as Artemis' -1 is
+    half of the JVM's heap)."""
+    if configured != -1:
+        return configured
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+OVERRIDABLE = ("address_full_policy", "max_size_bytes")  # keys an override may set
+
+
+def _overrides(table: Any, source: str) -> list[DestinationOverride]:
+    """`[destinations.overrides."PATTERN"]` tables, each checked like the keys it sets."""
+    where = f"{source}: [destinations.overrides]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table of destination patterns, e.g. "
+                          '[destinations.overrides."/queue/orders.*"]')
+    found = []
+    for pattern, spec in table.items():
+        here = f"{source}: [destinations.overrides.\"{pattern}\"]"
+        problem = pattern_problem(pattern)
+        if problem:
+            raise ConfigError(f"{here}: the pattern {problem}")
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{here} must be a table setting {' and/or '.join(OVERRIDABLE)}")
+        unknown = sorted(set(spec) - set(OVERRIDABLE))
+        if unknown:
+            raise ConfigError(f"{here} has unknown key {unknown[0]!r}: an override may set "
+                              f"{' and '.join(OVERRIDABLE)}")
+        if not spec:
+            raise ConfigError(f"{here} sets nothing: give {' and/or '.join(OVERRIDABLE)}")
+        keys = KEYS_BY_SECTION["destinations"]
+        values = {name: _typed(keys[name], value, f"{here} {name}")
+                  for name, value in spec.items()}
+        policy = values.get("address_full_policy")
+        found.append(DestinationOverride(
+            pattern, AddressFullPolicy(policy) if policy is not None else None,
+            values.get("max_size_bytes")))
+    return found
+
+
 def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
                 extra_users: Mapping[str, str] | None = None) -> ServerConfig:
     """Read the TOML file (if any), apply flag overrides, validate everything."""
     values = {key.name: key.default for key in KEYS}
     users: dict[str, User] = {}
+    patterns: list[DestinationOverride] = []  # [destinations.overrides."PATTERN"]
     source = "defaults"
     if path is not None:
         source = str(path)
@@ -240,6 +314,9 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
                 if section == "auth" and name == "users":
                     users.update(_users(value, source))
                     continue
+                if section == "destinations" and name == "overrides":
+                    patterns = _overrides(value, source)
+                    continue
                 key = known.get(name)
                 if key is None:
                     raise ConfigError(f"{source}: unknown key {name!r} in [{section}]")
@@ -253,7 +330,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     for name, password in (extra_users or {}).items():
         users[name] = User(name, password, ("admin",))
     _check_ha(values, source)
-    return ServerConfig(values, users, source)
+    return ServerConfig(values, users, source, sorted_overrides(patterns))
 
 
 def _check_ha(v: dict[str, Any], source: str) -> None:

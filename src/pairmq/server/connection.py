@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from pairmq import __version__
 from pairmq.core import CoreError, Delivery
+from pairmq.core.admission import Admission, Cause, Outcome
 from pairmq.core.queue import Address
 from pairmq.protocol import (
     Frame,
@@ -261,13 +262,23 @@ class StompConnection(asyncio.Protocol):
             self._auth_failed(login, frame)
         self.release_backlog()
 
-    def hold(self, frame: Frame) -> object:
-        """Keep this frame and those after it until the journal has room (block policy)."""
+    def hold(self, frame: Frame, address: Address | None = None,
+             until: Ticket | None = None) -> object:
+        """Keep this frame and those after it until there is room: in `address` (a full
+        destination under address_full_policy block), else on the server (journal, disk,
+        memory under full_policy block); or until the record `until` is confirmed. The
+        frame is decided again when it is released."""
         self.waiting = True
         self.backlog.appendleft(frame)
         if self.transport is not None:
             self.transport.pause_reading()
-        self.role.wait_for_room(self)
+        if until is not None:
+            self.role.when_confirmed(until, self.release_backlog)
+        elif address is None:
+            self.role.wait_for_room(self)
+        else:
+            self.blocked_on.add(address)
+            self.role.wait_for_address(self, address)
         return HELD
 
     def release_backlog(self) -> None:
@@ -317,12 +328,11 @@ class StompConnection(asyncio.Protocol):
         destination = h.get("destination")
         if destination is None:
             raise CoreError("SEND requires a destination header")
-        if h.get("persistent") == "true" and self.role.journal_full_reason() is not None:
-            return self._journal_full(frame)
-        full = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
-                                h.get("transaction"))
-        if full is not None:
-            self.block_on(full)
+        journal_full = self.role.journal_full_reason() if h.get("persistent") == "true" \
+            else None
+        outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
+                                   h.get("transaction"), journal_full)
+        return self._no_room(frame, outcome)
 
     def on_subscribe(self, frame: Frame) -> None:
         h = frame.headers
@@ -390,19 +400,26 @@ class StompConnection(asyncio.Protocol):
         self.broker.begin(self.conn_id, self._transaction(frame))
 
     def on_commit(self, frame: Frame) -> object:
-        transaction = self._transaction(frame)
-        if self.role.journal_full_reason() is not None \
-                and self.broker.has_persistent_sends(self.conn_id, transaction):
-            return self._journal_full(frame)
-        for address in self.broker.commit(self.conn_id, transaction, now_ms()):
-            self.block_on(address)
-        return None
+        outcome = self.broker.commit(self.conn_id, self._transaction(frame), now_ms(),
+                                     self.role.journal_full_reason())
+        return self._no_room(frame, outcome)
 
-    def _journal_full(self, frame: Frame) -> object:
-        role = self.role
-        if role.full_policy == "block":
-            return self.hold(frame)
-        raise CoreError(f"{role.journal_full_reason()}: persistent message not accepted")
+    def _no_room(self, frame: Frame, outcome: Outcome) -> object:
+        """Carry out what the broker decided (core/admission.py): hold the frame, or ERROR
+        and close; everything else (taken, paged, dropped, duplicate) is answered."""
+        admission = outcome.admission
+        if admission is _HELD:
+            return self.hold(frame, outcome.address)
+        if admission is _FAILED:
+            last = self.last_ticket
+            if self.pending_receipts and last is not None and not self.role.confirmed(last) \
+                    and outcome.cause is not Cause.JOURNAL:
+                # RECEIPTs of earlier frames still wait for their records (which a working
+                # journal will confirm): the ERROR, and the close after it, must not
+                # overtake them. Decided again once they are out.
+                return self.hold(frame, until=last)
+            raise CoreError(outcome.reason)
+        return None
 
     def on_abort(self, frame: Frame) -> None:
         self.broker.abort(self.conn_id, self._transaction(frame), now_ms())
@@ -468,16 +485,6 @@ class StompConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------ flow control
 
-    def block_on(self, address: Address) -> None:
-        """The SEND that filled the address is accepted; every frame after it waits."""
-        if address in self.blocked_on:
-            return
-        self.blocked_on.add(address)
-        self.role.wait_for_address(self, address)
-        self.waiting = True
-        if self.transport is not None and not self.closing:
-            self.transport.pause_reading()
-
     def unblock(self, address: Address) -> None:
         self.blocked_on.discard(address)
         if not self.blocked_on and not self.closing:
@@ -530,6 +537,7 @@ def _int_header(headers: dict[str, str], name: str) -> int | None:
 
 
 HELD = object()  # a handler's answer when it kept the frame for later
+_HELD, _FAILED = Admission.HELD, Admission.FAILED  # for every SEND: no class lookups
 _OWN_RECEIPTS = frozenset({"CONNECT", "STOMP", "DISCONNECT"})
 
 HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {

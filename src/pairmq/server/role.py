@@ -151,6 +151,8 @@ class Role:
         state = self._policy.state
         if self.kind is RoleKind.SERVING and state.serving:
             return None
+        if state.serving:  # the pair says serve, this role has not opened its journal yet
+            return Refusal("this server is starting: try again", None)
         active = self._policy.active_address()
         where = f": connect to the active server at {active}" if active else \
             ": no server of the pair is active right now"
@@ -311,18 +313,28 @@ class Role:
 
     def _on_event(self, event: BrokerEvent) -> None:
         address = event.address
-        if event.kind == "blocked" and address is not None:
-            log.warning("Destination %s is full (%s): blocking its producers until consumers "
-                        "catch up", address.name, event.detail)
-        elif event.kind == "unblocked" and address is not None:
-            log.info("Destination %s is below its limit again (%s): producers resume",
-                     address.name, event.detail)
+        kind = event.kind
+        if kind == "address-full" and address is not None:
+            policy = address.policy.value
+            what = {"page": "new persistent messages keep their bodies on disk only",
+                    "block": "blocking its producers", "fail": "refusing new messages with "
+                    "an ERROR", "drop": "dropping new messages"}[policy]
+            log.warning("Destination %s is full (%s): %s until consumers catch up "
+                        "(address_full_policy %s)", address.name, event.detail, what, policy)
+        elif kind == "address-resumed" and address is not None:
+            log.info("Destination %s is below its limit again (%s): address_full_policy %s "
+                     "no longer applies", address.name, event.detail, address.policy.value)
             for conn in self._address_waiters.pop(address, set()):
                 conn.unblock(address)
-        elif event.kind == "dead-lettered":
+        elif kind == "server-full":
+            log.warning("Server is full: %s (full_policy %s)", event.detail, self.full_policy)
+        elif kind == "server-resumed":
+            log.info("Server has room again: %s", event.detail)
+            self._release_room_waiters()
+        elif kind == "dead-lettered":
             log.debug("Dead-lettered %s into %s", event.detail,
                       address.name if address else "?")
-        elif event.kind == "expired":
+        elif kind == "expired":
             log.debug("Dropped expired message %s", event.detail)
 
     def _store_full_changed(self, full: bool) -> None:
@@ -334,6 +346,11 @@ class Role:
         if self._room_waiters:
             log.info("Journal has room again: %d held connections resume",
                      len(self._room_waiters))
+        self._release_room_waiters()
+
+    def _release_room_waiters(self) -> None:
+        """Held for room on the server: each decides its frame again (another shortage may
+        hold it anew)."""
         waiting, self._room_waiters = self._room_waiters, set()
         for conn in waiting:
             if not conn.closing:

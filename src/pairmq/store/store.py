@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mmap
 import os
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from pairmq.core import Broker, Message
 from pairmq.core import records as rec
 from pairmq.core.replay import Replay
 from pairmq.store import records as disk
+from pairmq.store.paging import PagedBytes, load_bodies
 from pairmq.store.records import (
     BAD_BYTES,
     CorruptRecord,
@@ -59,6 +59,9 @@ class StoreSettings:
     full_policy: str = "fail"  # "fail" (ERROR to the sender) or "block" (stop reading)
     paging_bytes: int = 256 * 1024 * 1024  # message bodies held in memory before paging
     compact_ratio: float = 0.5  # rewrite the oldest segment once less than this is live
+    # Destination name -> bytes of its messages recovery loads before leaving the rest on
+    # disk (a destination under address_full_policy "page": its limit); 0 = no such cap.
+    paged_beyond: Callable[[str], int] | None = None
 
 
 @dataclass
@@ -91,6 +94,7 @@ class Store:
         self._where: dict[tuple, int] = {}  # destination/durable/dup key -> segment id
         self._read_fds: dict[int, int] = {}
         self.memory_bytes = 0  # bodies of live persistent messages held in memory
+        self.paged = PagedBytes()  # ... and those kept on disk only (read back when delivered)
         self._to_page: list[tuple[int, Message]] = []  # (seq, message) to page once synced
         self._compacting: int | None = None
         self._compact_queue: list = []
@@ -168,7 +172,9 @@ class Store:
         report.queues = len(replay.queues)
         report.messages = sum(len(held) for held in replay.queues.values())
         if rebuild:
-            self._load_bodies(replay, report)
+            self.memory_bytes = load_bodies(self.directory, replay, report,
+                                            self.settings.paging_bytes, self.memory_bytes,
+                                            self.settings.paged_beyond)
         report.seconds = time.monotonic() - started
         return replay, report
 
@@ -232,35 +238,6 @@ class Store:
             elif kind == disk.EPOCH:
                 where[("epoch", entry[1])] = segment_id
 
-    def _load_bodies(self, replay: Replay, report: RecoveryReport) -> None:
-        """Bring bodies into memory queue by queue, each in journal order (oldest first), until
-        the paging budget is spent; the rest stay on disk and are read back when delivered."""
-        budget = self.settings.paging_bytes
-        by_segment: dict[int, list[Message]] = {}
-        chosen: set[int] = set()  # a message shared by several queues is loaded once
-        used = self.memory_bytes
-        for held in replay.queues.values():
-            for entry in held.values():
-                message = entry.message
-                if id(message) in chosen:
-                    continue
-                if used + message.body_length > budget:
-                    report.paged = True
-                    break
-                chosen.add(id(message))
-                used += message.body_length
-                by_segment.setdefault(message.journal_segment, []).append(message)
-            if report.paged:
-                break
-        self.memory_bytes = used
-        report.in_memory = len(chosen)
-        for segment_id, messages in by_segment.items():
-            path = self.directory / f"journal-{segment_id:08d}.seg"
-            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                for message in messages:
-                    start = message.body_offset
-                    message.body = data[start:start + message.body_length]
-
     # ------------------------------------------------------------ serving
 
     def start(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
@@ -278,8 +255,11 @@ class Store:
                     if info is not None:
                         info.live.add(message)
                         info.live_bytes += message.size
+                    if message.body is None:
+                        self.paged.count(message, 1)
                 assert q.key is not None
                 message.journal_queues.append(q.key)
+        broker.set_paged_bytes(self.paged.total)
         for key, segment_id in self._where.items():
             info = segments.get(segment_id)
             if info is not None and self._still_live(key):
@@ -395,14 +375,18 @@ class Store:
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
             size += len(entry)
-        # Even with nothing to write (bookkeeping only) a record is appended: receipts may
-        # wait for "the next sequence number".
+        # Even with nothing to write (bookkeeping only) a record is appended: the receipts of
+        # the frames that made it wait for this very sequence number (their ticket).
         seq, segment_id, offset = writer.append(b"".join(parts), self.epoch)
         info = writer.segments[segment_id]
+        paged_before = self.paged.total
         for message, queue_keys, body_at, body in added:
             if message.body is None:
-                # A paged-out message moved by compaction: its new copy is not on disk yet, so
-                # hold the body in memory until it is (it is paged out again once synced).
+                # A paged-out message moved by compaction (or dead-lettered): its new copy is
+                # not on disk yet, so hold the body in memory until it is (it is paged out
+                # again once synced).
+                if message.journal_queues:
+                    self.paged.count(message, -1)
                 message.body = body
                 message.body_length = len(body)
                 self.memory_bytes += len(body)
@@ -414,6 +398,8 @@ class Store:
             self._forget(key)
             info.live.add(key)
             info.live_bytes += KEY_OVERHEAD
+        if self.paged.total != paged_before and self.broker is not None:
+            self.broker.set_paged_bytes(self.paged.total)
         return seq
 
     def _locate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
@@ -425,7 +411,8 @@ class Store:
         message.body_offset = body_offset
         if message.body is not None and not counted:
             message.body_length = len(message.body)
-            if self.memory_bytes + message.body_length > self.settings.paging_bytes:
+            if message.page_out \
+                    or self.memory_bytes + message.body_length > self.settings.paging_bytes:
                 self._to_page.append((seq, message))
             self.memory_bytes += message.body_length
         info.live.add(message)
@@ -448,7 +435,9 @@ class Store:
         if info is not None and message in info.live:
             info.live.discard(message)
             info.live_bytes -= message.size
-        if message.body is not None and not keep_body:
+        if message.body is None:
+            self.paged.count(message, -1)
+        elif not keep_body:
             self.memory_bytes -= message.body_length
         message.journal_queues = None
 
@@ -491,7 +480,10 @@ class Store:
                     message.body = None  # on disk now: hold only the index in memory
                     message.wire = None
                     self.memory_bytes -= message.body_length
+                    self.paged.count(message, 1)
             self._to_page = keep
+            if self.broker is not None:
+                self.broker.set_paged_bytes(self.paged.total)
         self._maybe_compact()
         if self.settings.max_journal_bytes:
             self._notify_full()

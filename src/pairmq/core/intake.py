@@ -1,0 +1,275 @@
+"""How messages come in: SEND (and a COMMIT's sends), the admission decision, full
+destinations and the server-wide guards. Part of the Broker (core/broker.py), kept apart
+because it is the path every message takes and the one flow control changes.
+
+Deterministic: the guards' numbers (bytes the store paged out, disk usage, whether the
+journal is full) come in as inputs, like `now`; what a SEND became is its `Outcome`
+(core/admission.py), and transitions are left in `events` for the server to log and act
+on (release held producers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from pairmq.core import records as rec
+from pairmq.core.admission import (
+    ACCEPTED,
+    DUPLICATE,
+    PAGED,
+    Admission,
+    Cause,
+    Outcome,
+    Shortage,
+    decide,
+    refusal,
+)
+from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
+from pairmq.core.errors import CoreError
+from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
+from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.session import PendingSend, Session, Transaction
+from pairmq.core.settings import CoreSettings
+
+_NAMED = (QUEUE, TOPIC)  # kinds whose address is found by the destination's name
+# Enum members as module constants: the SEND path tests them for every message, and a
+# member looked up on its class costs about 90 ns each time (Python 3.11).
+_OPEN = AddressState.OPEN
+_IS_ACCEPTED = Admission.ACCEPTED
+_IS_PAGED = Admission.PAGED
+
+# Headers that describe one frame's transport, not the message: never stored or forwarded.
+TRANSPORT_HEADERS = frozenset({
+    "receipt", "transaction", "content-length", "destination", "message-id", "subscription",
+    "ack", "redelivered", "delivery-count",
+})
+
+
+class BrokerEvent(NamedTuple):
+    # "address-full" | "address-resumed" (a destination passed its limit / is back under
+    # it) | "server-full" | "server-resumed" (a server-wide guard; detail is the sentence
+    # to log) | "expired" | "dead-lettered"
+    kind: str
+    address: Address | None
+    detail: str = ""
+
+
+class Intake:
+    """The Broker's SEND path (a mixin: the Broker provides the state and the helpers
+    named below)."""
+
+    settings: CoreSettings
+    id_prefix: str
+    addresses: dict[str, Address]
+    reply_queues: dict[str, Queue]
+    stats: dict[str, int]
+    records: list[tuple]
+    events: list[BrokerEvent]
+    capacity: Capacity
+    _message_seq: int
+    _order_seq: int
+
+    if TYPE_CHECKING:  # provided by the Broker
+        def _session(self, conn_id: int) -> Session: ...
+        @staticmethod
+        def _tx(session: Session, transaction: str) -> Transaction: ...
+        def _plain_queue(self, destination: str) -> Queue: ...
+        def _temp_queue(self, session: Session, name: str) -> Queue: ...
+        def _address(self, name: str, kind: str) -> Address: ...
+        def _dispatch(self, q: Queue, now: int) -> None: ...
+
+    def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
+             now: int, transaction: str | None = None,
+             journal_full: str | None = None) -> Outcome:
+        """Take a message, or not: the Outcome says which and what the server must do.
+        `journal_full`: why the journal takes no more persistent messages (None: it does).
+        Inside a transaction the message only waits for COMMIT, where it is decided."""
+        session = self._session(conn_id)
+        kind, name = parse_destination(destination)
+        _check_message_headers(headers)
+        if kind == REPLY and name not in self.reply_queues:
+            raise CoreError(f"temporary queue {destination!r} no longer exists")
+        if transaction is not None:
+            self._tx(session, transaction).sends.append(PendingSend(destination, headers, body))
+            return ACCEPTED
+        return self._route(session, destination, kind, name, headers, body, now, journal_full)
+
+    def _admission(self, session: Session, destination: str, kind: str, name: str,
+                   headers: dict[str, str], journal_full: str | None
+                   ) -> tuple[Admission, Cause, Address | None]:
+        """What decide() says of this message now; changes nothing."""
+        address = self._existing_address(session, destination, kind, name)
+        dup_id = headers.get("dup-id")
+        duplicate = address is not None and dup_id is not None and dup_id in address.dups
+        full = address is not None and address.state is AddressState.FULL
+        shortages = self.capacity.shortages
+        if journal_full is not None:
+            shortages = shortages | {Shortage.JOURNAL}
+        if not (duplicate or full or shortages):
+            return Admission.ACCEPTED, Cause.NONE, address
+        persistent = headers.get("persistent") == "true"
+        pageable = (persistent and full and address is not None and bool(address.queues)
+                    and all(q.key is not None for q in address.queues))
+        admission, cause = decide(
+            duplicate=duplicate, persistent=persistent, pageable=pageable,
+            destination_full=full, policy=address.policy if address is not None
+            else self.settings.address_full_policy, shortages=shortages,
+            full_policy=self.settings.full_policy)
+        return admission, cause, address
+
+    def _route(self, session: Session, destination: str, kind: str, name: str,
+               headers: dict[str, str], body: bytes, now: int, journal_full: str | None = None,
+               admitted: bool = False) -> Outcome:
+        """Decide, then route. `admitted`: a COMMIT already decided it is not held or
+        refused (only page and drop still apply message by message)."""
+        address = self.addresses.get(destination) if kind in _NAMED \
+            else self._existing_address(session, destination, kind, name)
+        if journal_full is None and not self.capacity.shortages and (
+                address is None or (address.state is _OPEN and (
+                    "dup-id" not in headers or headers["dup-id"] not in address.dups))):
+            admission = _IS_ACCEPTED  # the common case, decided quickly
+        else:
+            admission, cause, address = self._admission(session, destination, kind, name,
+                                                         headers, journal_full)
+        if admission is not _IS_ACCEPTED and admission is not _IS_PAGED:
+            if admission is Admission.DUPLICATE:
+                # Already accepted: confirm again, deliver nothing, count nothing.
+                self.stats["duplicates"] += 1
+                return DUPLICATE
+            if admission is Admission.DROPPED:
+                assert address is not None
+                self.stats["dropped"] += 1
+                address.dropped += 1
+                address.period_dropped += 1
+                return Outcome(admission, cause, address)
+            if not admitted:
+                return refusal(admission, cause, address, self.capacity, journal_full)
+            admission = Admission.ACCEPTED
+        stored = {}
+        size = 64 + len(body)
+        for k, v in headers.items():
+            if k not in TRANSPORT_HEADERS:
+                stored[k] = v
+                size += len(k) + len(v)
+        reply_to = stored.get("reply-to")
+        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+            temp_name = reply_to[len("/temp-queue/"):]
+            if temp_name:
+                self._temp_queue(session, temp_name)
+                stored["reply-to"] = f"/reply-queue/{session.token}.{temp_name}"
+        if kind == TOPIC:
+            address = self._address(destination, TOPIC)
+            targets = address.queues
+        else:
+            if kind == QUEUE:
+                q = self._plain_queue(destination)
+            elif kind == TEMP:
+                q = self._temp_queue(session, name)
+            else:
+                q = self.reply_queues.get(name)
+                if q is None:
+                    raise CoreError(f"temporary queue {destination!r} no longer exists")
+            address = q.address
+            targets = [q]
+        dup_id = stored.get("dup-id")
+        if dup_id is not None:
+            self._remember_dup(address, dup_id)
+        self._message_seq += 1
+        self._order_seq += 1
+        message_id = f"{self.id_prefix}{self._message_seq}"
+        if "timestamp" not in stored:
+            stored["timestamp"] = stamp = str(now)
+            size += 9 + len(stamp)
+        priority = int(stored.get("priority", DEFAULT_PRIORITY))
+        expires = int(stored.get("expires", 0) or 0)
+        message = Message(message_id, destination, stored, body,
+                          stored.get("persistent") == "true", priority, expires, size,
+                          self._order_seq)
+        self.stats["received"] += 1
+        if not targets:
+            self.stats["unroutable_topic"] += 1
+            return ACCEPTED
+        if message.persistent:
+            keys = [q.key for q in targets if q.key is not None]
+            if keys:
+                self.records.append((rec.ADD, message, keys))
+        if admission is _IS_PAGED:
+            message.page_out = True
+        for q in list(targets):
+            self._enqueue(q, Entry(message), now)
+        if address.size > address.limit and address.limit:
+            self._check_full(address)
+        return PAGED if admission is _IS_PAGED else ACCEPTED
+
+    def _check_full(self, address: Address) -> None:
+        """Past its limit: FULL, once, until it drains under resume_ratio of it."""
+        if address.limit and address.size > address.limit \
+                and address.state is AddressState.OPEN:
+            address.state = AddressState.FULL
+            address.period_dropped = 0
+            self.events.append(BrokerEvent("address-full", address,
+                                           f"{address.size} bytes, limit {address.limit}"))
+
+    def _existing_address(self, session: Session, destination: str, kind: str,
+                          name: str) -> Address | None:
+        if kind in (QUEUE, TOPIC):
+            return self.addresses.get(destination)
+        q = session.temp_queues.get(name) if kind == TEMP else self.reply_queues.get(name)
+        return q.address if q is not None else None
+
+    def _remember_dup(self, address: Address, dup_id: str) -> None:
+        dups = address.dups
+        dups[dup_id] = None
+        durable = address.kind != TEMP  # a temp queue dies with its connection anyway
+        if durable:
+            self.records.append((rec.DUP, address.name, dup_id))
+        if len(dups) > self.settings.dup_cache_size:
+            oldest = next(iter(dups))
+            del dups[oldest]
+            if durable:
+                self.records.append((rec.DUP_EVICT, address.name, oldest))
+
+    def _enqueue(self, q: Queue, entry: Entry, now: int) -> None:
+        size = entry.message.size
+        q.address.size += size
+        capacity = self.capacity
+        capacity.memory += size + INDEX_BYTES
+        if capacity.memory > capacity.trip_at:
+            self._server_changed(capacity.check_memory())
+        q.push(entry)
+        if q.consumers:
+            self._dispatch(q, now)
+
+    def _resumed(self, address: Address, detail: str) -> None:
+        address.state = AddressState.OPEN
+        if address.period_dropped:
+            detail += f"; {address.period_dropped} messages were dropped while it was full"
+        self.events.append(BrokerEvent("address-resumed", address, detail))
+
+    # ----------------------------------------------------------------- server-wide guards
+
+    def set_paged_bytes(self, paged_bytes: int) -> None:
+        """Input from the store: message bodies it keeps on disk only."""
+        capacity = self.capacity
+        capacity.set_paged(paged_bytes)
+        self._server_changed(capacity.check_memory())
+
+    def set_disk_usage(self, percent: float) -> None:
+        """Input from the server: the data directory's file system, percent used."""
+        self._server_changed(self.capacity.check_disk(percent))
+
+    def _server_changed(self, change: tuple[bool, str] | None) -> None:
+        if change is not None:
+            entered, sentence = change
+            self.events.append(BrokerEvent("server-full" if entered else "server-resumed",
+                                           None, sentence))
+
+
+def _check_message_headers(headers: dict[str, str]) -> None:
+    priority = headers.get("priority")
+    if priority is not None and not (priority.isdigit() and 0 <= int(priority) <= 9):
+        raise CoreError(f"priority must be an integer from 0 to 9, got {priority!r}")
+    expires = headers.get("expires")
+    if expires is not None and expires != "" and not expires.isdigit():
+        raise CoreError(f"expires must be a time in ms since the epoch, got {expires!r}")

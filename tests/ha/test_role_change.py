@@ -74,8 +74,10 @@ def test_a_socket_opened_while_passive_is_closed_when_its_server_takes_over(pair
     idle = RawStomp(_address(pair, "backup"))  # accepted while PASSIVE; nothing sent yet
     try:
         assert idle.is_open(0.3)
+        passive_role = pair.status("backup")["role_generation"]
         pair.kill("primary")
         pair.wait_state("backup", SERVING, 10)
+        assert pair.status("backup")["role_generation"] > passive_role, "a new role serves"
         frames = _frames_until_closed(idle)
         assert frames is not None, "the socket of the PASSIVE role is still open"
         assert [f.command for f in frames] == ["ERROR"], frames

@@ -6,12 +6,21 @@ with SIGKILL."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 
 import pytest
 
-from tests.ha.clients import drain, parse_address, send_some
-from tests.ha.pair import SERVING, Pair, wait_for
+from tests.ha.clients import (
+    FailoverConsumer,
+    FailoverProducer,
+    check_exactly_once,
+    drain,
+    parse_address,
+    send_some,
+)
+from tests.ha.pair import NAMES, SERVING, Pair, wait_for
 from tests.support.scenarios import assert_not_serving_for, both_down_with_newest
 
 QUEUE = "/queue/witness-down"
@@ -110,3 +119,59 @@ def test_equal_journals_after_a_clean_stop_elect_the_primary(pair_factory) -> No
     pair.wait_formed(20)
     got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
     assert sorted(got) == sorted(sent) and set(got.values()) == {1}
+
+
+def test_a_witness_that_granted_a_higher_epoch_adopts_the_active_at_a_new_epoch(
+        pair_factory) -> None:
+    """The witness comes back remembering an epoch above the active's, last granted to the
+    server that is now the active's in-sync backup (a grant that was never used). The
+    active journals a new epoch while a producer keeps sending, and the witness adopts it:
+    no failover, nothing receipted lost or doubled, and a later failover works."""
+    pair = pair_factory()
+    pair.start(parallel=True)
+    pair.wait_formed()
+    pair.kill_witness()
+    backup_identity = pair.status("backup")["ha"]["identity"]
+    pair.witness_state.write_text(json.dumps(
+        {"holder": backup_identity, "epoch": 50, "standby": None, "last_ms": 0}))
+    addresses = [parse_address(pair.stomp_address(name)) for name in NAMES]
+    producer = FailoverProducer(addresses, QUEUE, window=8)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        n = 0
+        try:
+            while not stop.is_set():
+                producer.send(f"adopt-{n}", f"adopt {n}".encode())
+                n += 1
+            producer.flush()
+        except BaseException as e:  # reported by the test
+            errors.append(e)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        pair.start_witness()  # receipts in flight while the active adopts it
+        wait_for(lambda: (pair.status("primary") or {}).get("ha", {}).get("epoch") == 51,
+                 10, "the active journaling epoch 51")
+        wait_for(lambda: pair.status("primary")["ha"]["witness"]["lease_valid"], 10,
+                 "the lease from the witness")
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, f"the producer failed: {errors[0]!r}"
+    assert pair.state("primary") == "ACTIVE" and pair.state("backup") == "PASSIVE"
+    assert "knows this server as active again (epoch 51" in pair.logs("primary")
+    pair.kill("primary")  # the witness now knows the pair: the backup takes over above 51
+    pair.wait_state("backup", SERVING, 10)
+    assert pair.status("backup")["ha"]["epoch"] > 51
+    consumer = FailoverConsumer(addresses, QUEUE).start()
+    try:
+        consumer.wait_consumed(set(producer.receipted), 30)
+        consumer.wait_idle()
+    finally:
+        consumer.stop()
+    check_exactly_once(producer.receipted, consumer)

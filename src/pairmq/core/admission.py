@@ -96,7 +96,7 @@ def refusal(admission: Admission, cause: Cause, address: Address | None, capacit
     if cause is Cause.JOURNAL:
         reason = f"{journal_full}: persistent message not accepted"
     elif cause is Cause.MEMORY:
-        reason = (f"the server is full: messages held in memory take {capacity.memory_bytes} "
+        reason = (f"the server is full: messages held in memory take {capacity.memory} "
                   f"bytes, over global_max_size_bytes ({capacity.memory_limit}): message not "
                   "accepted")
     else:

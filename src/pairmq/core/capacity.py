@@ -47,11 +47,6 @@ class Capacity:
         self.disk_usage: float | None = None  # input: percent used, None before a sample
         self.shortages = NO_SHORTAGE
 
-    @property
-    def memory_bytes(self) -> int:
-        """Bytes of messages held in memory: a paged-out message counts only its index."""
-        return self.memory
-
     def set_paged(self, paged_bytes: int) -> None:
         self.memory -= paged_bytes - self.paged_bytes
         self.paged_bytes = paged_bytes

@@ -20,11 +20,10 @@ from pairmq.core.admission import (
     Admission,
     Cause,
     Outcome,
-    Shortage,
     decide,
     refusal,
 )
-from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message

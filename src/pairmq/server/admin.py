@@ -71,7 +71,7 @@ def server_shortages(server: PairmqServer) -> list[str]:
 
 def capacity_status(server: PairmqServer) -> dict[str, Any]:
     capacity = server.broker.capacity
-    return {"memory_bytes": capacity.memory_bytes,
+    return {"memory_bytes": capacity.memory,
             "global_max_size_bytes": capacity.memory_limit,
             "disk_usage_percent": capacity.disk_usage, "max_disk_usage": capacity.max_disk_usage,
             "full": server_shortages(server), "full_policy": capacity.full_policy}
@@ -113,7 +113,7 @@ class _Collector:
         capacity = server.broker.capacity
         memory = GaugeMetricFamily("pairmq_memory_bytes",
                                    "bytes of messages held in memory, all destinations")
-        memory.add_metric([], capacity.memory_bytes)
+        memory.add_metric([], capacity.memory)
         limit = GaugeMetricFamily("pairmq_memory_limit_bytes",
                                   "global_max_size_bytes (0 = no limit)")
         limit.add_metric([], capacity.memory_limit)

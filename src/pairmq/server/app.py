@@ -267,7 +267,7 @@ class PairmqServer:
             return
         used = stats.f_blocks - stats.f_bfree
         if used + stats.f_bavail > 0:
-            role.broker.set_disk_usage(100.0 * used / (used + stats.f_bavail))
+            role.disk_usage(100.0 * used / (used + stats.f_bavail))
 
 
 async def serve(config: ServerConfig) -> None:

@@ -305,6 +305,12 @@ class Role:
                 conn.flush_out()
             self._dirty.clear()
 
+    def disk_usage(self, percent: float) -> None:
+        """A sample of the data directory's disk usage, for the max_disk_usage guard."""
+        if self.kind is RoleKind.SERVING and self.phase is RolePhase.CURRENT:
+            self.broker.set_disk_usage(percent)
+            self.flush()
+
     def sweep(self, now: int) -> None:
         """Expire what is due (timer)."""
         if self.kind is RoleKind.SERVING and self.phase is RolePhase.CURRENT:

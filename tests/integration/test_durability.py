@@ -622,6 +622,23 @@ def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
         finally:
             _run("fsfreeze", "-u", str(mountpoint))
         assert client.wait_receipt(f"r{i}", timeout=10).command == "RECEIPT"
+
+    # A RECEIPT covers every earlier frame of its connection (STOMP processes a
+    # connection's frames in order): an UNSUBSCRIBE, which journals nothing, sent after an
+    # ACK that asked for no receipt, is not answered before that ACK's record is on disk.
+    send(client, acked, "acked without a receipt", **P)
+    unreceipted = client.read_message()
+    try:
+        frozen = _run("fsfreeze", "-f", str(mountpoint), timeout=10)
+        assert frozen.returncode == 0, frozen.stderr
+        client.send_frame("ACK", {"id": unreceipted.headers["ack"]})
+        client.send_frame("UNSUBSCRIBE", {"id": "a", "receipt": "after-ack"})
+        with pytest.raises(TimeoutError):
+            frame = client.read_frame(1.0)
+            raise AssertionError(f"answered before the ACK was on disk: {frame}")
+    finally:
+        _run("fsfreeze", "-u", str(mountpoint))
+    assert client.wait_receipt("after-ack", timeout=10).command == "RECEIPT"
     bystander.close()
 
     srv = restart(server_factory, srv)

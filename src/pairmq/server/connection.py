@@ -173,15 +173,17 @@ class StompConnection(asyncio.Protocol):
             return
         if held is HELD:
             return
-        # What this frame changed (or, for a dup-id hit, the original it relies on) must be
-        # confirmed before its receipt: the record that holds it, and no other.
+        # A RECEIPT says this frame and every earlier one of the connection were taken, so
+        # it waits for the newest record this connection wrote: this frame's own (or, for a
+        # dup-id hit, the original's) or, if it wrote none, that of an earlier frame (an
+        # ACK sent without a receipt, say). Never for a record of somebody else's.
         ticket = role.ticket_since(mark)
         if ticket is not None:
             self.last_ticket = ticket
         receipt = frame.headers.get("receipt")
         if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
             self.drain_deliveries()
-            self.confirm(ticket, wire.receipt(receipt, self.version))
+            self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
 
     def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
         """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,

@@ -49,9 +49,9 @@ class PairmqServer:
         self._admin = None
         self.pair: PairPolicy
         if config.policy == "replication":
-            from pairmq.server.ha import HaNode
+            from pairmq.server.ha import ReplicationDriver
 
-            self.pair = HaNode(self)
+            self.pair = ReplicationDriver(self)
         else:
             self.pair = NoPair(self._serve_alone)
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())

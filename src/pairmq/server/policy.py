@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from pairmq.ha.states import State
+from pairmq.server.config import ServerConfig
+from pairmq.store.store import Store
 
 
 class PairPolicy(Protocol):
@@ -80,3 +82,35 @@ class NoPair:
 
     def force(self) -> str | None:
         return "not part of a pair"
+
+
+class PairHost(Protocol):
+    """What a pair policy's driver asks of the server it runs in."""
+
+    config: ServerConfig
+
+    @property
+    def store(self) -> Store:
+        """The journal of the server's current role (replaced at every role change)."""
+
+    @property
+    def client_address(self) -> str: ...
+
+    @property
+    def confirmed_seq(self) -> int: ...
+
+    async def become_active(self, epoch: int | None) -> None: ...
+
+    def become_passive(self, why: str) -> None: ...
+
+    def watch_mirror(self) -> None: ...
+
+    async def synced(self, seq: int) -> None: ...
+
+    def update_confirmed(self) -> None: ...
+
+    def persist(self) -> None: ...
+
+    def close_clients(self, message: str, active: str | None) -> None: ...
+
+    def state_changed(self, old: State, new: State) -> None: ...

@@ -1,0 +1,209 @@
+"""What the pair's state machines are fed (inputs) and what they ask for (effects).
+
+The machines (ha/replication.py) are sans-IO: a driver in server/ turns sockets, timers
+and the witness's answers into the inputs below, hands them to `handle(event, now)`, and
+carries out the effects it gets back, in order. Times are seconds on the driver's
+monotonic clock; nothing here reads a clock or touches a socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Hello = dict[str, Any]  # what a server says of itself on the HA channel
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class PeerConnected:
+    """An authenticated HA channel to the peer is up; `hello` is what it said."""
+
+    hello: Hello
+
+
+@dataclass(frozen=True)
+class PeerLost:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    hello: Hello
+
+
+@dataclass(frozen=True)
+class SyncRequested:
+    """Active side: the backup asks to be synchronised (its journal's end and epochs)."""
+
+    request: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SyncServed:
+    """Active side: everything up to `seq` went to the backup; the live stream follows."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class SyncOffered:
+    """Backup side: the active starts a synchronisation ("full" replaces our journal)."""
+
+    mode: str
+    first: int
+
+
+@dataclass(frozen=True)
+class SyncDone:
+    """Backup side: the active sent everything up to `seq`."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class MirrorProgress:
+    """Backup side: the mirrored journal holds records up to `appended` (written) and
+    `synced` (on disk)."""
+
+    appended: int
+    synced: int
+
+
+@dataclass(frozen=True)
+class BackupAcked:
+    seq: int
+
+
+@dataclass(frozen=True)
+class FailbackMessage:
+    phase: str  # "request" | "go" | "shutdown"
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class WitnessReplied:
+    """The answer to an `AskWitness` (None: the witness could not be reached)."""
+
+    purpose: str
+    reply: dict[str, Any] | None
+    requested_at: float
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """`BecomeActive` is done: the server serves its journal at `epoch`."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Force:
+    """An operator's `pairmq activate`."""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """The server is stopping."""
+
+
+Event = (PeerConnected | PeerLost | Heartbeat | SyncRequested | SyncServed | SyncOffered
+         | SyncDone | MirrorProgress | BackupAcked | FailbackMessage | WitnessReplied
+         | Recovered | Force | Shutdown)
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True)
+class Send:
+    """A control message to the peer (ha/channel.py kinds)."""
+
+    kind: int
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AskWitness:
+    """One request to the witness; its answer comes back as `WitnessReplied(purpose)`.
+    A machine never has two requests out at once."""
+
+    purpose: str
+    request: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BecomeActive:
+    """Serve this server's journal at `epoch` (a new serving role); `Recovered` follows."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class BecomePassive:
+    """Stop serving: a standby role whose journal mirrors the peer's."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class BeginEpoch:
+    """Journal a new epoch while serving (adopted by a witness that granted higher)."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ServeSync:
+    """Active side: stream the records the backup lacks, then `SyncServed`."""
+
+    request: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WipeJournal:
+    """Backup side: a full synchronisation replaces the journal, from `first`."""
+
+    first: int
+
+
+@dataclass(frozen=True)
+class CloseClients:
+    message: str
+    active: str | None
+
+
+@dataclass(frozen=True)
+class Persist:
+    """Journal whatever the serving role has not yet written (before a hand-over)."""
+
+
+@dataclass(frozen=True)
+class ConfirmationsChanged:
+    """What may be confirmed changed (lease, backup ack, state): recompute receipts."""
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    old: str
+    new: str
+    why: str
+
+
+@dataclass(frozen=True)
+class PeerStateChanged:
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Log:
+    """Something an operator should read (level: logging's numbers)."""
+
+    level: int
+    message: str
+
+
+Effect = (Send | AskWitness | BecomeActive | BecomePassive | BeginEpoch | ServeSync
+          | WipeJournal | CloseClients | Persist | ConfirmationsChanged | StateChanged
+          | PeerStateChanged | Log)

@@ -1,0 +1,917 @@
+"""The pair under the replication policy, as a sans-IO state machine.
+
+`ReplicationMachine.handle(event, now)` takes one input (ha/events.py) and returns the
+effects to carry out, in order; `tick(now)` is called every heartbeat and at
+`deadline()`. No clock, socket or task lives here: the driver (server/replication.py)
+does the I/O. The rules (docs/ha.md has the argument):
+
+- A server confirms writes only while serving and while it holds the witness's lease
+  or its in-sync backup's promise not to take over (no witness configured: always,
+  with a loud warning). The moment it holds neither, and no peer follows it, it is not
+  serving any more: it reports WAITING and closes its clients, in the same step.
+- With an in-sync backup and synchronous replication, a record is confirmed only once
+  the backup has it (on its disk, with backup_ack = "fsync").
+- Before confirming on its own after losing its backup, the active tells the witness it
+  has no in-sync backup any more; only an in-sync backup may take over.
+- A backup takes over only after its own promise to the active has run out and the
+  witness granted it the lease with a higher epoch; every activation writes its epoch
+  to the journal first.
+
+Steps that take time (an activation, a hand-over, a stop) are states of their own, with
+their step as a value (`Activation.step`, `HandOver.step`), never flags.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pairmq.ha import channel as ch
+from pairmq.ha.election import Standing, elected
+from pairmq.ha.events import (
+    AskWitness,
+    BackupAcked,
+    BecomeActive,
+    BecomePassive,
+    BeginEpoch,
+    CloseClients,
+    ConfirmationsChanged,
+    Effect,
+    Event,
+    FailbackMessage,
+    Force,
+    Heartbeat,
+    Hello,
+    Log,
+    MirrorProgress,
+    PeerConnected,
+    PeerLost,
+    PeerStateChanged,
+    Persist,
+    Recovered,
+    Send,
+    ServeSync,
+    Shutdown,
+    StateChanged,
+    SyncDone,
+    SyncOffered,
+    SyncRequested,
+    SyncServed,
+    WipeJournal,
+    WitnessReplied,
+)
+from pairmq.ha.lease import LeaseView
+from pairmq.ha.states import State
+
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+
+
+class Phase(StrEnum):
+    """Where the machine is. Several phases report the same `State` (see REPORTED)."""
+
+    STARTING = "starting"
+    WAITING = "waiting"
+    DEFERRING = "deferring"  # handed over to the peer: let it activate, do not compete
+    SYNCING = "syncing"  # asked the active for its journal
+    PASSIVE = "passive"  # in-sync backup
+    FAILBACK_ASKED = "failback-asked"  # in-sync primary backup, asked for its place back
+    TAKING_OVER = "taking-over"  # the active handed over: activate until the witness grants
+    ORPHANED = "orphaned"  # was in sync, lost the active: waits for its promise to run out
+    ACTIVATING = "activating"  # see `Activation`
+    STANDALONE = "standalone"  # serving, no backup
+    ACTIVE = "active"  # serving, in-sync backup attached
+    DROPPING_BACKUP = "dropping-backup"  # backup lost: confirm alone once the witness knows
+    HANDING_OVER = "handing-over"  # see `HandOver`
+    STOPPING = "stopping"  # giving the lease back before the process ends
+    STOPPED = "stopped"
+
+
+SERVING = frozenset({Phase.STANDALONE, Phase.ACTIVE, Phase.DROPPING_BACKUP,
+                     Phase.HANDING_OVER})
+IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})
+REPORTED = {
+    Phase.STARTING: State.STARTING, Phase.WAITING: State.WAITING,
+    Phase.DEFERRING: State.WAITING, Phase.SYNCING: State.SYNCING,
+    Phase.PASSIVE: State.PASSIVE, Phase.FAILBACK_ASKED: State.PASSIVE,
+    Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
+    Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
+    Phase.DROPPING_BACKUP: State.ACTIVE, Phase.HANDING_OVER: State.ACTIVE,
+    Phase.STOPPING: State.WAITING, Phase.STOPPED: State.WAITING,
+}
+
+
+class Step(StrEnum):
+    QUERY = "query"  # asking the witness who was last active
+    GRANT = "grant"  # asking the witness for the lease at a new epoch
+    RELEASE = "release"  # the peer came back serving meanwhile: giving the grant back
+    RECOVER = "recover"  # the server opens its journal for serving (BecomeActive)
+    RENEW = "renew"  # recovery may have outlasted the lease: renewing before serving
+
+
+@dataclass(frozen=True)
+class Activation:
+    why: str
+    step: Step
+    back_to: Phase  # where a refused attempt returns
+    epoch: int = 0
+    force: bool = False
+    fresh: bool = False  # a new pair's primary with an empty journal
+    won: bool = False  # the election against the connected peer
+    with_peer: bool = False  # elected with the peer while the witness is unreachable
+
+
+class HandOverStep(StrEnum):
+    DRAINING = "draining"  # waiting for the backup to hold everything
+    RELEASING = "releasing"  # giving the lease back, keeping the backup as standby
+
+
+@dataclass(frozen=True)
+class HandOver:
+    why: str
+    step: HandOverStep
+    deadline: float
+    stopping: bool  # failover on shutdown: the process ends after it
+    target: int | None = None  # the last record the backup must hold
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str
+    identity: str  # name#node-id: the witness tells a stale namesake apart
+    role: str  # "primary" | "backup"
+    stomp: str  # where clients reach this server
+    witness: bool
+    heartbeat: float  # seconds
+    activation_ms: int
+    sync_timeout: float
+    allow_failback: bool
+    failover_on_shutdown: bool
+    synchronous: bool  # replication_mode = "sync"
+    backup_ack_fsync: bool  # backup_ack = "fsync"
+
+    @property
+    def activation(self) -> float:
+        return self.activation_ms / 1000
+
+
+class Journal(Protocol):
+    """What the machine reads of the current role's journal (read-only)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def appended_seq(self) -> int: ...
+
+    @property
+    def oldest_seq(self) -> int: ...
+
+    @property
+    def synced_seq(self) -> int: ...
+
+    @property
+    def mirror(self) -> bool: ...
+
+    epochs: list[tuple[int, int]]
+
+
+class ReplicationMachine:
+    def __init__(self, settings: Settings, journal: Journal) -> None:
+        self.cfg = settings
+        self.journal = journal
+        self.phase = Phase.STARTING
+        self.activation: Activation | None = None
+        self.hand_over: HandOver | None = None
+        self.peer: Hello = {}
+        self.peer_state = State.DEAD  # DEAD: no HA channel
+        self.peer_farewell = False  # the connected peer said it stops without failover
+        self.order = False  # an operator's force, until this server serves or sees a server
+        self.witness_info: dict[str, Any] = {}
+        self.witness_lease = LeaseView()
+        self.peer_lease = LeaseView()  # active: the in-sync backup's promise
+        self.promise_until = 0.0  # backup: I promised not to take over before this
+        self.peer_echo = 0.0  # backup: the active's last heartbeat time, echoed back
+        self.backup_acked = 0
+        self.sync_done_seq: int | None = None
+        self.next_renew = 0.0
+        self._asking: str | None = None  # the witness request out, by purpose
+        self._queue: list[tuple[str, dict[str, Any]]] = []
+        self._out: list[Effect] = []
+        self._now = 0.0
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def state(self) -> State:
+        """What the server reports: during an activation, the state it started from."""
+        if self.activation is not None:
+            return REPORTED[self.activation.back_to]
+        return REPORTED[self.phase]
+
+    @property
+    def serving(self) -> bool:
+        return self.phase in SERVING
+
+    @property
+    def stopped(self) -> bool:
+        return self.phase is Phase.STOPPED
+
+    @property
+    def connected(self) -> bool:
+        return self.peer_state is not State.DEAD
+
+    @property
+    def backup_in_sync(self) -> bool:
+        return self.phase is Phase.ACTIVE or (self.hand_over is not None)
+
+    @property
+    def in_sync_with_live(self) -> bool:
+        return self.phase in IN_SYNC or (
+            self.activation is not None and self.activation.back_to in IN_SYNC)
+
+    @property
+    def live_stream(self) -> bool:
+        """Records appended now go straight to the backup: its synchronisation is done."""
+        return self.serving and self.connected and self.sync_done_seq is not None
+
+    def confirmable(self, local: int, current: int, now: float) -> int:
+        """Up to which sequence receipts may go out now."""
+        if self.phase not in (Phase.STANDALONE, Phase.ACTIVE):
+            return current
+        if self.cfg.witness and not (self.witness_lease.valid(now) or (
+                self.phase is Phase.ACTIVE and self.peer_lease.valid(now))):
+            return current
+        if self.phase is Phase.ACTIVE and self.cfg.synchronous:
+            return min(local, self.backup_acked)
+        return local
+
+    def deadline(self, now: float) -> float | None:
+        """The next instant after `now` something changes without an input: the lease
+        running out (serving) or the promise running out (a backup that lost the active)."""
+        at = None
+        if self.serving and self.cfg.witness:
+            at = self._valid_until()
+        elif self.phase is Phase.ORPHANED:
+            at = self.promise_until
+        return at if at is not None and at > now else None
+
+    def hello(self, now: float) -> Hello:
+        journal = self.journal
+        return {"name": self.cfg.name, "identity": self.cfg.identity, "role": self.cfg.role,
+                "state": self.state.value, "epoch": journal.epoch,
+                "last_seq": journal.appended_seq, "epochs": journal.epochs,
+                "stomp": self.cfg.stomp, "oldest": journal.oldest_seq, "ts": now,
+                "echo": self.peer_echo, "in_sync": self.in_sync_with_live}
+
+    def active_address(self) -> str | None:
+        return self.peer.get("stomp") if self.peer_state.serving else None
+
+    def force_refused(self) -> str | None:
+        """Why an operator's force is refused now (None: it is taken)."""
+        if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
+            active = self.active_address()
+            return (f"this server is {self.state.value}, a backup of the active server"
+                    f"{f' at {active}' if active else ''}: forcing is for a WAITING server")
+        return None
+
+    # ------------------------------------------------------------ inputs
+
+    def handle(self, event: Event, now: float) -> list[Effect]:
+        self._now = now
+        match event:
+            case Heartbeat(hello):
+                self._on_heartbeat(hello, now)
+            case BackupAcked(seq):
+                self._on_ack(seq, now)
+            case MirrorProgress(appended, synced):
+                self._on_mirror(appended, synced, now)
+            case PeerConnected(hello):
+                self._on_connected(hello)
+            case PeerLost(reason):
+                self._on_lost(reason)
+            case SyncRequested(request):
+                self._on_sync_requested(request)
+            case SyncServed(seq):
+                if self.serving and self.connected:
+                    self.sync_done_seq = seq
+            case SyncOffered(mode, first):
+                self._on_sync_offered(mode, first)
+            case SyncDone(seq):
+                self.sync_done_seq = seq
+                self._check_in_sync(now)
+            case FailbackMessage(phase, seq):
+                self._on_failback(phase, seq, now)
+            case WitnessReplied(purpose, reply, requested_at):
+                self._on_witness(purpose, reply, requested_at, now)
+            case Recovered(epoch):
+                self._on_recovered(epoch)
+            case Force():
+                if self.force_refused() is None and not self.serving:
+                    self.order = True
+            case Shutdown():
+                self._on_shutdown(now)
+        self._decide(now)
+        return self._drain()
+
+    def tick(self, now: float) -> list[Effect]:
+        """Every heartbeat, and at `deadline()`."""
+        self._now = now
+        if self.phase is Phase.STOPPED:
+            return []
+        if self.connected:
+            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
+        if self.serving:
+            if self.connected and self.sync_done_seq is not None:
+                self._emit(Send(ch.HORIZON, {"seq": self.journal.oldest_seq}))
+            if not self._expired(now) and self.cfg.witness and now >= self.next_renew \
+                    and self.phase is not Phase.HANDING_OVER:
+                self.next_renew = now + self.cfg.heartbeat
+                self._renew()
+            self._emit(ConfirmationsChanged())
+        if self.hand_over is not None:
+            self._hand_over_progress(now)
+        self._decide(now)
+        return self._drain()
+
+    def check(self, now: float) -> list[Effect]:
+        """At `deadline()`, and before the server reports its state: a lease that ran out
+        ends serving at that instant, a promise that ran out lets the backup take over."""
+        self._now = now
+        if self.serving:
+            self._expired(now)
+        self._decide(now)
+        return self._drain()
+
+    def _expired(self, now: float) -> bool:
+        """Without lease and promise nothing is confirmed (confirmable): that is the end of
+        serving, reported and carried out at once, unless a peer follows this server (it
+        cannot take over: it synchronises from us)."""
+        attached = self.connected and not self.peer_state.serving
+        if self.cfg.witness and now >= self._valid_until() and not attached:
+            self._emit(Log(ERROR, "Lost the witness lease and the backup's promise: not "
+                                  "serving any more"))
+            self._step_down("lost both the witness and the backup")
+            return True
+        return False
+
+    # ------------------------------------------------------------ the peer
+
+    def _on_connected(self, hello: Hello) -> None:
+        self.peer = dict(hello)
+        self.peer_farewell = False
+        self._emit(Log(INFO, f"Connected to remote server {hello.get('name')} over the HA "
+                             "channel"))
+        self._set_peer_state(State(hello.get("state", "STARTING")))
+        if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
+            self.phase = Phase.ORPHANED  # a new channel: synchronise again over it
+        self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
+
+    def _on_lost(self, reason: str) -> None:
+        self._emit(Log(INFO, f"Lost the HA channel to {self.peer.get('name')}: {reason}"))
+        self._set_peer_state(State.DEAD)
+        self.sync_done_seq = None
+        if self.phase in (Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER):
+            # Still eligible (per the witness) but no longer receiving: not in sync.
+            self.phase = Phase.ORPHANED
+        elif self.phase is Phase.DEFERRING:
+            self.phase = Phase.WAITING
+        elif self.phase is Phase.SYNCING:
+            self._set_state(Phase.WAITING, "lost the active server before being in sync")
+        elif self.phase is Phase.HANDING_OVER:
+            self._emit(Log(WARNING, "Hand-over abandoned: the HA channel closed"))
+            self.hand_over = None
+            self.phase = Phase.ACTIVE
+            self._backup_lost()
+        elif self.phase is Phase.ACTIVE:
+            self._backup_lost()
+
+    def _on_heartbeat(self, hello: Hello, now: float) -> None:
+        self.peer.update(hello)
+        self._set_peer_state(State(hello.get("state", "STARTING")))
+        peer_serving = self.peer_state.serving
+        if peer_serving and self.phase is Phase.DEFERRING:
+            self.phase = Phase.WAITING
+        if not self.serving and peer_serving:
+            self.peer_echo = float(hello.get("ts", 0))
+            if self.phase in (Phase.PASSIVE, Phase.FAILBACK_ASKED):
+                # My promise: I will not take over for an activation interval from now.
+                self.promise_until = max(self.promise_until, now + self.cfg.activation)
+        if self.backup_in_sync and hello.get("in_sync"):
+            echo = float(hello.get("echo", 0))
+            if echo:
+                self.peer_lease.granted(echo, self.cfg.activation_ms)
+        if self.serving and peer_serving:
+            self._split_brain_seen()
+
+    def _set_peer_state(self, state: State) -> None:
+        if state != self.peer_state:
+            self._emit(PeerStateChanged(self.peer_state.value, state.value))
+            self.peer_state = state
+
+    def _split_brain_seen(self) -> None:
+        """Both serving (a partition healed, or no witness): the higher epoch stays."""
+        mine = (self.journal.epoch, self.cfg.role == "primary")
+        theirs = (int(self.peer.get("epoch", 0)), self.peer.get("role") == "primary")
+        if theirs > mine:
+            self._emit(Log(ERROR, f"Both servers are serving: {self.peer.get('name')} has "
+                                  f"epoch {self.peer.get('epoch')}, higher than mine "
+                                  f"({self.journal.epoch}). Stepping down"))
+            self._step_down("a server with a higher epoch is active")
+
+    # ------------------------------------------------------------ decisions
+
+    def _decide(self, now: float) -> None:
+        """Take the next safe step for the current situation (after every input)."""
+        phase = self.phase
+        if phase in SERVING or phase in (Phase.ACTIVATING, Phase.STOPPING, Phase.STOPPED):
+            return
+        if phase is Phase.TAKING_OVER and not (self.connected and self.peer_state.serving):
+            self._activate("the active server handed over", force=True,
+                           back_to=Phase.TAKING_OVER)
+            return
+        if self.connected:
+            if self.peer_state.serving:
+                if self.order:
+                    self.order = False
+                    self._emit(Log(WARNING, f"Forced activation cancelled: "
+                                            f"{self.peer.get('name')} is serving, this server "
+                                            "synchronises from it"))
+                if phase not in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED,
+                                 Phase.TAKING_OVER):
+                    self._request_sync()
+                elif (phase is Phase.PASSIVE and self.cfg.role == "primary"
+                      and self.cfg.allow_failback and self.peer.get("role") == "backup"):
+                    self.phase = Phase.FAILBACK_ASKED
+                    self._emit(Log(INFO, f"In sync with {self.peer.get('name')}: asking to "
+                                         "fail back (allow_failback = true)"))
+                    self._emit(Send(ch.FAILBACK, {"phase": "request"}))
+                return
+            if phase is Phase.DEFERRING:
+                return
+            if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
+                won = elected(Standing(self.journal.epoch, self.journal.appended_seq,
+                                       self.cfg.role == "primary"),
+                              Standing.of_peer(self.peer))
+                if self.cfg.witness:
+                    # The witness is the pair's memory: the server it last granted
+                    # activates; the journals decide only on a new witness, or when the
+                    # witness cannot be reached (the two servers agree).
+                    self._activate("the witness names this server", query=True, won=won)
+                elif won:
+                    self._activate("the peer's journal is older")
+                elif phase is Phase.STARTING:
+                    self._set_state(Phase.WAITING, f"{self.peer.get('name')} holds the newer "
+                                                   "journal and should become active")
+            return
+        if phase is Phase.ORPHANED:
+            if self.peer_farewell:
+                self._set_state(Phase.WAITING, "the active server stopped cleanly and "
+                                "failover_on_shutdown is off: not taking over")
+            elif now >= self.promise_until:
+                self._activate("the active server is gone", back_to=Phase.ORPHANED)
+            return
+        if phase in (Phase.STARTING, Phase.WAITING, Phase.DEFERRING):
+            self._activate_alone()
+
+    def _activate_alone(self) -> None:
+        """Started (or left) alone: serve only if this journal is certainly the newest."""
+        journal = self.journal
+        fresh = self.cfg.role == "primary" and journal.epoch == 0 and journal.appended_seq == 0
+        if self.order:
+            self._activate("an operator forced it", force=True)
+        elif not self.cfg.witness:
+            if fresh:
+                self._activate("new pair, primary, empty journal")
+            else:
+                self._set_state(Phase.WAITING, "without a witness, a server alone cannot "
+                                "know whether its journal is the newest (`pairmq activate` "
+                                "forces it)")
+        else:
+            self._activate("alone: the witness decides", query=True, fresh=fresh)
+
+    # ------------------------------------------------------------ activation
+
+    def _activate(self, why: str, *, force: bool = False, query: bool = False,
+                  fresh: bool = False, won: bool = False, back_to: Phase | None = None) -> None:
+        back = back_to or (self.phase if self.phase is not Phase.DEFERRING else Phase.WAITING)
+        # Above both our journal's epoch and any the witness granted (a grant may have
+        # gone unused: a server that crashed right after it, or gave it back).
+        epoch = max(self.journal.epoch, int(self.witness_info.get("epoch") or 0)) + 1
+        act = Activation(why, Step.GRANT, back, epoch, force, fresh, won)
+        self.phase = Phase.ACTIVATING
+        if not self.cfg.witness:
+            self._emit(Log(WARNING, "Activating without a witness: nothing prevents split "
+                                    "brain"))
+            self._recover(act)
+        elif query and not force:
+            self.activation = replace(act, step=Step.QUERY)
+            self._ask("activation", {"op": "query"})
+        else:
+            self._ask_grant(act)
+
+    def _ask_grant(self, act: Activation) -> None:
+        self.activation = replace(act, step=Step.GRANT)
+        self._ask("activation", {"op": "activate", "epoch": act.epoch, "force": act.force})
+
+    def _recover(self, act: Activation) -> None:
+        self.activation = replace(act, step=Step.RECOVER)
+        self._emit(BecomeActive(act.epoch))
+
+    def _activation_refused(self, why: str | None) -> None:
+        """The attempt ends without serving; back to where it started (WAITING if that was
+        STARTING or the server can no longer follow a peer), to be decided again."""
+        act = self.activation
+        assert act is not None
+        back = act.back_to
+        if back in IN_SYNC and not self.connected:
+            back = Phase.ORPHANED
+        if why is not None:
+            back = Phase.WAITING
+        self._set_state(back, why or "activation refused")
+
+    def _on_activation_reply(self, reply: dict[str, Any] | None, requested_at: float) -> None:
+        act = self.activation
+        assert act is not None
+        if act.step is Step.QUERY:
+            if reply is None:
+                if act.won and self._peer_agrees():
+                    self._activate_with_peer(act)
+                    return
+                peer = self.peer.get("name") if self.connected else None
+                self._activation_refused("cannot reach the witness" + (
+                    f"; {peer} holds the newer journal and activates" if peer
+                    else " or the peer"))
+                return
+            if not self._may_activate(reply, act.fresh, act.won):
+                waiting = act.back_to in (Phase.STARTING, Phase.WAITING)
+                self._activation_refused(
+                    f"the witness says {reply.get('holder')} was last active in epoch "
+                    f"{reply.get('epoch')}: waiting for it rather than serving older data"
+                    if waiting else None)
+                return
+            epoch = max(self.journal.epoch, int(reply.get("epoch") or 0)) + 1
+            self._ask_grant(replace(act, epoch=epoch))
+        elif act.step is Step.GRANT:
+            if reply is None or not reply.get("granted"):
+                reason = reply.get("reason") if reply else "the witness is unreachable"
+                if self.order:
+                    self._emit(Log(INFO, f"Forced activation not granted yet ({reason}): "
+                                         "trying again"))
+                self._activation_refused(f"not activating: {reason}"
+                                         if act.back_to is Phase.STARTING else None)
+                return
+            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
+            if self.connected and self.peer_state.serving:
+                # The peer came back serving meanwhile: give the lease back, sync from it.
+                self.witness_lease.revoke()
+                self.activation = replace(act, step=Step.RELEASE)
+                self._ask("activation", {"op": "release", "epoch": act.epoch,
+                                         "keep_standby": True})
+                return
+            self._recover(act)
+        elif act.step is Step.RELEASE:
+            self._activation_refused(None)
+        elif act.step is Step.RENEW:
+            if reply is None or not reply.get("granted"):
+                reason = reply.get("reason") if reply else "the witness is unreachable"
+                self._emit(Log(ERROR, f"Lease not renewed after recovery ({reason}): not "
+                                      "serving"))
+                self._step_down(f"lease lost while recovering: {reason}")
+                return
+            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
+            self._serve(act)
+
+    def _on_recovered(self, epoch: int) -> None:
+        act = self.activation
+        if act is None or act.step is not Step.RECOVER:
+            return
+        if act.with_peer:
+            if not self._peer_agrees():
+                self._step_down(f"{self.peer.get('name')} left or took over while this "
+                                "server activated without the witness")
+                return
+            self._serve(act)
+        elif self.cfg.witness:
+            self.activation = replace(act, step=Step.RENEW)
+            self._ask("activation", {"op": "renew", "standby": None, "epoch": epoch})
+        else:
+            self._serve(act)
+
+    def _serve(self, act: Activation) -> None:
+        self.backup_acked = 0
+        self.sync_done_seq = None
+        self.order = False
+        self.next_renew = self._now + self.cfg.heartbeat
+        detail = (f"{act.why}: elected with {self.peer.get('name')} while the witness is "
+                  f"unreachable; epoch {act.epoch}" if act.with_peer
+                  else f"{act.why}; epoch {act.epoch}")
+        self._set_state(Phase.STANDALONE, detail)
+        if self.connected:
+            self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
+
+    def _peer_agrees(self) -> bool:
+        """The peer is connected and serves nothing: it compares the same journals and so
+        stays a backup (docs/ha.md, electing without the witness)."""
+        return self.connected and self.peer_state in (State.STARTING, State.WAITING)
+
+    def _activate_with_peer(self, act: Activation) -> None:
+        """The witness cannot be reached, but the peer is connected and agrees that this
+        server holds the newest journal: serve. Receipts still wait for the lease or the
+        in-sync backup's promise, so nothing is confirmed until the peer has synchronised
+        from this server; a server that cannot see its peer never gets here."""
+        epoch = max(self.journal.epoch, int(self.peer.get("epoch", 0)),
+                    int(self.witness_info.get("epoch") or 0)) + 1
+        name = self.peer.get("name")
+        self._emit(Log(WARNING, f"Witness unreachable: {name} agrees that this server holds "
+                                f"the newest journal, activating without the witness "
+                                f"(receipts wait for {name} to be in sync)"))
+        self._recover(replace(act, epoch=epoch, with_peer=True))
+
+    def _may_activate(self, info: dict[str, Any], fresh: bool, won: bool) -> bool:
+        """What the witness remembers decides who may serve without a serving peer."""
+        holder, standby = info.get("holder"), info.get("standby")
+        witness_epoch = int(info.get("epoch", 0))
+        if holder == self.cfg.identity:
+            return True  # the last server granted: nobody confirmed anything after it
+        if holder is None and witness_epoch == 0:
+            return fresh or won  # a new witness: the newest journal (or the new primary)
+        if self.connected:
+            return False  # the holder is reachable: it activates, we synchronise from it
+        return standby == self.cfg.identity and witness_epoch >= self.journal.epoch
+
+    # ------------------------------------------------------------ serving
+
+    def _valid_until(self) -> float:
+        return max(self.witness_lease.valid_until,
+                   self.peer_lease.valid_until if self.backup_in_sync else 0.0)
+
+    def _step_down(self, why: str) -> None:
+        """Stop serving (also from the middle of an activation whose role already serves)."""
+        self.witness_lease.revoke()
+        self.peer_lease.revoke()
+        self._queue = [q for q in self._queue if q[0] != "renew"]
+        self._emit(BecomePassive(why))
+        self._set_state(Phase.WAITING, why)
+
+    def _backup_lost(self) -> None:
+        """Keep confirming alone only once the witness knows the backup is out of sync."""
+        if not self.cfg.witness:
+            self._set_state(Phase.STANDALONE, "backup lost")
+        else:
+            self.phase = Phase.DROPPING_BACKUP
+            self._renew()
+        self._emit(ConfirmationsChanged())
+
+    def _on_ack(self, seq: int, now: float) -> None:
+        self.backup_acked = max(self.backup_acked, seq)
+        if self.phase in (Phase.STANDALONE, Phase.DROPPING_BACKUP) \
+                and self.sync_done_seq is not None and seq >= self.sync_done_seq:
+            self.peer_lease.revoke()
+            self._emit(Log(INFO, f"Backup {self.peer.get('name')} is synchronized with this "
+                                 f"server (seq {seq})"))
+            self._set_state(Phase.ACTIVE, f"backup {self.peer.get('name')} is in sync")
+            self._renew()
+        elif self.hand_over is not None:
+            self._hand_over_progress(now)
+        self._emit(ConfirmationsChanged())
+
+    def _on_sync_requested(self, request: dict[str, Any]) -> None:
+        if not self.serving or self.phase is Phase.HANDING_OVER:
+            return
+        if self.phase is Phase.ACTIVE:
+            self._backup_lost()  # a new synchronisation: the backup is not in sync
+        self.sync_done_seq = None
+        self._emit(ServeSync(request))
+
+    # ------------------------------------------------------------ the witness
+
+    def _ask(self, purpose: str, fields: dict[str, Any]) -> None:
+        """Queue a witness request; one is out at a time, in order."""
+        if purpose == "renew" and any(p == "renew" for p, _ in self._queue):
+            return
+        self._queue.append((purpose, fields))
+        self._next_request()
+
+    def _next_request(self) -> None:
+        if self._asking is not None or not self._queue:
+            return
+        purpose, fields = self._queue.pop(0)
+        if purpose == "renew":
+            if not self.serving or self.phase is Phase.HANDING_OVER:
+                self._next_request()  # a renewal must never revive a released lease
+                return
+            fields = {"op": "renew", "standby": self._standby()}
+        self._asking = purpose
+        self._emit(AskWitness(purpose, {"name": self.cfg.identity,
+                                        "epoch": self.journal.epoch,
+                                        "ms": self.cfg.activation_ms, **fields}))
+
+    def _standby(self) -> str | None:
+        return self.peer.get("identity") if self.phase is Phase.ACTIVE else None
+
+    def _renew(self) -> None:
+        if self.cfg.witness:
+            self._ask("renew", {})
+
+    def _on_witness(self, purpose: str, reply: dict[str, Any] | None, requested_at: float,
+                    now: float) -> None:
+        if purpose != self._asking:
+            return
+        self._asking = None
+        if reply is not None:
+            self.witness_info = reply
+        if purpose == "activation" and self.activation is not None:
+            self._on_activation_reply(reply, requested_at)
+        elif purpose == "renew" and self.serving and self.phase is not Phase.HANDING_OVER:
+            self._on_renewed(reply, requested_at)
+        elif purpose == "adopt" and self.serving:
+            self._on_adopted(reply, requested_at)
+        elif purpose == "release" and self.hand_over is not None:
+            self._handed_over()
+        elif purpose == "stop":
+            self.phase = Phase.STOPPED
+        self._next_request()
+
+    def _on_renewed(self, reply: dict[str, Any] | None, requested_at: float) -> None:
+        if reply is None:
+            return
+        standby = self._standby()
+        if reply.get("granted"):
+            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
+            if self.phase is Phase.DROPPING_BACKUP and reply.get("standby") is None:
+                self._set_state(Phase.STANDALONE, "backup lost; the witness knows")
+            self._emit(ConfirmationsChanged())
+        elif reply.get("holder") != self.cfg.identity \
+                and reply.get("holder") in (None, standby) and not reply.get("remaining_ms"):
+            # The witness was away (restarted without its memory, or the pair elected this
+            # server while it was unreachable): nobody else holds a lease, and the server
+            # it last knew as active, if any, is this server's in-sync backup.
+            witness_epoch = int(reply.get("epoch", 0))
+            epoch = self.journal.epoch
+            if epoch <= witness_epoch:
+                epoch = witness_epoch + 1
+                self._emit(BeginEpoch(epoch))
+            self._ask("adopt", {"op": "adopt", "standby": standby, "epoch": epoch})
+        elif int(reply.get("epoch", 0)) > self.journal.epoch:
+            self._emit(Log(ERROR, f"The witness says epoch {reply.get('epoch')} is active "
+                                  f"(mine is {self.journal.epoch}): stepping down"))
+            self._step_down("the pair moved on to a higher epoch")
+
+    def _on_adopted(self, reply: dict[str, Any] | None, requested_at: float) -> None:
+        if reply is not None and reply.get("granted"):
+            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
+            self._emit(Log(INFO, f"The witness knows this server as active again (epoch "
+                                 f"{reply.get('epoch')}, in-sync backup {self._standby()})"))
+            self._emit(ConfirmationsChanged())
+        elif reply is not None:
+            self._emit(Log(INFO, f"The witness does not take this server as active: "
+                                 f"{reply.get('reason')}"))
+
+    # ------------------------------------------------------------ backup side
+
+    def _request_sync(self) -> None:
+        if not self.journal.mirror:
+            self._emit(BecomePassive("the peer is active"))
+        self.sync_done_seq = None
+        self._set_state(Phase.SYNCING, f"copying {self.peer.get('name')}'s journal")
+        journal = self.journal
+        self._emit(Send(ch.SYNC, {"request": True, "epoch": journal.epoch,
+                                  "last_seq": journal.appended_seq,
+                                  "epochs": journal.epochs}))
+
+    def _on_sync_offered(self, mode: str, first: int) -> None:
+        name = self.peer.get("name")
+        if mode == "full":
+            self._emit(Log(INFO, f"Full synchronisation from {name}: replacing the local "
+                                 f"journal (from seq {first})"))
+            self._emit(WipeJournal(first))
+        else:
+            self._emit(Log(INFO, f"Incremental synchronisation from {name} from seq {first}"))
+
+    def _on_mirror(self, appended: int, synced: int, now: float) -> None:
+        if self.connected:
+            self._emit(Send(ch.ACK, {"seq": synced if self.cfg.backup_ack_fsync
+                                     else appended}))
+        self._check_in_sync(now)
+
+    def _check_in_sync(self, now: float) -> None:
+        target = self.sync_done_seq
+        if target is None or self.phase is not Phase.SYNCING:
+            return
+        journal = self.journal
+        have = journal.synced_seq if self.cfg.backup_ack_fsync else journal.appended_seq
+        if have >= target:
+            self.promise_until = now + self.cfg.activation
+            self._set_state(Phase.PASSIVE, f"synchronized with live server "
+                                           f"{self.peer.get('name')} at seq {target}")
+            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
+
+    def _on_failback(self, phase: str, seq: int | None, now: float) -> None:
+        if phase == "request" and self.phase is Phase.ACTIVE:
+            self._start_hand_over(f"failing back to {self.peer.get('name')}", now,
+                                  stopping=False)
+        elif phase == "go" and not self.serving:
+            self._emit(Log(INFO, f"{self.peer.get('name')} handed over at seq {seq}: "
+                                 "taking over"))
+            self.promise_until = 0.0
+            self.peer_farewell = False
+            self._set_peer_state(State.WAITING)  # "go" is the peer's last word as active
+            if self.activation is not None:
+                self.activation = replace(self.activation, back_to=Phase.TAKING_OVER)
+            else:
+                self.phase = Phase.TAKING_OVER  # retried until the witness grants it
+        elif phase == "shutdown":
+            self.peer_farewell = True
+
+    # ------------------------------------------------------------ hand-over and stop
+
+    def _start_hand_over(self, why: str, now: float, stopping: bool) -> None:
+        """Failback or failover on shutdown: stop serving, let the backup catch up, hand
+        over. The target is read at the next input, after `Persist` was carried out."""
+        self.hand_over = HandOver(why, HandOverStep.DRAINING, now + self.cfg.sync_timeout,
+                                  stopping)
+        self.phase = Phase.HANDING_OVER
+        self._queue = [q for q in self._queue if q[0] != "renew"]
+        self._emit(Log(INFO, f"Handing over to {self.peer.get('name')}: {why}"))
+        self._emit(CloseClients(f"this server is handing over to {self.peer.get('stomp')} "
+                                f"({why})", self.peer.get("stomp")))
+        self._emit(Persist())
+        self._emit(ConfirmationsChanged())
+
+    def _hand_over_progress(self, now: float) -> None:
+        ho = self.hand_over
+        if ho is None or ho.step is not HandOverStep.DRAINING:
+            return
+        if ho.target is None:
+            ho = self.hand_over = replace(ho, target=self.journal.appended_seq)
+        assert ho.target is not None
+        if self.backup_acked >= ho.target:
+            self.hand_over = replace(ho, step=HandOverStep.RELEASING)
+            if self.cfg.witness:
+                self._ask("release", {"op": "release", "keep_standby": True})
+            else:
+                self._handed_over()
+        elif now > ho.deadline:
+            self._emit(Log(WARNING, f"Hand-over abandoned: the backup did not confirm seq "
+                                    f"{ho.target}"))
+            self.hand_over = None
+            self.phase = Phase.ACTIVE
+            if ho.stopping:
+                self._stop_serving()
+
+    def _handed_over(self) -> None:
+        ho = self.hand_over
+        assert ho is not None and ho.target is not None
+        self.witness_lease.revoke()
+        self._emit(Send(ch.FAILBACK, {"phase": "go", "seq": ho.target}))
+        if ho.stopping:
+            self._set_state(Phase.STOPPED, f"{ho.why}: handed over")
+            return
+        self._step_down(ho.why)
+        self._set_state(Phase.DEFERRING, ho.why)
+
+    def _on_shutdown(self, now: float) -> None:
+        if self.serving and self.connected and self.cfg.failover_on_shutdown \
+                and self.phase is Phase.ACTIVE:
+            self._start_hand_over("shutting down (failover_on_shutdown = true)", now,
+                                  stopping=True)
+            return
+        if self.phase is Phase.HANDING_OVER and self.hand_over is not None:
+            self.hand_over = replace(self.hand_over, stopping=True)
+            return
+        if self.serving:
+            if self.connected:
+                self._emit(Send(ch.FAILBACK, {"phase": "shutdown"}))
+            self._stop_serving()
+        else:
+            self._set_state(Phase.STOPPED, "stopping")
+
+    def _stop_serving(self) -> None:
+        """Give the lease back (the backup waits for this server: no standby kept)."""
+        self._queue = []
+        if self.cfg.witness:
+            self._set_state(Phase.STOPPING, "stopping: giving the lease back")
+            self._ask("stop", {"op": "release", "keep_standby": False})
+        else:
+            self._set_state(Phase.STOPPED, "stopping")
+
+    # ------------------------------------------------------------ output
+
+    def _set_state(self, phase: Phase, why: str) -> None:
+        """Enter `phase`, ending any activation or hand-over; say so if the reported
+        state changes."""
+        old = self.state
+        self.phase = phase
+        self.activation = None
+        self.hand_over = None
+        if REPORTED[phase] != old:
+            self._emit(StateChanged(old.value, REPORTED[phase].value, why))
+
+    def _emit(self, effect: Effect) -> None:
+        self._out.append(effect)
+
+    def _drain(self) -> list[Effect]:
+        out, self._out = self._out, []
+        return out

@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -727,6 +728,14 @@ def _hold(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def _first_switch(log: str, *states: str) -> datetime:
+    """When a server's log first says it switched to one of `states` (log timestamps are
+    the machine's clock, to the millisecond, for every server)."""
+    lines = _switched_to(log, *states)
+    assert lines, f"never switched to {states}"
+    return datetime.strptime(lines[0][:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
 def _switched_to(log: str, *states: str) -> list[str]:
     return [line for line in log.splitlines()
             if "Local server switched to" in line
@@ -788,6 +797,12 @@ def test_primary_isolated_the_backup_takes_over(partitioned) -> None:
     net.assert_one_confirmer_at_a_time(expected=["primary", "backup"])
     assert "stepping down" in pair.logs("primary").lower() or \
         "Lost the witness lease" in pair.logs("primary"), net.timeline()
+    # What a server reports is what it does: the isolated primary said it stopped serving
+    # (the moment its lease ran out) before the backup started serving, not an activation
+    # interval later.
+    stepped_down = _first_switch(pair.logs("primary"), "WAITING")
+    took_over = _first_switch(pair.logs("backup"), *SERVING)
+    assert stepped_down < took_over, (stepped_down, took_over, net.timeline())
     # Took over within a few activation intervals, not by luck much later.
     first_backup = min(r.sent for r in net.probes["backup"].receipts)
     assert first_backup - isolated < 5.0, net.timeline()

@@ -24,19 +24,17 @@ their step as a value (`Activation.step`, `HandOver.step`), never flags.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-from enum import StrEnum
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from pairmq.ha import channel as ch
+from pairmq.ha.activation import ActivationSteps
 from pairmq.ha.election import Standing, elected
 from pairmq.ha.events import (
     AskWitness,
     BackupAcked,
-    BecomeActive,
     BecomePassive,
     BeginEpoch,
-    CloseClients,
     ConfirmationsChanged,
     Effect,
     Event,
@@ -49,7 +47,6 @@ from pairmq.ha.events import (
     PeerConnected,
     PeerLost,
     PeerStateChanged,
-    Persist,
     Recovered,
     Send,
     ServeSync,
@@ -62,122 +59,24 @@ from pairmq.ha.events import (
     WipeJournal,
     WitnessReplied,
 )
+from pairmq.ha.handover import HandOverSteps
 from pairmq.ha.lease import LeaseView
+from pairmq.ha.phases import (
+    IN_SYNC,
+    REPORTED,
+    SERVING,
+    Activation,
+    HandOver,
+    Journal,
+    Phase,
+    Settings,
+)
 from pairmq.ha.states import State
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
-class Phase(StrEnum):
-    """Where the machine is. Several phases report the same `State` (see REPORTED)."""
-
-    STARTING = "starting"
-    WAITING = "waiting"
-    DEFERRING = "deferring"  # handed over to the peer: let it activate, do not compete
-    SYNCING = "syncing"  # asked the active for its journal
-    PASSIVE = "passive"  # in-sync backup
-    FAILBACK_ASKED = "failback-asked"  # in-sync primary backup, asked for its place back
-    TAKING_OVER = "taking-over"  # the active handed over: activate until the witness grants
-    ORPHANED = "orphaned"  # was in sync, lost the active: waits for its promise to run out
-    ACTIVATING = "activating"  # see `Activation`
-    STANDALONE = "standalone"  # serving, no backup
-    ACTIVE = "active"  # serving, in-sync backup attached
-    DROPPING_BACKUP = "dropping-backup"  # backup lost: confirm alone once the witness knows
-    HANDING_OVER = "handing-over"  # see `HandOver`
-    STOPPING = "stopping"  # giving the lease back before the process ends
-    STOPPED = "stopped"
-
-
-SERVING = frozenset({Phase.STANDALONE, Phase.ACTIVE, Phase.DROPPING_BACKUP,
-                     Phase.HANDING_OVER})
-IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})
-REPORTED = {
-    Phase.STARTING: State.STARTING, Phase.WAITING: State.WAITING,
-    Phase.DEFERRING: State.WAITING, Phase.SYNCING: State.SYNCING,
-    Phase.PASSIVE: State.PASSIVE, Phase.FAILBACK_ASKED: State.PASSIVE,
-    Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
-    Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
-    Phase.DROPPING_BACKUP: State.ACTIVE, Phase.HANDING_OVER: State.ACTIVE,
-    Phase.STOPPING: State.WAITING, Phase.STOPPED: State.WAITING,
-}
-
-
-class Step(StrEnum):
-    QUERY = "query"  # asking the witness who was last active
-    GRANT = "grant"  # asking the witness for the lease at a new epoch
-    RELEASE = "release"  # the peer came back serving meanwhile: giving the grant back
-    RECOVER = "recover"  # the server opens its journal for serving (BecomeActive)
-    RENEW = "renew"  # recovery may have outlasted the lease: renewing before serving
-
-
-@dataclass(frozen=True)
-class Activation:
-    why: str
-    step: Step
-    back_to: Phase  # where a refused attempt returns
-    epoch: int = 0
-    force: bool = False
-    fresh: bool = False  # a new pair's primary with an empty journal
-    won: bool = False  # the election against the connected peer
-    with_peer: bool = False  # elected with the peer while the witness is unreachable
-
-
-class HandOverStep(StrEnum):
-    DRAINING = "draining"  # waiting for the backup to hold everything
-    RELEASING = "releasing"  # giving the lease back, keeping the backup as standby
-
-
-@dataclass(frozen=True)
-class HandOver:
-    why: str
-    step: HandOverStep
-    deadline: float
-    stopping: bool  # failover on shutdown: the process ends after it
-    target: int | None = None  # the last record the backup must hold
-
-
-@dataclass(frozen=True)
-class Settings:
-    name: str
-    identity: str  # name#node-id: the witness tells a stale namesake apart
-    role: str  # "primary" | "backup"
-    stomp: str  # where clients reach this server
-    witness: bool
-    heartbeat: float  # seconds
-    activation_ms: int
-    sync_timeout: float
-    allow_failback: bool
-    failover_on_shutdown: bool
-    synchronous: bool  # replication_mode = "sync"
-    backup_ack_fsync: bool  # backup_ack = "fsync"
-
-    @property
-    def activation(self) -> float:
-        return self.activation_ms / 1000
-
-
-class Journal(Protocol):
-    """What the machine reads of the current role's journal (read-only)."""
-
-    @property
-    def epoch(self) -> int: ...
-
-    @property
-    def appended_seq(self) -> int: ...
-
-    @property
-    def oldest_seq(self) -> int: ...
-
-    @property
-    def synced_seq(self) -> int: ...
-
-    @property
-    def mirror(self) -> bool: ...
-
-    epochs: list[tuple[int, int]]
-
-
-class ReplicationMachine:
+class ReplicationMachine(ActivationSteps, HandOverSteps):
     def __init__(self, settings: Settings, journal: Journal) -> None:
         self.cfg = settings
         self.journal = journal
@@ -339,9 +238,9 @@ class ReplicationMachine:
         """At `deadline()`, and before the server reports its state: a lease that ran out
         ends serving at that instant, a promise that ran out lets the backup take over."""
         self._now = now
-        if self.serving:
-            self._expired(now)
-        self._decide(now)
+        if (self.serving and self._expired(now)) or (
+                self.phase is Phase.ORPHANED and now >= self.promise_until):
+            self._decide(now)
         return self._drain()
 
     def _expired(self, now: float) -> bool:
@@ -474,172 +373,6 @@ class ReplicationMachine:
             return
         if phase in (Phase.STARTING, Phase.WAITING, Phase.DEFERRING):
             self._activate_alone()
-
-    def _activate_alone(self) -> None:
-        """Started (or left) alone: serve only if this journal is certainly the newest."""
-        journal = self.journal
-        fresh = self.cfg.role == "primary" and journal.epoch == 0 and journal.appended_seq == 0
-        if self.order:
-            self._activate("an operator forced it", force=True)
-        elif not self.cfg.witness:
-            if fresh:
-                self._activate("new pair, primary, empty journal")
-            else:
-                self._set_state(Phase.WAITING, "without a witness, a server alone cannot "
-                                "know whether its journal is the newest (`pairmq activate` "
-                                "forces it)")
-        else:
-            self._activate("alone: the witness decides", query=True, fresh=fresh)
-
-    # ------------------------------------------------------------ activation
-
-    def _activate(self, why: str, *, force: bool = False, query: bool = False,
-                  fresh: bool = False, won: bool = False, back_to: Phase | None = None) -> None:
-        back = back_to or (self.phase if self.phase is not Phase.DEFERRING else Phase.WAITING)
-        # Above both our journal's epoch and any the witness granted (a grant may have
-        # gone unused: a server that crashed right after it, or gave it back).
-        epoch = max(self.journal.epoch, int(self.witness_info.get("epoch") or 0)) + 1
-        act = Activation(why, Step.GRANT, back, epoch, force, fresh, won)
-        self.phase = Phase.ACTIVATING
-        if not self.cfg.witness:
-            self._emit(Log(WARNING, "Activating without a witness: nothing prevents split "
-                                    "brain"))
-            self._recover(act)
-        elif query and not force:
-            self.activation = replace(act, step=Step.QUERY)
-            self._ask("activation", {"op": "query"})
-        else:
-            self._ask_grant(act)
-
-    def _ask_grant(self, act: Activation) -> None:
-        self.activation = replace(act, step=Step.GRANT)
-        self._ask("activation", {"op": "activate", "epoch": act.epoch, "force": act.force})
-
-    def _recover(self, act: Activation) -> None:
-        self.activation = replace(act, step=Step.RECOVER)
-        self._emit(BecomeActive(act.epoch))
-
-    def _activation_refused(self, why: str | None) -> None:
-        """The attempt ends without serving; back to where it started (WAITING if that was
-        STARTING or the server can no longer follow a peer), to be decided again."""
-        act = self.activation
-        assert act is not None
-        back = act.back_to
-        if back in IN_SYNC and not self.connected:
-            back = Phase.ORPHANED
-        if why is not None:
-            back = Phase.WAITING
-        self._set_state(back, why or "activation refused")
-
-    def _on_activation_reply(self, reply: dict[str, Any] | None, requested_at: float) -> None:
-        act = self.activation
-        assert act is not None
-        if act.step is Step.QUERY:
-            if reply is None:
-                if act.won and self._peer_agrees():
-                    self._activate_with_peer(act)
-                    return
-                peer = self.peer.get("name") if self.connected else None
-                self._activation_refused("cannot reach the witness" + (
-                    f"; {peer} holds the newer journal and activates" if peer
-                    else " or the peer"))
-                return
-            if not self._may_activate(reply, act.fresh, act.won):
-                waiting = act.back_to in (Phase.STARTING, Phase.WAITING)
-                self._activation_refused(
-                    f"the witness says {reply.get('holder')} was last active in epoch "
-                    f"{reply.get('epoch')}: waiting for it rather than serving older data"
-                    if waiting else None)
-                return
-            epoch = max(self.journal.epoch, int(reply.get("epoch") or 0)) + 1
-            self._ask_grant(replace(act, epoch=epoch))
-        elif act.step is Step.GRANT:
-            if reply is None or not reply.get("granted"):
-                reason = reply.get("reason") if reply else "the witness is unreachable"
-                if self.order:
-                    self._emit(Log(INFO, f"Forced activation not granted yet ({reason}): "
-                                         "trying again"))
-                self._activation_refused(f"not activating: {reason}"
-                                         if act.back_to is Phase.STARTING else None)
-                return
-            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
-            if self.connected and self.peer_state.serving:
-                # The peer came back serving meanwhile: give the lease back, sync from it.
-                self.witness_lease.revoke()
-                self.activation = replace(act, step=Step.RELEASE)
-                self._ask("activation", {"op": "release", "epoch": act.epoch,
-                                         "keep_standby": True})
-                return
-            self._recover(act)
-        elif act.step is Step.RELEASE:
-            self._activation_refused(None)
-        elif act.step is Step.RENEW:
-            if reply is None or not reply.get("granted"):
-                reason = reply.get("reason") if reply else "the witness is unreachable"
-                self._emit(Log(ERROR, f"Lease not renewed after recovery ({reason}): not "
-                                      "serving"))
-                self._step_down(f"lease lost while recovering: {reason}")
-                return
-            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
-            self._serve(act)
-
-    def _on_recovered(self, epoch: int) -> None:
-        act = self.activation
-        if act is None or act.step is not Step.RECOVER:
-            return
-        if act.with_peer:
-            if not self._peer_agrees():
-                self._step_down(f"{self.peer.get('name')} left or took over while this "
-                                "server activated without the witness")
-                return
-            self._serve(act)
-        elif self.cfg.witness:
-            self.activation = replace(act, step=Step.RENEW)
-            self._ask("activation", {"op": "renew", "standby": None, "epoch": epoch})
-        else:
-            self._serve(act)
-
-    def _serve(self, act: Activation) -> None:
-        self.backup_acked = 0
-        self.sync_done_seq = None
-        self.order = False
-        self.next_renew = self._now + self.cfg.heartbeat
-        detail = (f"{act.why}: elected with {self.peer.get('name')} while the witness is "
-                  f"unreachable; epoch {act.epoch}" if act.with_peer
-                  else f"{act.why}; epoch {act.epoch}")
-        self._set_state(Phase.STANDALONE, detail)
-        if self.connected:
-            self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
-
-    def _peer_agrees(self) -> bool:
-        """The peer is connected and serves nothing: it compares the same journals and so
-        stays a backup (docs/ha.md, electing without the witness)."""
-        return self.connected and self.peer_state in (State.STARTING, State.WAITING)
-
-    def _activate_with_peer(self, act: Activation) -> None:
-        """The witness cannot be reached, but the peer is connected and agrees that this
-        server holds the newest journal: serve. Receipts still wait for the lease or the
-        in-sync backup's promise, so nothing is confirmed until the peer has synchronised
-        from this server; a server that cannot see its peer never gets here."""
-        epoch = max(self.journal.epoch, int(self.peer.get("epoch", 0)),
-                    int(self.witness_info.get("epoch") or 0)) + 1
-        name = self.peer.get("name")
-        self._emit(Log(WARNING, f"Witness unreachable: {name} agrees that this server holds "
-                                f"the newest journal, activating without the witness "
-                                f"(receipts wait for {name} to be in sync)"))
-        self._recover(replace(act, epoch=epoch, with_peer=True))
-
-    def _may_activate(self, info: dict[str, Any], fresh: bool, won: bool) -> bool:
-        """What the witness remembers decides who may serve without a serving peer."""
-        holder, standby = info.get("holder"), info.get("standby")
-        witness_epoch = int(info.get("epoch", 0))
-        if holder == self.cfg.identity:
-            return True  # the last server granted: nobody confirmed anything after it
-        if holder is None and witness_epoch == 0:
-            return fresh or won  # a new witness: the newest journal (or the new primary)
-        if self.connected:
-            return False  # the holder is reachable: it activates, we synchronise from it
-        return standby == self.cfg.identity and witness_epoch >= self.journal.epoch
 
     # ------------------------------------------------------------ serving
 
@@ -824,78 +557,6 @@ class ReplicationMachine:
                 self.phase = Phase.TAKING_OVER  # retried until the witness grants it
         elif phase == "shutdown":
             self.peer_farewell = True
-
-    # ------------------------------------------------------------ hand-over and stop
-
-    def _start_hand_over(self, why: str, now: float, stopping: bool) -> None:
-        """Failback or failover on shutdown: stop serving, let the backup catch up, hand
-        over. The target is read at the next input, after `Persist` was carried out."""
-        self.hand_over = HandOver(why, HandOverStep.DRAINING, now + self.cfg.sync_timeout,
-                                  stopping)
-        self.phase = Phase.HANDING_OVER
-        self._queue = [q for q in self._queue if q[0] != "renew"]
-        self._emit(Log(INFO, f"Handing over to {self.peer.get('name')}: {why}"))
-        self._emit(CloseClients(f"this server is handing over to {self.peer.get('stomp')} "
-                                f"({why})", self.peer.get("stomp")))
-        self._emit(Persist())
-        self._emit(ConfirmationsChanged())
-
-    def _hand_over_progress(self, now: float) -> None:
-        ho = self.hand_over
-        if ho is None or ho.step is not HandOverStep.DRAINING:
-            return
-        if ho.target is None:
-            ho = self.hand_over = replace(ho, target=self.journal.appended_seq)
-        assert ho.target is not None
-        if self.backup_acked >= ho.target:
-            self.hand_over = replace(ho, step=HandOverStep.RELEASING)
-            if self.cfg.witness:
-                self._ask("release", {"op": "release", "keep_standby": True})
-            else:
-                self._handed_over()
-        elif now > ho.deadline:
-            self._emit(Log(WARNING, f"Hand-over abandoned: the backup did not confirm seq "
-                                    f"{ho.target}"))
-            self.hand_over = None
-            self.phase = Phase.ACTIVE
-            if ho.stopping:
-                self._stop_serving()
-
-    def _handed_over(self) -> None:
-        ho = self.hand_over
-        assert ho is not None and ho.target is not None
-        self.witness_lease.revoke()
-        self._emit(Send(ch.FAILBACK, {"phase": "go", "seq": ho.target}))
-        if ho.stopping:
-            self._set_state(Phase.STOPPED, f"{ho.why}: handed over")
-            return
-        self._step_down(ho.why)
-        self._set_state(Phase.DEFERRING, ho.why)
-
-    def _on_shutdown(self, now: float) -> None:
-        if self.serving and self.connected and self.cfg.failover_on_shutdown \
-                and self.phase is Phase.ACTIVE:
-            self._start_hand_over("shutting down (failover_on_shutdown = true)", now,
-                                  stopping=True)
-            return
-        if self.phase is Phase.HANDING_OVER and self.hand_over is not None:
-            self.hand_over = replace(self.hand_over, stopping=True)
-            return
-        if self.serving:
-            if self.connected:
-                self._emit(Send(ch.FAILBACK, {"phase": "shutdown"}))
-            self._stop_serving()
-        else:
-            self._set_state(Phase.STOPPED, "stopping")
-
-    def _stop_serving(self) -> None:
-        """Give the lease back (the backup waits for this server: no standby kept)."""
-        self._queue = []
-        if self.cfg.witness:
-            self._set_state(Phase.STOPPING, "stopping: giving the lease back")
-            self._ask("stop", {"op": "release", "keep_standby": False})
-        else:
-            self._set_state(Phase.STOPPED, "stopping")
 
     # ------------------------------------------------------------ output
 

@@ -14,6 +14,7 @@ from pairmq.core import Broker
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
 from pairmq.server.connection import StompConnection, now_ms
+from pairmq.server.ha import ReplicationDriver
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
@@ -49,8 +50,6 @@ class PairmqServer:
         self._admin = None
         self.pair: PairPolicy
         if config.policy == "replication":
-            from pairmq.server.ha import ReplicationDriver
-
             self.pair = ReplicationDriver(self)
         else:
             self.pair = NoPair(self._serve_alone)

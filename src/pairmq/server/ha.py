@@ -63,6 +63,7 @@ class ReplicationDriver:
         self._tasks: list[asyncio.Task] = []
         self._listener: asyncio.AbstractServer | None = None
         self._wake = asyncio.Event()
+        self._deadline: float | None = None
         if not self.witness_address:
             log.warning("No witness is configured: if the network splits the pair, both "
                         "servers may serve at once (split brain). Configure [ha] witness.")
@@ -175,7 +176,10 @@ class ReplicationDriver:
                 effects = self.machine.handle(self._pending.pop(0), time.monotonic())
         finally:
             self._applying = False
-        self._wake.set()  # the deadline may have moved
+        deadline = self.machine.deadline(time.monotonic())
+        if deadline != self._deadline:  # wake the timer only when its deadline moved
+            self._deadline = deadline
+            self._wake.set()
 
     def _carry_out(self, effect: ev.Effect) -> None:
         server = self.server

@@ -1,0 +1,187 @@
+"""How a server of the replication pair becomes active: the steps of an activation.
+
+A mixin of `ReplicationMachine` (ha/replication.py), kept apart for length: the query to
+the witness, the grant at a new epoch, the journal opened for serving, the renewal after
+it, and the election with a connected peer while the witness cannot be reached. Each step
+is a value of `Activation.step`; a refused attempt returns to `Activation.back_to`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from pairmq.ha import channel as ch
+from pairmq.ha.events import BecomeActive, Log, Send
+from pairmq.ha.phases import IN_SYNC, Activation, Phase, Step
+from pairmq.ha.states import State
+
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+
+
+class ActivationSteps:
+    def _activate_alone(self) -> None:
+        """Started (or left) alone: serve only if this journal is certainly the newest."""
+        journal = self.journal
+        fresh = self.cfg.role == "primary" and journal.epoch == 0 and journal.appended_seq == 0
+        if self.order:
+            self._activate("an operator forced it", force=True)
+        elif not self.cfg.witness:
+            if fresh:
+                self._activate("new pair, primary, empty journal")
+            else:
+                self._set_state(Phase.WAITING, "without a witness, a server alone cannot "
+                                "know whether its journal is the newest (`pairmq activate` "
+                                "forces it)")
+        else:
+            self._activate("alone: the witness decides", query=True, fresh=fresh)
+
+
+    def _activate(self, why: str, *, force: bool = False, query: bool = False,
+                  fresh: bool = False, won: bool = False, back_to: Phase | None = None) -> None:
+        back = back_to or (self.phase if self.phase is not Phase.DEFERRING else Phase.WAITING)
+        # Above both our journal's epoch and any the witness granted (a grant may have
+        # gone unused: a server that crashed right after it, or gave it back).
+        epoch = max(self.journal.epoch, int(self.witness_info.get("epoch") or 0)) + 1
+        act = Activation(why, Step.GRANT, back, epoch, force, fresh, won)
+        self.phase = Phase.ACTIVATING
+        if not self.cfg.witness:
+            self._emit(Log(WARNING, "Activating without a witness: nothing prevents split "
+                                    "brain"))
+            self._recover(act)
+        elif query and not force:
+            self.activation = replace(act, step=Step.QUERY)
+            self._ask("activation", {"op": "query"})
+        else:
+            self._ask_grant(act)
+
+    def _ask_grant(self, act: Activation) -> None:
+        self.activation = replace(act, step=Step.GRANT)
+        self._ask("activation", {"op": "activate", "epoch": act.epoch, "force": act.force})
+
+    def _recover(self, act: Activation) -> None:
+        self.activation = replace(act, step=Step.RECOVER)
+        self._emit(BecomeActive(act.epoch))
+
+    def _activation_refused(self, why: str | None) -> None:
+        """The attempt ends without serving; back to where it started (WAITING if that was
+        STARTING or the server can no longer follow a peer), to be decided again."""
+        act = self.activation
+        assert act is not None
+        back = act.back_to
+        if back in IN_SYNC and not self.connected:
+            back = Phase.ORPHANED
+        if why is not None:
+            back = Phase.WAITING
+        self._set_state(back, why or "activation refused")
+
+    def _on_activation_reply(self, reply: dict[str, Any] | None, requested_at: float) -> None:
+        act = self.activation
+        assert act is not None
+        if act.step is Step.QUERY:
+            if reply is None:
+                if act.won and self._peer_agrees():
+                    self._activate_with_peer(act)
+                    return
+                peer = self.peer.get("name") if self.connected else None
+                self._activation_refused("cannot reach the witness" + (
+                    f"; {peer} holds the newer journal and activates" if peer
+                    else " or the peer"))
+                return
+            if not self._may_activate(reply, act.fresh, act.won):
+                waiting = act.back_to in (Phase.STARTING, Phase.WAITING)
+                self._activation_refused(
+                    f"the witness says {reply.get('holder')} was last active in epoch "
+                    f"{reply.get('epoch')}: waiting for it rather than serving older data"
+                    if waiting else None)
+                return
+            epoch = max(self.journal.epoch, int(reply.get("epoch") or 0)) + 1
+            self._ask_grant(replace(act, epoch=epoch))
+        elif act.step is Step.GRANT:
+            if reply is None or not reply.get("granted"):
+                reason = reply.get("reason") if reply else "the witness is unreachable"
+                if self.order:
+                    self._emit(Log(INFO, f"Forced activation not granted yet ({reason}): "
+                                         "trying again"))
+                self._activation_refused(f"not activating: {reason}"
+                                         if act.back_to is Phase.STARTING else None)
+                return
+            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
+            if self.connected and self.peer_state.serving:
+                # The peer came back serving meanwhile: give the lease back, sync from it.
+                self.witness_lease.revoke()
+                self.activation = replace(act, step=Step.RELEASE)
+                self._ask("activation", {"op": "release", "epoch": act.epoch,
+                                         "keep_standby": True})
+                return
+            self._recover(act)
+        elif act.step is Step.RELEASE:
+            self._activation_refused(None)
+        elif act.step is Step.RENEW:
+            if reply is None or not reply.get("granted"):
+                reason = reply.get("reason") if reply else "the witness is unreachable"
+                self._emit(Log(ERROR, f"Lease not renewed after recovery ({reason}): not "
+                                      "serving"))
+                self._step_down(f"lease lost while recovering: {reason}")
+                return
+            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
+            self._serve(act)
+
+    def _on_recovered(self, epoch: int) -> None:
+        act = self.activation
+        if act is None or act.step is not Step.RECOVER:
+            return
+        if act.with_peer:
+            if not self._peer_agrees():
+                self._step_down(f"{self.peer.get('name')} left or took over while this "
+                                "server activated without the witness")
+                return
+            self._serve(act)
+        elif self.cfg.witness:
+            self.activation = replace(act, step=Step.RENEW)
+            self._ask("activation", {"op": "renew", "standby": None, "epoch": epoch})
+        else:
+            self._serve(act)
+
+    def _serve(self, act: Activation) -> None:
+        self.backup_acked = 0
+        self.sync_done_seq = None
+        self.order = False
+        self.next_renew = self._now + self.cfg.heartbeat
+        detail = (f"{act.why}: elected with {self.peer.get('name')} while the witness is "
+                  f"unreachable; epoch {act.epoch}" if act.with_peer
+                  else f"{act.why}; epoch {act.epoch}")
+        self._set_state(Phase.STANDALONE, detail)
+        if self.connected:
+            self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
+
+    def _peer_agrees(self) -> bool:
+        """The peer is connected and serves nothing: it compares the same journals and so
+        stays a backup (docs/ha.md, electing without the witness)."""
+        return self.connected and self.peer_state in (State.STARTING, State.WAITING)
+
+    def _activate_with_peer(self, act: Activation) -> None:
+        """The witness cannot be reached, but the peer is connected and agrees that this
+        server holds the newest journal: serve. Receipts still wait for the lease or the
+        in-sync backup's promise, so nothing is confirmed until the peer has synchronised
+        from this server; a server that cannot see its peer never gets here."""
+        epoch = max(self.journal.epoch, int(self.peer.get("epoch", 0)),
+                    int(self.witness_info.get("epoch") or 0)) + 1
+        name = self.peer.get("name")
+        self._emit(Log(WARNING, f"Witness unreachable: {name} agrees that this server holds "
+                                f"the newest journal, activating without the witness "
+                                f"(receipts wait for {name} to be in sync)"))
+        self._recover(replace(act, epoch=epoch, with_peer=True))
+
+    def _may_activate(self, info: dict[str, Any], fresh: bool, won: bool) -> bool:
+        """What the witness remembers decides who may serve without a serving peer."""
+        holder, standby = info.get("holder"), info.get("standby")
+        witness_epoch = int(info.get("epoch", 0))
+        if holder == self.cfg.identity:
+            return True  # the last server granted: nobody confirmed anything after it
+        if holder is None and witness_epoch == 0:
+            return fresh or won  # a new witness: the newest journal (or the new primary)
+        if self.connected:
+            return False  # the holder is reachable: it activates, we synchronise from it
+        return standby == self.cfg.identity and witness_epoch >= self.journal.epoch

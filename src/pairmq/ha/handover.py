@@ -1,0 +1,89 @@
+"""How the active server of the replication pair hands over and stops.
+
+A mixin of `ReplicationMachine` (ha/replication.py), kept apart for length: failback and
+failover on shutdown (close clients, let the backup catch up, give the lease back keeping
+the backup as standby, say "go"), and a stop that gives the lease back.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from pairmq.ha import channel as ch
+from pairmq.ha.events import CloseClients, ConfirmationsChanged, Log, Persist, Send
+from pairmq.ha.phases import HandOver, HandOverStep, Phase
+
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+
+
+class HandOverSteps:
+    def _start_hand_over(self, why: str, now: float, stopping: bool) -> None:
+        """Failback or failover on shutdown: stop serving, let the backup catch up, hand
+        over. The target is read at the next input, after `Persist` was carried out."""
+        self.hand_over = HandOver(why, HandOverStep.DRAINING, now + self.cfg.sync_timeout,
+                                  stopping)
+        self.phase = Phase.HANDING_OVER
+        self._queue = [q for q in self._queue if q[0] != "renew"]
+        self._emit(Log(INFO, f"Handing over to {self.peer.get('name')}: {why}"))
+        self._emit(CloseClients(f"this server is handing over to {self.peer.get('stomp')} "
+                                f"({why})", self.peer.get("stomp")))
+        self._emit(Persist())
+        self._emit(ConfirmationsChanged())
+
+    def _hand_over_progress(self, now: float) -> None:
+        ho = self.hand_over
+        if ho is None or ho.step is not HandOverStep.DRAINING:
+            return
+        if ho.target is None:
+            ho = self.hand_over = replace(ho, target=self.journal.appended_seq)
+        assert ho.target is not None
+        if self.backup_acked >= ho.target:
+            self.hand_over = replace(ho, step=HandOverStep.RELEASING)
+            if self.cfg.witness:
+                self._ask("release", {"op": "release", "keep_standby": True})
+            else:
+                self._handed_over()
+        elif now > ho.deadline:
+            self._emit(Log(WARNING, f"Hand-over abandoned: the backup did not confirm seq "
+                                    f"{ho.target}"))
+            self.hand_over = None
+            self.phase = Phase.ACTIVE
+            if ho.stopping:
+                self._stop_serving()
+
+    def _handed_over(self) -> None:
+        ho = self.hand_over
+        assert ho is not None and ho.target is not None
+        self.witness_lease.revoke()
+        self._emit(Send(ch.FAILBACK, {"phase": "go", "seq": ho.target}))
+        if ho.stopping:
+            self._set_state(Phase.STOPPED, f"{ho.why}: handed over")
+            return
+        self._step_down(ho.why)
+        self._set_state(Phase.DEFERRING, ho.why)
+
+    def _on_shutdown(self, now: float) -> None:
+        if self.serving and self.connected and self.cfg.failover_on_shutdown \
+                and self.phase is Phase.ACTIVE:
+            self._start_hand_over("shutting down (failover_on_shutdown = true)", now,
+                                  stopping=True)
+            return
+        if self.phase is Phase.HANDING_OVER and self.hand_over is not None:
+            self.hand_over = replace(self.hand_over, stopping=True)
+            return
+        if self.serving:
+            if self.connected:
+                self._emit(Send(ch.FAILBACK, {"phase": "shutdown"}))
+            self._stop_serving()
+        else:
+            self._set_state(Phase.STOPPED, "stopping")
+
+    def _stop_serving(self) -> None:
+        """Give the lease back (the backup waits for this server: no standby kept)."""
+        self._queue = []
+        if self.cfg.witness:
+            self._set_state(Phase.STOPPING, "stopping: giving the lease back")
+            self._ask("stop", {"op": "release", "keep_standby": False})
+        else:
+            self._set_state(Phase.STOPPED, "stopping")

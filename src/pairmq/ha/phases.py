@@ -1,0 +1,119 @@
+"""The replication machine's phases and step values, its settings, and its view of the
+journal (ha/replication.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from pairmq.ha.states import State
+
+
+class Phase(StrEnum):
+    """Where the machine is. Several phases report the same `State` (see REPORTED)."""
+
+    STARTING = "starting"
+    WAITING = "waiting"
+    DEFERRING = "deferring"  # handed over to the peer: let it activate, do not compete
+    SYNCING = "syncing"  # asked the active for its journal
+    PASSIVE = "passive"  # in-sync backup
+    FAILBACK_ASKED = "failback-asked"  # in-sync primary backup, asked for its place back
+    TAKING_OVER = "taking-over"  # the active handed over: activate until the witness grants
+    ORPHANED = "orphaned"  # was in sync, lost the active: waits for its promise to run out
+    ACTIVATING = "activating"  # see `Activation`
+    STANDALONE = "standalone"  # serving, no backup
+    ACTIVE = "active"  # serving, in-sync backup attached
+    DROPPING_BACKUP = "dropping-backup"  # backup lost: confirm alone once the witness knows
+    HANDING_OVER = "handing-over"  # see `HandOver`
+    STOPPING = "stopping"  # giving the lease back before the process ends
+    STOPPED = "stopped"
+
+
+SERVING = frozenset({Phase.STANDALONE, Phase.ACTIVE, Phase.DROPPING_BACKUP,
+                     Phase.HANDING_OVER})
+IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})
+REPORTED = {
+    Phase.STARTING: State.STARTING, Phase.WAITING: State.WAITING,
+    Phase.DEFERRING: State.WAITING, Phase.SYNCING: State.SYNCING,
+    Phase.PASSIVE: State.PASSIVE, Phase.FAILBACK_ASKED: State.PASSIVE,
+    Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
+    Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
+    Phase.DROPPING_BACKUP: State.ACTIVE, Phase.HANDING_OVER: State.ACTIVE,
+    Phase.STOPPING: State.WAITING, Phase.STOPPED: State.WAITING,
+}
+
+
+class Step(StrEnum):
+    QUERY = "query"  # asking the witness who was last active
+    GRANT = "grant"  # asking the witness for the lease at a new epoch
+    RELEASE = "release"  # the peer came back serving meanwhile: giving the grant back
+    RECOVER = "recover"  # the server opens its journal for serving (BecomeActive)
+    RENEW = "renew"  # recovery may have outlasted the lease: renewing before serving
+
+
+@dataclass(frozen=True)
+class Activation:
+    why: str
+    step: Step
+    back_to: Phase  # where a refused attempt returns
+    epoch: int = 0
+    force: bool = False
+    fresh: bool = False  # a new pair's primary with an empty journal
+    won: bool = False  # the election against the connected peer
+    with_peer: bool = False  # elected with the peer while the witness is unreachable
+
+
+class HandOverStep(StrEnum):
+    DRAINING = "draining"  # waiting for the backup to hold everything
+    RELEASING = "releasing"  # giving the lease back, keeping the backup as standby
+
+
+@dataclass(frozen=True)
+class HandOver:
+    why: str
+    step: HandOverStep
+    deadline: float
+    stopping: bool  # failover on shutdown: the process ends after it
+    target: int | None = None  # the last record the backup must hold
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str
+    identity: str  # name#node-id: the witness tells a stale namesake apart
+    role: str  # "primary" | "backup"
+    stomp: str  # where clients reach this server
+    witness: bool
+    heartbeat: float  # seconds
+    activation_ms: int
+    sync_timeout: float
+    allow_failback: bool
+    failover_on_shutdown: bool
+    synchronous: bool  # replication_mode = "sync"
+    backup_ack_fsync: bool  # backup_ack = "fsync"
+
+    @property
+    def activation(self) -> float:
+        return self.activation_ms / 1000
+
+
+class Journal(Protocol):
+    """What the machine reads of the current role's journal (read-only)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def appended_seq(self) -> int: ...
+
+    @property
+    def oldest_seq(self) -> int: ...
+
+    @property
+    def synced_seq(self) -> int: ...
+
+    @property
+    def mirror(self) -> bool: ...
+
+    epochs: list[tuple[int, int]]

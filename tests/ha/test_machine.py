@@ -1,0 +1,160 @@
+"""The replication machine driven directly (no sockets, no clock): what a server does and
+reports at the very instant its lease runs out, and the steps of an activation and a
+hand-over as values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pairmq.ha import channel as ch
+from pairmq.ha import events as ev
+from pairmq.ha.phases import Phase, Settings
+from pairmq.ha.replication import ReplicationMachine
+from pairmq.ha.states import State
+
+ACTIVATION_MS = 600
+HEARTBEAT = 0.2
+
+
+@dataclass
+class FakeJournal:
+    epoch: int = 0
+    appended_seq: int = 0
+    synced_seq: int = 0
+    oldest_seq: int = 1
+    mirror: bool = False
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+
+
+def machine(role: str = "primary", witness: bool = True) -> tuple[ReplicationMachine,
+                                                                   FakeJournal]:
+    journal = FakeJournal()
+    settings = Settings(name=role, identity=f"{role}#1", role=role, stomp=f"{role}:61613",
+                        witness=witness, heartbeat=HEARTBEAT, activation_ms=ACTIVATION_MS,
+                        sync_timeout=5.0, allow_failback=True, failover_on_shutdown=False,
+                        synchronous=True, backup_ack_fsync=True)
+    return ReplicationMachine(settings, journal), journal
+
+
+def one(effects: list[ev.Effect], kind: type) -> ev.Effect:
+    found = [e for e in effects if isinstance(e, kind)]
+    assert len(found) == 1, (kind.__name__, effects)
+    return found[0]
+
+
+def reply(m: ReplicationMachine, effects: list[ev.Effect], now: float,
+          **answer: object) -> list[ev.Effect]:
+    ask = one(effects, ev.AskWitness)
+    return m.handle(ev.WitnessReplied(ask.purpose, dict(answer), now), now)
+
+
+def standalone(now: float = 0.0) -> tuple[ReplicationMachine, FakeJournal]:
+    """A new pair's primary, alone with a new witness: it activates at epoch 1."""
+    m, journal = machine()
+    out = m.tick(now)
+    assert one(out, ev.AskWitness).request["op"] == "query"
+    assert m.state is State.STARTING and m.phase is Phase.ACTIVATING
+    out = reply(m, out, now, holder=None, epoch=0)
+    assert one(out, ev.AskWitness).request["op"] == "activate"
+    out = reply(m, out, now, granted=True, holder="primary#1", epoch=1)
+    assert one(out, ev.BecomeActive).epoch == 1
+    assert m.state is State.STARTING  # not serving before the journal serves
+    journal.epoch = 1
+    out = m.handle(ev.Recovered(1), now)
+    assert one(out, ev.AskWitness).request["op"] == "renew"
+    out = reply(m, out, now, granted=True, holder="primary#1", epoch=1)
+    assert one(out, ev.StateChanged) == ev.StateChanged("STARTING", "STANDALONE",
+                                                       "alone: the witness decides; epoch 1")
+    return m, journal
+
+
+def test_a_lapsed_lease_ends_serving_at_that_instant_and_is_reported() -> None:
+    m, journal = standalone(now=10.0)
+    journal.appended_seq = journal.synced_seq = 5
+    end = m.deadline(10.0)
+    assert end is not None and 10.0 < end <= 10.0 + ACTIVATION_MS / 1000
+    just_before = end - 0.001
+    assert m.check(just_before) == []
+    assert m.state is State.STANDALONE and m.confirmable(5, 3, just_before) == 5
+    # The witness no longer answers; at the lease's end the server stops, in one step.
+    out = m.check(end)
+    assert m.state is State.WAITING and not m.serving
+    assert isinstance(out[1], ev.BecomePassive), out  # clients closed before it reports
+    assert one(out, ev.StateChanged).new == "WAITING"
+    assert m.confirmable(5, 3, end) == 3  # nothing more is confirmed
+
+
+def test_a_peer_that_follows_the_active_keeps_it_serving_without_the_lease() -> None:
+    """A connected backup that is still synchronising cannot take over: the active keeps
+    serving (receipts wait) rather than closing everyone's connections."""
+    m, _ = standalone(now=0.0)
+    m.handle(ev.PeerConnected({"name": "backup", "identity": "backup#1", "role": "backup",
+                               "state": "SYNCING", "epoch": 0}), 0.1)
+    end = m.deadline(0.1)
+    assert end is not None
+    m.check(end + 5)
+    assert m.state is State.STANDALONE
+    assert m.confirmable(9, 4, end + 5) == 4
+
+
+def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
+    m, journal = standalone(now=0.0)
+    m.handle(ev.PeerConnected({"name": "backup", "identity": "backup#1", "role": "backup",
+                               "state": "SYNCING", "stomp": "backup:61614"}), 0.1)
+    out = m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
+    one(out, ev.ServeSync)
+    m.handle(ev.SyncServed(0), 0.1)
+    out = m.handle(ev.BackupAcked(0), 0.1)
+    assert m.state is State.ACTIVE
+    reply(m, out, 0.1, granted=True, holder="primary#1", epoch=1, standby="backup#1")
+
+    out = m.handle(ev.FailbackMessage("request"), 0.2)
+    assert m.phase is Phase.HANDING_OVER
+    one(out, ev.CloseClients)
+    one(out, ev.Persist)
+    journal.appended_seq = 7  # what Persist wrote: the backup must hold it before "go"
+    out = m.handle(ev.BackupAcked(6), 0.3)
+    assert not [e for e in out if isinstance(e, ev.AskWitness)]
+    out = m.handle(ev.BackupAcked(7), 0.3)
+    release = one(out, ev.AskWitness)
+    assert release.request["op"] == "release" and release.request["keep_standby"] is True
+    out = reply(m, out, 0.35, granted=True, holder="primary#1", epoch=1)
+    go = [e for e in out if isinstance(e, ev.Send) and e.kind == ch.FAILBACK]
+    assert go == [ev.Send(ch.FAILBACK, {"phase": "go", "seq": 7})]
+    assert m.state is State.WAITING and m.phase is Phase.DEFERRING
+    one(out, ev.BecomePassive)
+
+
+def test_a_renewal_never_goes_out_after_the_hand_over_began() -> None:
+    """A renewal queued behind a hand-over would give the lease back to the server that is
+    handing over, and keep its backup waiting."""
+    m, journal = standalone(now=0.0)
+    m.handle(ev.PeerConnected({"name": "backup", "identity": "backup#1", "role": "backup",
+                               "state": "SYNCING"}), 0.1)
+    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
+    m.handle(ev.SyncServed(0), 0.1)
+    out = m.handle(ev.BackupAcked(0), 0.1)
+    renewal = one(out, ev.AskWitness)  # out, unanswered
+    m.handle(ev.FailbackMessage("request"), 0.2)
+    journal.appended_seq = 0
+    out = m.handle(ev.BackupAcked(0), 0.2)
+    assert not [e for e in out if isinstance(e, ev.AskWitness)]  # one request at a time
+    out = m.handle(ev.WitnessReplied(renewal.purpose, {"granted": True}, 0.1), 0.25)
+    asks = [e for e in out if isinstance(e, ev.AskWitness)]
+    assert [a.request["op"] for a in asks] == ["release"]
+    out = m.tick(0.4)
+    assert not [e for e in out if isinstance(e, ev.AskWitness)]
+
+
+def test_without_a_witness_a_lone_server_with_data_waits() -> None:
+    m, journal = machine(witness=False)
+    journal.epoch, journal.appended_seq = 3, 10
+    out = m.tick(0.0)
+    assert m.state is State.WAITING
+    assert "cannot know whether its journal is the newest" in one(out, ev.StateChanged).why
+    assert m.force_refused() is None
+    out = m.handle(ev.Force(), 1.0)
+    assert one(out, ev.BecomeActive).epoch == 4
+    journal.epoch = 4
+    m.handle(ev.Recovered(4), 1.0)
+    assert m.state is State.STANDALONE

@@ -24,8 +24,7 @@ from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
 from pairmq.server.halink import Link, accept_link, open_link, split_address
 from pairmq.server.policy import PairHost
-from pairmq.store.mirror import MirrorError, new_records
-from pairmq.store.segments import read_records
+from pairmq.store.mirror import MirrorError, new_records, segment_chunks
 
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")  # deeper HA tracing, at DEBUG
@@ -393,19 +392,11 @@ class ReplicationDriver:
             loop = asyncio.get_running_loop()
             try:
                 for segment_id, path in store.segments_for(plan.first):
-                    records = await loop.run_in_executor(None, read_records, path, segment_id,
-                                                         plan.first, plan.upto)
-                    chunk: list[bytes] = []
-                    size = 0
-                    for record in records:
-                        chunk.append(record)
-                        size += len(record)
-                        if size >= RECORDS_CHUNK:
-                            link.send(ch.encode(ch.RECORDS, b"".join(chunk)))
-                            chunk, size = [], 0
-                            await link.drain()
-                    if chunk:
-                        link.send(ch.encode(ch.RECORDS, b"".join(chunk)))
+                    chunks = await loop.run_in_executor(None, segment_chunks, path,
+                                                        segment_id, plan.first, plan.upto,
+                                                        RECORDS_CHUNK)
+                    for chunk in chunks:
+                        link.send(ch.encode(ch.RECORDS, chunk))
                         await link.drain()
             finally:
                 store.release_compaction()

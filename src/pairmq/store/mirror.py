@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 from pairmq.store.records import CRC_PART, RECORD_HEADER
+from pairmq.store.segments import read_records
 
 
 class MirrorError(Exception):
@@ -40,3 +42,22 @@ def new_records(chunk: bytes, after: int) -> Iterator[tuple[int, int, bytes]]:
             yield seq, epoch, bytes(view[pos:end])
             expected += 1
         pos = end
+
+
+def segment_chunks(path: Path, segment_id: int, first: int, upto: int,
+                   chunk_bytes: int) -> list[bytes]:
+    """The records `first`..`upto` of one segment file, as the replication stream sends
+    them: whole records joined into chunks of about `chunk_bytes` (blocking: run it in an
+    executor)."""
+    chunks: list[bytes] = []
+    pending: list[bytes] = []
+    size = 0
+    for record in read_records(path, segment_id, first, upto):
+        pending.append(record)
+        size += len(record)
+        if size >= chunk_bytes:
+            chunks.append(b"".join(pending))
+            pending, size = [], 0
+    if pending:
+        chunks.append(b"".join(pending))
+    return chunks

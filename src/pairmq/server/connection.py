@@ -2,6 +2,11 @@
 
 An `asyncio.Protocol` rather than streams: data_received hands a whole socket read to
 the parser, every frame in it is applied, and all output is written once at the end.
+
+Output that must wait for the journal (a RECEIPT, a MESSAGE of a persistent message whose
+record is not confirmed yet) waits in `pending`, in order; whatever comes after it on the
+connection (a non-persistent MESSAGE, a RECEIPT that needs no record) waits behind it, so
+a connection's frames are never reordered.
 """
 
 from __future__ import annotations
@@ -64,8 +69,12 @@ class StompConnection(asyncio.Protocol):
         self.waiting = False  # frames are held: a password check runs, or the journal is full
         self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
-        # RECEIPTs in frame order, each with the record it waits for (None: nothing)
-        self.pending_receipts: deque[tuple[Ticket | None, bytes]] = deque()
+        # RECEIPTs and MESSAGEs in order, each with the record it waits for (None: nothing)
+        self.pending: deque[tuple[Ticket | None, bytes]] = deque()
+        self._waited: Ticket | None = None  # the last ticket a release was asked for
+        # Persistent messages go out once their record is confirmed ([server]
+        # deliver_unconfirmed turns that off).
+        self.gated = not config.deliver_unconfirmed
         self.backlog: deque[Frame] = deque()
         self.out: list[bytes] = []
         self.blocked_on: set[Address] = set()
@@ -187,21 +196,30 @@ class StompConnection(asyncio.Protocol):
 
     def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
         """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,
-        on the backup), never earlier, and after every earlier RECEIPT of this connection."""
+        on the backup), never earlier, and after every earlier output of this connection."""
         role = self.role
-        if not self.pending_receipts and (ticket is None or role.confirmed(ticket)):
+        if not self.pending and (ticket is None or role.confirmed(ticket)):
             self.out.append(frame_bytes)
             role.mark_dirty(self)
             return
-        self.pending_receipts.append((ticket, frame_bytes))
+        self.pending.append((ticket, frame_bytes))
         if ticket is not None:
-            role.when_confirmed(ticket, self.release_receipts)
+            role.when_confirmed(ticket, self.release_pending)
 
-    def release_receipts(self) -> None:
+    def _hold_output(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
+        """Queue a MESSAGE behind what waits already, until `ticket` is confirmed. Many
+        deliveries share a ticket (the role hands out one per record): a release is asked
+        for once, and it releases everything confirmed by then."""
+        self.pending.append((ticket, frame_bytes))
+        if ticket is not None and ticket is not self._waited:
+            self._waited = ticket
+            self.role.when_confirmed(ticket, self.release_pending)
+
+    def release_pending(self) -> None:
         if self.closing:
             return
         role = self.role
-        pending = self.pending_receipts
+        pending = self.pending
         while pending:
             ticket = pending[0][0]
             if ticket is not None and not role.confirmed(ticket):
@@ -414,7 +432,7 @@ class StompConnection(asyncio.Protocol):
             return self.hold(frame, outcome.address)
         if admission is _FAILED:
             last = self.last_ticket
-            if self.pending_receipts and last is not None and not self.role.confirmed(last) \
+            if self.pending and last is not None and not self.role.confirmed(last) \
                     and outcome.cause is not Cause.JOURNAL:
                 # RECEIPTs of earlier frames still wait for their records (which a working
                 # journal will confirm): the ERROR, and the close after it, must not
@@ -436,26 +454,37 @@ class StompConnection(asyncio.Protocol):
             # After every earlier receipt, and once everything this connection wrote is
             # confirmed: the client may rely on all its frames having been taken.
             self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
-        if not self.pending_receipts:
+        if not self.pending:
             self.close()
 
     # ------------------------------------------------------------ output
 
     def write_deliveries(self, deliveries: list[Delivery]) -> None:
+        """MESSAGE frames, in order; one of a persistent message waits until the record that
+        added it is confirmed (as a RECEIPT would), and everything after it waits too."""
         version = self.version
         lines = self.sub_lines
         out = self.out
-        read_body = self.role.read_body
+        role = self.role
+        read_body = role.read_body
+        gate = role.delivery_gate if self.gated else None
+        pending = self.pending
         for delivery in deliveries:
             sub_id = delivery.subscription.id
             line = lines.get(sub_id)
             if line is None:
                 line = lines[sub_id] = wire.subscription_line(sub_id, version)
-            out.append(wire.encode_delivery(delivery, version, line, read_body))
-        self.role.mark_dirty(self)
+            data = wire.encode_delivery(delivery, version, line, read_body)
+            message = delivery.entry.message
+            ticket = gate(message) if gate is not None and message.persistent else None
+            if ticket is None and not pending:
+                out.append(data)
+            else:
+                self._hold_output(ticket, data)
+        role.mark_dirty(self)
 
     def drain_deliveries(self) -> None:
-        """Write this connection's pending deliveries now, so a RECEIPT never overtakes them."""
+        """Take this connection's deliveries now, so a RECEIPT never overtakes them."""
         box = self.broker.outbox.pop(self.conn_id, None)
         if box:
             self.write_deliveries(box)
@@ -469,7 +498,10 @@ class StompConnection(asyncio.Protocol):
 
     def fail(self, message: str, frame: Frame | None = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None:
-        """ERROR naming the problem, then close: the specification requires both."""
+        """ERROR naming the problem, then close: the specification requires both. Output
+        still waiting for its record is dropped, as a connection lost would drop it: no
+        RECEIPT is owed for what is not confirmed, and an unconfirmed message is not
+        delivered (with ack client it goes back to its queue)."""
         if self.closing:
             return
         receipt = frame.headers.get("receipt") if frame is not None else None

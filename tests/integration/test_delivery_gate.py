@@ -10,6 +10,8 @@ a held persistent one on the same connection (a connection's frames stay in orde
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.integration.rawstomp import RawStomp, unique
@@ -62,6 +64,47 @@ def test_persistent_message_is_delivered_once_its_record_is_on_disk(
     assert consumer.read_message(10.0).body == b"committed"
     assert producer.wait_receipt("c", 5.0).command == "RECEIPT"
     srv.stop()  # before the filesystem is unmounted
+
+
+def test_held_deliveries_are_bounded_like_a_socket_buffer(
+        server_factory, raw_client, loop_mounted_data_dir):
+    """While the disk is frozen, an ack:auto consumer (no prefetch window) is handed no
+    more than about 1 MiB of held messages, as a full socket would stop it: the rest stays
+    in the queue, for a second consumer, instead of piling up in the server's memory."""
+    mountpoint = loop_mounted_data_dir
+    srv = server_factory(name="frozen")
+    queue = f"/queue/{unique('bounded')}"
+    first, _ = raw_client(srv)
+    first.request("SUBSCRIBE", {"destination": queue, "id": "q"})
+    producer, _ = raw_client(srv)
+    echo = f"/topic/{unique('echo')}"
+    producer.request("SUBSCRIBE", {"destination": echo, "id": "echo"})
+    body = b"x" * 8192
+    count = 400  # 3.2 MB
+    with frozen(mountpoint):
+        for i in range(count):
+            producer.send_frame("SEND", {"destination": queue, "n": str(i), **P}, body)
+        # Needs no disk, and comes back once every SEND before it was taken.
+        producer.send_frame("SEND", {"destination": echo}, b"all sent")
+        assert producer.read_message(10.0).body == b"all sent"
+        second, _ = raw_client(srv)
+        # No receipt: it would wait behind the messages this SUBSCRIBE is handed.
+        second.send_frame("SUBSCRIBE", {"destination": queue, "id": "q"})
+        assert_nothing(first, 0.5)
+    got = {"first": [], "second": []}
+    deadline = time.monotonic() + 30
+    while sum(map(len, got.values())) < count and time.monotonic() < deadline:
+        for name, client in (("first", first), ("second", second)):
+            try:
+                got[name].append(int(client.read_message(0.05).headers["n"]))
+            except TimeoutError:
+                pass
+    everything = sorted(got["first"] + got["second"])
+    assert everything == list(range(count)), f"{len(everything)} of {count} delivered"
+    assert got["first"] == sorted(got["first"])  # in order on each consumer
+    assert 0 < len(got["first"]) < count, len(got["first"])
+    assert got["second"], "everything went to the first consumer while it was held"
+    srv.stop()
 
 
 def test_deliver_unconfirmed_hands_messages_over_before_the_disk(

@@ -6,6 +6,8 @@ Run from the repository root:
     .venv/bin/python benchmarks/persistent.py --scenario 1p1c --messages 200000 --size 4096
     .venv/bin/python benchmarks/persistent.py --scenario 1p1c --consumer-delay 10 \
         --messages 400000                       # consumers join 10 s late: the backlog pages
+    .venv/bin/python benchmarks/persistent.py --scenario 1p1c --window 1 \
+        --messages 5000 [--deliver-unconfirmed] # latency alone, with or without the gate
 
 Every scenario starts a fresh server (fresh data directory) and pushes --messages
 persistent messages (header persistent:true) of --size bytes through one queue:
@@ -18,7 +20,10 @@ persistent messages (header persistent:true) of --size bytes through one queue:
   competing consumers on the same queue in 4p4c;
 - with --consumer-delay S the consumers are started S seconds after the producers (a
   consumer restart, a deploy): the backlog grows past the destination's max_size_bytes,
-  and `producer_msgs_per_s` / `receipt_max_ms` show whether producers were held.
+  and `producer_msgs_per_s` / `receipt_max_ms` show whether producers were held;
+- with --deliver-unconfirmed the server hands messages to consumers before their record
+  is on disk (the server's option of that name); by default a MESSAGE waits for the disk
+  as a RECEIPT does, which the end-to-end latency shows.
 
 Prints one JSON line per scenario: msgs/s received and acknowledged, receipt
 latency p50/p99 (SEND written .. RECEIPT read), end-to-end p50/p99 (the ts header
@@ -687,6 +692,8 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
     flags = ["--segment-bytes", str(args.segment_bytes), "--log-level", "info"]
     if args.address_full_policy:
         flags += ["--address-full-policy", args.address_full_policy]
+    if args.deliver_unconfirmed:
+        flags.append("--deliver-unconfirmed")
     server = start_server(workdir, *flags, name="persistent")
     journal = server.data_dir / "journal"
     sampler = JournalSampler(journal, interval=0.5)
@@ -716,6 +723,7 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "seconds": res.seconds,
             "consumer_delay_s": args.consumer_delay,
             "address_full_policy": args.address_full_policy or "server default",
+            "deliver_unconfirmed": args.deliver_unconfirmed,
             "producer_msgs_per_s": res.producer_msgs_per_s,
             "producer_seconds": res.producer_seconds,
             "received": res.received,
@@ -787,6 +795,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="start the consumers this many seconds after the producers")
     ap.add_argument("--address-full-policy", choices=["page", "block", "fail", "drop"],
                     default=None, help="the server's address_full_policy (default: its own)")
+    ap.add_argument("--deliver-unconfirmed", action="store_true",
+                    help="the server delivers before the disk confirms (its option)")
     args = ap.parse_args(argv)
     if args.messages < 1 or args.size < 0 or args.window < 1 or args.prefetch < 1:
         ap.error("--messages, --window and --prefetch must be positive, --size not negative")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from tests.integration import rawstomp
 from tests.integration.clients import Client
 from tests.serverproc import ServerProcess
+from tests.support.disk import loop_filesystem
 
 
 def _address(target: ServerProcess | tuple[str, int]) -> tuple[str, int]:
@@ -58,3 +60,12 @@ def raw_client() -> Iterator[Callable[..., Any]]:
     yield factory
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def loop_mounted_data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A small ext4 filesystem (a loop-mounted image) as the data dir of a server named
+    "frozen", to freeze with tests/support/disk.py; skipped where mounting is not
+    permitted."""
+    with loop_filesystem(tmp_path, tmp_path / "data-frozen") as mountpoint:
+        yield mountpoint

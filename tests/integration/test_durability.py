@@ -11,11 +11,9 @@ disk: with the filesystem frozen none arrives, and the server keeps serving mean
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -550,33 +548,6 @@ def test_clean_restart_keeps_queues_durables_and_in_flight_messages(server_facto
 
 def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def loop_mounted_data_dir(tmp_path: Path):
-    """A small ext4 filesystem (a loop-mounted image) as the data dir of a server named
-    "frozen"; skipped where mounting is not permitted."""
-    for tool in ("mkfs.ext4", "mount", "umount", "fsfreeze"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
-    image = tmp_path / "fs.img"
-    mountpoint = tmp_path / "data-frozen"
-    mountpoint.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(32 * 1024 * 1024)
-    made = _run("mkfs.ext4", "-q", "-F", str(image))
-    if made.returncode != 0:
-        pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
-    mounted = _run("mount", "-o", "loop", str(image), str(mountpoint))
-    if mounted.returncode != 0:
-        pytest.skip("mounting a loop filesystem is not permitted here (needs root and loop "
-                    f"devices): {mounted.stderr.strip()}")
-    try:
-        yield mountpoint
-    finally:
-        _run("fsfreeze", "-u", str(mountpoint))  # never leave it frozen, whatever happened
-        if _run("umount", str(mountpoint)).returncode != 0:
-            _run("umount", "-l", str(mountpoint))
 
 
 def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,

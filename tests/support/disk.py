@@ -1,11 +1,14 @@
-"""A small real file system for a server's data directory (a tmpfs), to fill up on purpose.
+"""Small real file systems for a server's data directory: a tmpfs to fill up on purpose,
+and a loop-mounted ext4 to freeze (fsfreeze: writes and fdatasync block until thawed).
 
 Mounting needs root or CAP_SYS_ADMIN: where it is not permitted the test is skipped,
-saying why. The mount is always undone, lazily if something still holds it.
+saying why. The mount is always undone, lazily if something still holds it, and a frozen
+file system is always thawed.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,3 +37,49 @@ def small_disk(mountpoint: Path, size: str) -> Iterator[Path]:
     finally:
         if _run("umount", str(mountpoint)).returncode != 0:
             _run("umount", "-l", str(mountpoint))
+
+
+@contextmanager
+def loop_filesystem(workdir: Path, mountpoint: Path, size_mb: int = 32) -> Iterator[Path]:
+    """A fresh ext4 image of `size_mb` in workdir, loop-mounted at mountpoint for the block."""
+    for tool in ("mkfs.ext4", "mount", "umount", "fsfreeze"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    image = workdir / "fs.img"
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    with open(image, "wb") as f:
+        f.truncate(size_mb * 1024 * 1024)
+    made = _run("mkfs.ext4", "-q", "-F", str(image))
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
+    mounted = _run("mount", "-o", "loop", str(image), str(mountpoint))
+    if mounted.returncode != 0:
+        pytest.skip("mounting a loop filesystem is not permitted here (needs root and loop "
+                    f"devices): {mounted.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        thaw(mountpoint)  # never leave it frozen, whatever happened
+        if _run("umount", str(mountpoint)).returncode != 0:
+            _run("umount", "-l", str(mountpoint))
+
+
+def freeze(mountpoint: Path) -> None:
+    """fsfreeze -f: from now on writes to the file system block (skipped if refused)."""
+    frozen = _run("fsfreeze", "-f", str(mountpoint))
+    if frozen.returncode != 0:
+        pytest.skip(f"fsfreeze is not permitted here: {frozen.stderr.strip()}")
+
+
+def thaw(mountpoint: Path) -> None:
+    _run("fsfreeze", "-u", str(mountpoint))
+
+
+@contextmanager
+def frozen(mountpoint: Path) -> Iterator[None]:
+    """The file system frozen for the block, thawed after it whatever happens."""
+    freeze(mountpoint)
+    try:
+        yield
+    finally:
+        thaw(mountpoint)

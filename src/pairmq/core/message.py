@@ -30,6 +30,9 @@ class Message:
     body_offset: int = -1
     body_length: int = 0
     journal_delivered: dict[str, int] | None = None  # queue key -> deliveries journaled
+    # The sequence number of its newest ADD record (0: recovered, or never journaled): a
+    # consumer gets it only once that record is confirmed (server/role.py, delivery_gate).
+    journal_seq: int = 0
     # The broker's word to the store: its destination was full (address_full_policy page),
     # so keep the body on disk only once the record is synced, whatever the paging budget.
     page_out: bool = False

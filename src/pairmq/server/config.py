@@ -73,6 +73,10 @@ KEYS: tuple[Key, ...] = (
     Key("server", "heartbeat_ms", int, 10000, "heart-beat offered to clients (ms, 0 = none)",
         _at_least(0)),
     Key("server", "log_level", str, "info", "debug, info, warning or error", _one_of(LOG_LEVELS)),
+    Key("server", "deliver_unconfirmed", bool, False,
+        "hand persistent messages to consumers before their record is confirmed (on disk "
+        "and, in a pair, on the backup): less latency, but after a failover a consumer may "
+        "get a message twice"),
     Key("server", "admin", str, "", "management HTTP HOST:PORT (status, metrics); empty = off",
         _optional_address),
     Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",

@@ -2,6 +2,10 @@
 
 An `asyncio.Protocol` rather than streams: data_received hands a whole socket read to
 the parser, every frame in it is applied, and all output is written once at the end.
+
+Output that must wait for the journal (a RECEIPT, a MESSAGE of a persistent message whose
+record is not confirmed yet) waits in `held` (server/held.py), in order, with whatever
+comes after it on the connection.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from enum import StrEnum
 
 from pairmq import __version__
 from pairmq.core import CoreError, Delivery
@@ -28,6 +33,7 @@ from pairmq.protocol import (
 from pairmq.server import wire
 from pairmq.server.auth import check_login, is_hashed, verify_password
 from pairmq.server.config import ServerConfig
+from pairmq.server.held import HeldOutput
 from pairmq.server.role import Role, RolePhase, Ticket
 
 log = logging.getLogger("pairmq.connection")
@@ -40,6 +46,13 @@ SUPPORTED = "1.0,1.1,1.2"
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class Stall(StrEnum):
+    """Why the broker must hand this connection nothing more for now."""
+
+    SOCKET = "socket"  # the transport's buffer is above its high-water mark
+    HELD = "held"  # too many bytes wait for their records to be confirmed
 
 
 class StompConnection(asyncio.Protocol):
@@ -64,8 +77,11 @@ class StompConnection(asyncio.Protocol):
         self.waiting = False  # frames are held: a password check runs, or the journal is full
         self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
-        # RECEIPTs in frame order, each with the record it waits for (None: nothing)
-        self.pending_receipts: deque[tuple[Ticket | None, bytes]] = deque()
+        self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
+        self._stalls: set[Stall] = set()  # the broker delivers only while this is empty
+        # Persistent messages go out once their record is confirmed ([server]
+        # deliver_unconfirmed turns that off).
+        self.gated = not config.deliver_unconfirmed
         self.backlog: deque[Frame] = deque()
         self.out: list[bytes] = []
         self.blocked_on: set[Address] = set()
@@ -130,13 +146,26 @@ class StompConnection(asyncio.Protocol):
         self.role.flush()
 
     def pause_writing(self) -> None:
-        if self.connected:
-            self.broker.set_writable(self.conn_id, False, now_ms())
+        self._stall(Stall.SOCKET, True)
 
     def resume_writing(self) -> None:
-        if self.connected and not self.closing:
-            self.broker.set_writable(self.conn_id, True, now_ms())
+        if self._stall(Stall.SOCKET, False):
             self.role.flush()
+
+    def _stall(self, reason: Stall, stalled: bool) -> bool:
+        """Note why this connection can take no more deliveries; tell the broker when that
+        changes. True when it may take them again."""
+        stalls = self._stalls
+        was_writable = not stalls
+        if stalled:
+            stalls.add(reason)
+        else:
+            stalls.discard(reason)
+        writable = not stalls
+        if writable == was_writable or not self.connected or self.closing:
+            return False
+        self.broker.set_writable(self.conn_id, writable, now_ms())
+        return writable
 
     # ------------------------------------------------------------ frames
 
@@ -187,28 +216,32 @@ class StompConnection(asyncio.Protocol):
 
     def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
         """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,
-        on the backup), never earlier, and after every earlier RECEIPT of this connection."""
+        on the backup), never earlier, and after every earlier output of this connection."""
         role = self.role
-        if not self.pending_receipts and (ticket is None or role.confirmed(ticket)):
+        if not self.held and (ticket is None or role.confirmed(ticket)):
             self.out.append(frame_bytes)
             role.mark_dirty(self)
             return
-        self.pending_receipts.append((ticket, frame_bytes))
-        if ticket is not None:
-            role.when_confirmed(ticket, self.release_receipts)
+        self._hold(ticket, frame_bytes)
 
-    def release_receipts(self) -> None:
+    def _hold(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
+        """Keep a frame, behind what is kept already, until `ticket` is confirmed."""
+        held = self.held
+        if held.hold(ticket, frame_bytes) and ticket is not None:
+            self.role.when_confirmed(ticket, self.release_held)
+        if held.size > WRITE_HIGH_WATER and Stall.HELD not in self._stalls:
+            self._stall(Stall.HELD, True)  # a stalled disk or backup: stop dispatching
+
+    def release_held(self) -> None:
         if self.closing:
             return
         role = self.role
-        pending = self.pending_receipts
-        while pending:
-            ticket = pending[0][0]
-            if ticket is not None and not role.confirmed(ticket):
-                break
-            self.out.append(pending.popleft()[1])
+        held = self.held
+        held.release(role.confirmed, self.out)
         role.mark_dirty(self)
-        if self.disconnecting and not pending:
+        if held.size <= WRITE_LOW_WATER and Stall.HELD in self._stalls:
+            self._stall(Stall.HELD, False)  # whoever called flushes what is dispatched
+        if self.disconnecting and not held:
             self.close()
 
     def on_connect(self, frame: Frame) -> None:
@@ -413,13 +446,12 @@ class StompConnection(asyncio.Protocol):
         if admission is _HELD:
             return self.hold(frame, outcome.address)
         if admission is _FAILED:
-            last = self.last_ticket
-            if self.pending_receipts and last is not None and not self.role.confirmed(last) \
-                    and outcome.cause is not Cause.JOURNAL:
-                # RECEIPTs of earlier frames still wait for their records (which a working
-                # journal will confirm): the ERROR, and the close after it, must not
-                # overtake them. Decided again once they are out.
-                return self.hold(frame, until=last)
+            waiting = self.held.newest_unconfirmed(self.role.confirmed)
+            if waiting is not None and outcome.cause is not Cause.JOURNAL:
+                # RECEIPTs of earlier frames and MESSAGEs still wait for their records
+                # (which a working journal will confirm): the ERROR, and the close after
+                # it, must not overtake them. Decided again once they are out.
+                return self.hold(frame, until=waiting)
             raise CoreError(outcome.reason)
         return None
 
@@ -436,26 +468,37 @@ class StompConnection(asyncio.Protocol):
             # After every earlier receipt, and once everything this connection wrote is
             # confirmed: the client may rely on all its frames having been taken.
             self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
-        if not self.pending_receipts:
+        if not self.held:
             self.close()
 
     # ------------------------------------------------------------ output
 
     def write_deliveries(self, deliveries: list[Delivery]) -> None:
+        """MESSAGE frames, in order; one of a persistent message waits until the record that
+        added it is confirmed (as a RECEIPT would), and everything after it waits too."""
         version = self.version
         lines = self.sub_lines
         out = self.out
-        read_body = self.role.read_body
+        role = self.role
+        read_body = role.read_body
+        gate = role.delivery_gate if self.gated else None
+        held = self.held
         for delivery in deliveries:
             sub_id = delivery.subscription.id
             line = lines.get(sub_id)
             if line is None:
                 line = lines[sub_id] = wire.subscription_line(sub_id, version)
-            out.append(wire.encode_delivery(delivery, version, line, read_body))
-        self.role.mark_dirty(self)
+            data = wire.encode_delivery(delivery, version, line, read_body)
+            message = delivery.entry.message
+            ticket = gate(message) if gate is not None and message.persistent else None
+            if ticket is None and not held:
+                out.append(data)
+            else:
+                self._hold(ticket, data)
+        role.mark_dirty(self)
 
     def drain_deliveries(self) -> None:
-        """Write this connection's pending deliveries now, so a RECEIPT never overtakes them."""
+        """Take this connection's deliveries now, so a RECEIPT never overtakes them."""
         box = self.broker.outbox.pop(self.conn_id, None)
         if box:
             self.write_deliveries(box)
@@ -469,7 +512,10 @@ class StompConnection(asyncio.Protocol):
 
     def fail(self, message: str, frame: Frame | None = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None:
-        """ERROR naming the problem, then close: the specification requires both."""
+        """ERROR naming the problem, then close: the specification requires both. Output
+        still waiting for its record is dropped, as a connection lost would drop it: no
+        RECEIPT is owed for what is not confirmed, and an unconfirmed message is not
+        delivered (with ack client it goes back to its queue)."""
         if self.closing:
             return
         receipt = frame.headers.get("receipt") if frame is not None else None

@@ -101,6 +101,7 @@ class Role:
         self._confirm_waiters: collections.deque[tuple[Ticket, Callable[[], None]]] = \
             collections.deque()
         self._batch: Ticket | None = None  # the ticket of the record the next flush writes
+        self._gate: Ticket | None = None  # the last delivery gate handed out (shared by seq)
 
     def __repr__(self) -> str:
         return f"<Role {self.generation} {self.kind} {self.phase}>"
@@ -196,6 +197,26 @@ class Role:
 
     def confirmed(self, ticket: Ticket) -> bool:
         return ticket.seq is not None and ticket.seq <= self.confirmed_seq
+
+    def delivery_gate(self, message: Message) -> Ticket | None:
+        """What a MESSAGE frame of this persistent message waits for: the journal record
+        that added it, while that is not confirmed (None: nothing, it may go out now). So a
+        consumer never sees a message the next active server could lack, which its producer,
+        never receipted, would send there again."""
+        seq = message.journal_seq
+        if seq == 0:
+            # Never journaled yet: its ADD may be among the records the next flush writes
+            # (a delivery written before a RECEIPT); otherwise it is recovered or not
+            # journaled at all (a non-durable topic subscription), and nothing is to wait for.
+            if message.journal_queues is None and self.broker.records:
+                return self._batch_ticket()
+            return None
+        if seq <= self.confirmed_seq:
+            return None
+        gate = self._gate
+        if gate is None or gate.seq != seq:
+            gate = self._gate = Ticket(seq)
+        return gate
 
     def when_confirmed(self, ticket: Ticket, callback: Callable[[], None]) -> None:
         if self.confirmed(ticket):

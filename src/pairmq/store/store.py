@@ -407,6 +407,7 @@ class Store:
         if message.journal_queues:
             self._release_all(message, keep_body=counted)  # a compaction copy moves it
         message.journal_segment = info.segment_id
+        message.journal_seq = seq
         message.journal_queues = list(queue_keys)
         message.body_offset = body_offset
         if message.body is not None and not counted:

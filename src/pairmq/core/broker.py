@@ -19,6 +19,7 @@ from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
+from pairmq.core.follow import Follow
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
 from pairmq.core.queue import Address, AddressState, Queue
@@ -39,7 +40,7 @@ class Delivery(NamedTuple):
     delivery_count: int
 
 
-class Broker(Intake):
+class Broker(Intake, Follow):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -59,6 +60,8 @@ class Broker(Intake):
         self._message_seq = 0
         self._order_seq = 0
         self._session_seq = 0
+        self._index: dict[str, dict[str, Entry]] | None = None  # while following (follow.py)
+        self._unsorted: set[Queue] = set()
 
     # ----------------------------------------------------------------- recovery
 

@@ -92,8 +92,24 @@ class Mirroring:
             self.epochs.append((epoch, seq))
             self.epoch = epoch
         payload = memoryview(record)[RECORD_HEADER.size:]
-        self._follow(decode_entries(payload, load_bodies=False), payload, seq,
-                     writer.segments[segment_id], offset)
+        info = writer.segments[segment_id]
+        lone = disk.decode_lone_add(payload) if payload[0] == disk.ADD else None
+        if lone is None:
+            self._follow(decode_entries(payload, load_bodies=False), payload, seq, info,
+                         offset)
+            return
+        # The common record, one message added: its headers stay packed, as recovery
+        # keeps them (a million of them are held).
+        (order, expires, priority, persistent, deliveries, message_id, destination, headers,
+         queues, body_at, body_length, meta_length) = lone
+        message = Message(message_id, destination, headers, None, bool(persistent), priority,
+                          expires, body_length + meta_length + 64, order)
+        message.body_length = body_length
+        self._follow_add(message, queues, deliveries, payload, body_at, seq, info, offset)
+        broker = self.broker
+        assert broker is not None
+        broker.take_records()
+        broker.take_events()
 
     def _follow(self, entries: list[tuple], payload: memoryview, seq: int, info: SegmentInfo,
                 offset: int) -> None:
@@ -111,12 +127,8 @@ class Mirroring:
                                   e.priority, e.expires, e.body_length + e.meta_length + 64,
                                   e.order)
                 message.body_length = e.body_length
-                shared = broker.follow_add(message, e.queues, e.deliveries)
-                if shared is message:
-                    message.body = bytes(payload[e.body_offset:e.body_offset + e.body_length])
-                    self._locate(message, info, e.queues, offset + e.body_offset, seq)
-                else:
-                    self._relocate(shared, info, e.queues, offset + e.body_offset)
+                self._follow_add(message, e.queues, e.deliveries, payload, e.body_offset, seq,
+                                 info, offset)
             elif kind == disk.DEL:
                 message = broker.follow_remove(entry[1], entry[2])
                 if message is not None:
@@ -158,6 +170,21 @@ class Mirroring:
             self._forget(key)
         broker.take_records()  # what following changed is this record, already written
         broker.take_events()
+        if self.paged.total != paged_before:
+            broker.set_paged_bytes(self.paged.total)
+
+    def _follow_add(self, message: Message, queue_keys: list[str], deliveries: int,
+                    payload: memoryview, body_at: int, seq: int, info: SegmentInfo,
+                    offset: int) -> None:
+        broker = self.broker
+        assert broker is not None
+        paged_before = self.paged.total
+        shared = broker.follow_add(message, queue_keys, deliveries)
+        if shared is message:
+            message.body = bytes(payload[body_at:body_at + message.body_length])
+            self._locate(message, info, queue_keys, offset + body_at, seq)
+        else:
+            self._relocate(shared, info, queue_keys, offset + body_at)
         if self.paged.total != paged_before:
             broker.set_paged_bytes(self.paged.total)
 

@@ -6,7 +6,8 @@ whether the journal is full) as inputs too, and everything a command causes is l
 `outbox` (deliveries per connection) and `events` (destinations or the server full and
 resumed) for the server to act on; a SEND's fate is its returned `Outcome`. The journal
 can therefore record commands and replay them into the same state. The SEND path, with
-flow control, is in core/intake.py.
+flow control, is in core/intake.py; how a backup's broker follows the active's journal
+entry by entry, in core/follow.py.
 """
 
 from __future__ import annotations

@@ -1,30 +1,34 @@
-"""Failover time of a pair: kill -9 of the active .. the backup's first confirmed SEND.
+"""Failover time of a pair: kill -9 of the active .. the new active's first confirmed SEND.
 
 Run from the repository root:
 
-    .venv/bin/python benchmarks/failover.py                  # 20 runs per setting
-    .venv/bin/python benchmarks/failover.py --runs 5 --setting fast
+    .venv/bin/python benchmarks/failover.py                        # 0, 100k, 1M retained
+    .venv/bin/python benchmarks/failover.py --retained 0,100000 --runs 20
+    .venv/bin/python benchmarks/failover.py --retained 1000000 --runs 5 --setting fast
 
-Two settings of the HA channel: the defaults (heartbeat 500 ms, activation 2000
-ms; target below 3 s) and "fast" (100 ms / 300 ms; target below 1 s). Every run
+For each number of retained messages (--retained, persistent, --size bytes each):
 
-1. starts a fresh pair (witness, primary, backup on 127.0.0.1) and waits until
-   the primary is ACTIVE with an in-sync PASSIVE backup;
-2. puts --messages persistent 1 KiB messages in a queue through the primary,
-   each confirmed by a RECEIPT (so replicated to the backup's disk);
-3. sends SIGKILL to the primary and, every --poll-ms, tries CONNECT plus one
-   persistent SEND with a receipt on the backup: failover time is from just
-   before the kill to that RECEIPT (time to the first CONNECTED is reported too);
-4. consumes the queue from the backup: every message must be there (once,
-   unless the backup stepped down meanwhile and redelivered unacknowledged ones).
+1. a journal is prepared once: a pair is started, the messages are sent to one queue
+   through the active server (each confirmed by a RECEIPT, so on both servers' disks),
+   and both servers are stopped; their data directories are the template;
+2. every run copies the template into a fresh directory, starts the pair on it (witness,
+   primary, backup) and waits until the primary is ACTIVE with an in-sync PASSIVE backup;
+3. sends SIGKILL to the active server and, every --poll-ms, tries CONNECT plus one
+   persistent SEND with a receipt on the other one: failover time is from just before
+   the kill to that RECEIPT (time to the first CONNECTED is reported too);
+4. checks the new active server holds every retained message (its /status), and on the
+   first run of each size (--drain all: every run) consumes them all and checks each body.
 
-activations > 1 in a run, or reactivations after the failover, mean the backup
-became active, lost its lease and stepped down, and activated again.
+Intervals (--setting): "defaults" is the configuration's defaults (heartbeat 500 ms,
+activation 2000 ms; target below 3 s whatever is retained), "fast" 100 / 300 ms (target
+below 1 s). --policy picks how the pair shares its data: "replication" (each server its
+own journal, the backup fed by the active's record stream). A policy is one class below
+(prepare, start, kill the active, the server that takes over).
 
-Prints one JSON line per setting with p50 and max (and every run's time). A lost
-or duplicated message, a failover that does not happen within --give-up
-seconds, or a server that fails makes it say so on stderr and exit 1; a missed
-target only exits 3 with --check-target.
+Prints one JSON line per (setting, retained) with p50 and max (and every run's time). A
+lost message, a failover that does not happen within --give-up seconds, or a server that
+fails makes it say so on stderr and exit 1; a missed target only exits 3 with
+--check-target.
 """
 
 from __future__ import annotations
@@ -44,8 +48,8 @@ import signal  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any, Protocol  # noqa: E402
 
 from benchmarks.ha_replication import (  # noqa: E402
     BenchError,
@@ -62,39 +66,125 @@ from benchmarks.persistent import run_load  # noqa: E402
 # name: (heartbeat_interval_ms, activation_interval_ms, target seconds)
 SETTINGS: dict[str, tuple[int, int, float]] = {"defaults": (500, 2000, 3.0),
                                                "fast": (100, 300, 1.0)}
-
+QUEUE = "/queue/failover.retained"
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
 PORT_IN_NAME = re.compile(r"^(server-\w+)-\d+\.log")
 
 
-def one_run(args: argparse.Namespace, setting: str, run: int) -> dict[str, Any]:
-    heartbeat_ms, activation_ms, _ = SETTINGS[setting]
-    workdir = Path(tempfile.mkdtemp(prefix=f"pairmq-failover-{setting}-{run}-",
+class Deployment(Protocol):
+    """One way of running a pair, as the benchmark needs it."""
+
+    def prepare(self, retained: int, size: int) -> None:
+        """Build the template: `retained` messages in QUEUE, every server stopped."""
+
+    def start_run(self, workdir: Path) -> None:
+        """A pair on a copy of the template, formed (one serving, the other ready)."""
+
+    def kill_active(self) -> None: ...
+
+    def taker(self) -> tuple[str, int]:
+        """STOMP host and port of the server that takes over."""
+
+    def status_of_taker(self) -> dict[str, Any] | None: ...
+
+    def stop(self) -> list[str]: ...
+
+    def log_problems(self) -> list[str]: ...
+
+
+class Replication:
+    """Two servers, each with its own journal; the backup follows the active's records."""
+
+    def __init__(self, template: Path, heartbeat_ms: int, activation_ms: int) -> None:
+        self.template = template
+        self.heartbeat_ms = heartbeat_ms
+        self.activation_ms = activation_ms
+        self.pair: Pair | None = None
+
+    def _pair(self, workdir: Path) -> Pair:
+        self.pair = Pair(workdir, heartbeat_ms=self.heartbeat_ms,
+                         activation_ms=self.activation_ms)
+        return self.pair
+
+    def prepare(self, retained: int, size: int) -> None:
+        pair = self._pair(self.template)
+        try:
+            pair.start_pair(timeout=120)
+            if retained:
+                primary = pair.servers["primary"]
+                load = run_load(primary.host, primary.port, 2, 0, retained, size=size,
+                                destination=QUEUE, timeout=3600)
+                if load.errors or load.confirmed != retained:
+                    raise BenchError(f"loading the queue failed: confirmed {load.confirmed} "
+                                     f"of {retained}: {load.errors}")
+            pair.wait("backup", is_passive_in_sync, 120, "PASSIVE and in sync")
+        finally:
+            # The backup first: stopping the active would not make it take over
+            # (failover_on_shutdown is off), but it would leave it behind.
+            problems = []
+            for role in ("backup", "primary"):
+                server = pair.servers.get(role)
+                if server is not None and server.alive():
+                    code = server.stop()
+                    if code not in (0, None):
+                        problems.append(f"the {role} exited with code {code}")
+            problems += pair.stop()
+        if problems:
+            raise BenchError(f"preparing the journal: {problems}")
+        for log in self.template.glob("*.log"):
+            log.unlink()
+
+    def start_run(self, workdir: Path) -> None:
+        for data in self.template.glob("data-*"):
+            shutil.copytree(data, workdir / data.name)
+        self._pair(workdir).start_pair(timeout=180)
+
+    def _current(self) -> Pair:
+        assert self.pair is not None
+        return self.pair
+
+    def kill_active(self) -> None:
+        self._current().servers["primary"].proc.send_signal(signal.SIGKILL)
+
+    def taker(self) -> tuple[str, int]:
+        backup = self._current().servers["backup"]
+        return backup.host, backup.port
+
+    def status_of_taker(self) -> dict[str, Any] | None:
+        return self._current().status("backup")
+
+    def stop(self) -> list[str]:
+        return self._current().stop()  # what is still running (the killed one is reaped)
+
+    def log_problems(self) -> list[str]:
+        return self._current().log_problems()
+
+
+# --policy name -> how to make its deployment (template directory, heartbeat and
+# activation intervals in ms)
+POLICIES: dict[str, Callable[[Path, int, int], Deployment]] = {"replication": Replication}
+
+
+def one_run(args: argparse.Namespace, deployment: Deployment, retained: int, run: int,
+            label: str) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"pairmq-failover-{label}-{run}-",
                                     dir=args.workdir))
-    pair = Pair(workdir, heartbeat_ms=heartbeat_ms, activation_ms=activation_ms)
-    destination = f"/queue/failover.{uuid.uuid4().hex[:10]}"
     record: dict[str, Any] = {"run": run}
     errors: list[str] = []
     try:
-        pair.start_pair()
-        primary, backup = pair.servers["primary"], pair.servers["backup"]
-        load = run_load(primary.host, primary.port, 1, 0, args.messages, size=args.size,
-                        destination=destination, timeout=120)
-        if load.errors or load.confirmed != args.messages:
-            raise BenchError(f"loading the queue failed: confirmed {load.confirmed} of "
-                             f"{args.messages}: {load.errors}")
-        before = pair.status("backup")
+        deployment.start_run(workdir)
+        before = deployment.status_of_taker()
         if not is_passive_in_sync(before):
             raise BenchError(f"before the kill the backup is {ha_state(before)}, not an "
                              "in-sync PASSIVE")
-        record["backup_seq_before"] = before["ha"]["appended_seq"]
-
+        assert before is not None
+        host, port = deployment.taker()
         poll_s = args.poll_ms / 1000
         attempts = 0
         first_connected = None
         last_detail = ""
         t0 = time.monotonic()
-        primary.proc.send_signal(signal.SIGKILL)
+        deployment.kill_active()
         give_up = t0 + args.give_up
         while True:
             attempt = time.monotonic()
@@ -102,7 +192,7 @@ def one_run(args: argparse.Namespace, setting: str, run: int) -> dict[str, Any]:
                 raise BenchError(f"no confirmed SEND on the backup within {args.give_up:.0f}s "
                                  f"of the kill ({attempts} attempts; last: {last_detail})")
             attempts += 1
-            probe = probe_send(backup.host, backup.port, "/queue/failover.probe",
+            probe = probe_send(host, port, "/queue/failover.probe",
                                timeout=max(0.1, min(5.0, give_up - attempt)))
             if probe.connected and first_connected is None:
                 first_connected = probe.connected_at
@@ -111,38 +201,34 @@ def one_run(args: argparse.Namespace, setting: str, run: int) -> dict[str, Any]:
                 break
             last_detail = probe.detail
             time.sleep(max(0.0, attempt + poll_s - time.monotonic()))
-        primary.proc.wait(10)
-        after = pair.status("backup")
+        after = deployment.status_of_taker()
         record.update(
             failover_s=round(failover_s, 4),
             connect_s=round(first_connected - t0, 4) if first_connected else None,
             attempts=attempts,
             backup_state_after=ha_state(after),
-            epoch_after=after["ha"]["epoch"] if after else None,
         )
         if after:
             # Each activation of the backup opens an epoch: more than one means it became
             # active, stepped down and tried again before its SEND was confirmed.
             record["activations"] = after["ha"]["epoch"] - before["ha"]["epoch"]
+            held = after.get("destinations", {}).get(QUEUE, {}).get("messages", 0)
+            record["held_after"] = held
+            if held != retained:
+                errors.append(f"the new active holds {held} of {retained} messages")
         if not is_serving(after):
             errors.append(f"the backup confirmed a SEND but its state is {ha_state(after)}")
-        drained = drain_queue(backup.host, backup.port, destination, args.messages,
-                              size=args.size, timeout=60)
-        record.update(received=drained.unique, lost=drained.lost,
-                      redelivered=drained.duplicated,
-                      drain_interruptions=drained.interruptions)
-        if drained.interruption_reasons:
-            record["drain_interruption_reasons"] = drained.interruption_reasons
-        errors += drained.errors
-        final = pair.status("backup")
-        if final and after:
-            # Activations after the confirmed SEND: the backup stepped down and came back.
-            record["reactivations_after_failover"] = final["ha"]["epoch"] - after["ha"]["epoch"]
+        if retained and (args.drain == "all" or (args.drain == "first" and run == 1)):
+            drained = drain_queue(host, port, QUEUE, retained, size=args.size,
+                                  timeout=max(60.0, retained / 5000))
+            record.update(received=drained.unique, lost=drained.lost,
+                          redelivered=drained.duplicated)
+            errors += drained.errors
     except (BenchError, RuntimeError, TimeoutError, OSError) as e:
         errors.append(f"{type(e).__name__}: {e}")
     finally:
-        errors += pair.stop()
-        record["log_problems"] = pair.log_problems()
+        errors += deployment.stop()
+        record["log_problems"] = deployment.log_problems()
         record["errors"] = errors
         record["ok"] = not errors
         if errors or args.keep:
@@ -163,31 +249,49 @@ def common_problems(runs: list[dict[str, Any]], limit: int = 20) -> dict[str, in
     return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:limit])
 
 
-def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
+def run_case(args: argparse.Namespace, setting: str, retained: int) -> dict[str, Any]:
     heartbeat_ms, activation_ms, target = SETTINGS[setting]
     started = time.monotonic()
-    runs = []
-    for run in range(1, args.runs + 1):
-        record = one_run(args, setting, run)
-        runs.append(record)
-        print(f"{setting} run {run}: failover {record.get('failover_s')} s, connect "
-              f"{record.get('connect_s')} s, {record.get('activations')} activation(s), "
-              f"{record.get('received')} of {args.messages} "
-              "messages on the backup" + ("" if record["ok"] else f" FAILED {record['errors']}"),
-              file=sys.stderr, flush=True)
+    template = Path(tempfile.mkdtemp(prefix=f"pairmq-failover-template-{retained}-",
+                                     dir=args.workdir))
+    deployment = POLICIES[args.policy](template, heartbeat_ms, activation_ms)
+    label = f"{setting}-{retained}"
+    runs: list[dict[str, Any]] = []
+    setup_errors: list[str] = []
+    try:
+        try:
+            deployment.prepare(retained, args.size)
+        except (BenchError, RuntimeError, TimeoutError, OSError) as e:
+            setup_errors.append(f"preparing {retained} messages: {type(e).__name__}: {e}")
+            args = argparse.Namespace(**{**vars(args), "runs": 0})
+        prepared_s = time.monotonic() - started
+        print(f"{label}: journal prepared in {prepared_s:.0f} s", file=sys.stderr, flush=True)
+        for run in range(1, args.runs + 1):
+            record = one_run(args, deployment, retained, run, label)
+            runs.append(record)
+            print(f"{label} run {run}: failover {record.get('failover_s')} s, connect "
+                  f"{record.get('connect_s')} s, {record.get('activations')} activation(s), "
+                  f"{record.get('held_after')} of {retained} held"
+                  + ("" if record["ok"] else f" FAILED {record['errors']}"),
+                  file=sys.stderr, flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(template, ignore_errors=True)
     times = [r["failover_s"] for r in runs if r.get("failover_s") is not None]
     connects = [r["connect_s"] for r in runs if r.get("connect_s") is not None]
-    errors = [f"run {r['run']}: {e}" for r in runs for e in r["errors"]]
-    p50 = nearest_rank(times, 0.5)
+    errors = setup_errors + [f"run {r['run']}: {e}" for r in runs for e in r["errors"]]
     worst = max(times) if times else None
     return {
         "benchmark": "failover",
+        "policy": args.policy,
         "setting": setting,
         "heartbeat_interval_ms": heartbeat_ms,
         "activation_interval_ms": activation_ms,
+        "retained": retained,
+        "size": args.size,
         "runs": args.runs,
         "measured": len(times),
-        "p50_s": p50,
+        "p50_s": nearest_rank(times, 0.5),
         "p90_s": nearest_rank(times, 0.9),
         "max_s": worst,
         "min_s": min(times) if times else None,
@@ -196,19 +300,14 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
         "connect_max_s": max(connects) if connects else None,
         "target_s": target,
         "target_met": worst is not None and worst < target and len(times) == args.runs,
-        "messages_per_run": args.messages,
         "activations_max": max((r.get("activations", 0) for r in runs), default=None),
-        "runs_with_repeated_activation": sum(1 for r in runs if r.get("activations", 0) > 1),
-        "runs_reactivated_after_failover": sum(
-            1 for r in runs if r.get("reactivations_after_failover", 0) > 0),
+        "drained": [r["run"] for r in runs if "received" in r],
         "lost": sum(r.get("lost", 0) for r in runs),
-        # Deliveries beyond the first (errors unless the drain was interrupted by a step-down).
-        "redelivered": sum(r.get("redelivered", 0) for r in runs),
         "poll_ms": args.poll_ms,
         "failover_s_runs": times,
         "log_problems": common_problems(runs),
         "wall_s": round(time.monotonic() - started, 1),
-        "ok": not errors,
+        "ok": not errors and len(runs) == args.runs,
         "errors": errors,
     }
 
@@ -216,20 +315,28 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=20, help="failovers per setting")
-    ap.add_argument("--setting", choices=[*SETTINGS, "all"], default="all")
-    ap.add_argument("--messages", type=int, default=1000, help="in the queue at the kill")
+    ap.add_argument("--policy", choices=list(POLICIES), default="replication")
+    ap.add_argument("--runs", type=int, default=20, help="failovers per case")
+    ap.add_argument("--setting", choices=[*SETTINGS, "all"], default="defaults")
+    ap.add_argument("--retained", default="0,100000,1000000",
+                    help="comma-separated numbers of messages in the queue at the kill")
     ap.add_argument("--size", type=int, default=1024, help="body bytes per message")
+    ap.add_argument("--drain", choices=["first", "all", "none"], default="first",
+                    help="which runs consume and check every retained message afterwards")
     ap.add_argument("--poll-ms", type=float, default=5.0, help="between attempts on the backup")
-    ap.add_argument("--give-up", type=float, default=30.0,
+    ap.add_argument("--give-up", type=float, default=60.0,
                     help="seconds after the kill without a confirmed SEND that fail the run")
     ap.add_argument("--workdir", default=None, help="where data directories go (default: tmp)")
     ap.add_argument("--keep", action="store_true", help="keep data directories and logs")
     ap.add_argument("--check-target", action="store_true",
-                    help="exit 3 when the slowest failover of a setting misses its target")
+                    help="exit 3 when the slowest failover of a case misses its target")
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.messages < 1 or args.poll_ms < 0 or args.give_up <= 0:
-        ap.error("--runs, --messages and --give-up must be positive")
+    try:
+        args.retained = [int(n) for n in args.retained.split(",")]
+    except ValueError:
+        ap.error(f"--retained takes comma-separated integers, got {args.retained!r}")
+    if args.runs < 1 or args.poll_ms < 0 or args.give_up <= 0 or min(args.retained) < 0:
+        ap.error("--runs and --give-up must be positive, --retained not negative")
     return args
 
 
@@ -239,13 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = missed = False
     try:
         for name in names:
-            record = run_setting(args, name)
-            print(json.dumps(record), flush=True)
-            missed = missed or not record["target_met"]
-            if not record["ok"]:
-                failed = True
-                for err in record["errors"]:
-                    print(f"FAILED {name}: {err}", file=sys.stderr, flush=True)
+            for retained in args.retained:
+                record = run_case(args, name, retained)
+                print(json.dumps(record), flush=True)
+                missed = missed or not record["target_met"]
+                if not record["ok"]:
+                    failed = True
+                    for err in record["errors"]:
+                        print(f"FAILED {name} {retained}: {err}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

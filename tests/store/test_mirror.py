@@ -1,55 +1,199 @@
-"""What a backup accepts from the replication stream, and what a synchronisation sends."""
+"""A backup's store and broker follow the active's records as they arrive: when it stops
+following, the broker holds exactly what recovery from its journal builds (queues in
+order, delivery counts, durable subscriptions, dup-ids, paged bodies), through compaction,
+the active's horizon and a full resynchronisation. Real journal files on both sides."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+from pathlib import Path
 
-from pairmq.ha.syncplan import SyncPlan, plan_sync
-from pairmq.store.mirror import MirrorError, new_records
-from pairmq.store.records import frame_record
+from pairmq.core import Broker, CoreSettings
+from pairmq.store.records import RECORD_HEADER
+from pairmq.store.segments import list_segments, read_records
+from pairmq.store.store import Store, StoreSettings
+from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
+from tests.support.journal import broker_snapshot
 
-
-def chunk(*seqs: int, epoch: int = 1) -> bytes:
-    return b"".join(frame_record(seq, epoch, b"payload %d" % seq) for seq in seqs)
-
-
-def test_records_after_the_journal_end_are_taken_in_order() -> None:
-    got = list(new_records(chunk(3, 4, 5), after=2))
-    assert [(seq, epoch) for seq, epoch, _ in got] == [(3, 1), (4, 1), (5, 1)]
-    assert got[0][2] == frame_record(3, 1, b"payload 3")  # the very bytes, to append
+SETTINGS = {"segment_bytes": 32 * 1024, "paging_bytes": 20_000, "compact_ratio": 0.9}
 
 
-def test_records_already_held_are_skipped() -> None:
-    assert [seq for seq, _, _ in new_records(chunk(1, 2, 3, 4), after=2)] == [3, 4]
+class Backup:
+    """A mirror store in its own directory, fed the active's framed records."""
+
+    def __init__(self, directory: Path, dup_cache_size: int) -> None:
+        self.settings = CoreSettings(dup_cache_size=dup_cache_size)
+        self.store = Store(directory, StoreSettings(**SETTINGS))
+        replay, _ = self.store.recover(dup_cache_size)
+        self.broker = Broker(self.settings, id_prefix="ID:b-")
+        self.broker.restore(replay)
+        self.store.open_mirror(asyncio.get_running_loop(), self.broker)
+
+    async def attach(self, active: Store) -> None:
+        """What the active's journal holds past ours (on disk), then its live stream."""
+        await synced(active)
+        for seq, record in _existing(active.directory, self.store.appended_seq + 1,
+                                     active.appended_seq):
+            self.take(seq, record)
+        assert active.writer is not None
+        active.writer.on_append(self.take)
+
+    def take(self, seq: int, record: bytes) -> None:
+        epoch = RECORD_HEADER.unpack_from(record, 0)[3]
+        self.store.append_mirrored(seq, epoch, record)
 
 
-def test_a_gap_is_refused_naming_it() -> None:
-    with pytest.raises(MirrorError, match="replication gap: got 5 after 3"):
-        list(new_records(chunk(5), after=3))
+async def workload(broker: Broker, store: Store, rounds: int) -> None:
+    """Queues, a durable subscription, dup-ids past the cache, a transaction committed and
+    one left open, acked and unacked deliveries, a deleted durable, enough to compact."""
+    broker.open_session(1, "1.2", client_id="c")
+    broker.subscribe(1, "d", "/topic/t", NOW, durable_name="keep", ack="client")
+    broker.subscribe(1, "e", "/topic/t", NOW, durable_name="drop")
+    persist(broker, store)
+    broker.unsubscribe(1, "d", NOW)
+    broker.unsubscribe(1, "e", NOW)
+    broker.close_session(1, NOW)
+    persist(broker, store)
+    broker.open_session(2, "1.2")
+    broker.subscribe(2, "w", "/queue/work", NOW, ack="client-individual", prefetch=100)
+    for i in range(rounds):
+        body = b"%05d" % i + b"." * 900
+        broker.send(2, "/queue/work", {**PERSISTENT, "dup-id": f"w{i}"}, body, NOW)
+        if i % 4 == 0:
+            broker.send(2, "/queue/keep", {**PERSISTENT, "priority": str(i % 3 * 4)}, body,
+                        NOW)
+        broker.send(2, "/topic/t", PERSISTENT, body, NOW)
+        persist(broker, store)
+        deliveries = broker.take_outbox().get(2, [])
+        for d in deliveries:
+            if i % 10:  # every tenth stays unacked (delivered: redelivered after a failover)
+                broker.ack(2, d.ack_id, NOW)
+        persist(broker, store)
+        if i % 40 == 39:
+            broker.open_session(3, "1.2")
+            broker.begin(3, "tx")
+            broker.send(3, "/queue/keep", PERSISTENT, b"committed %d" % i, NOW, transaction="tx")
+            broker.commit(3, "tx", NOW)
+            broker.begin(3, "open")
+            broker.send(3, "/queue/keep", PERSISTENT, b"never", NOW, transaction="open")
+            persist(broker, store)
+            broker.close_session(3, NOW)
+            persist(broker, store)
+        if i == rounds // 2:
+            broker.open_session(4, "1.2", client_id="c")
+            broker.unsubscribe(4, None, NOW, delete_durable=True, durable_name="drop")
+            persist(broker, store)
+            broker.close_session(4, NOW)
+        if i % 25 == 0:
+            await synced(store)
+            await asyncio.sleep(0.005)  # let compaction steps run
+    for _ in range(20):
+        await synced(store)
+        await asyncio.sleep(0.005)
 
 
-def test_a_damaged_record_is_refused_naming_it() -> None:
-    data = bytearray(chunk(4, 5))
-    data[-3] ^= 0xFF
-    with pytest.raises(MirrorError, match="replicated record 5 is damaged"):
-        list(new_records(bytes(data), after=3))
+def recovered(directory: Path, dup_cache_size: int) -> dict:
+    async def go():
+        store = Store(directory, StoreSettings(**SETTINGS))
+        replay, _ = store.recover(dup_cache_size)
+        broker = Broker(CoreSettings(dup_cache_size=dup_cache_size), id_prefix="ID:r-")
+        broker.restore(replay)
+        store.start(broker, asyncio.get_running_loop())
+        snapshot = broker_snapshot(broker, store)
+        await close(store)
+        return snapshot
+
+    return asyncio.run(go())
 
 
-def test_a_chunk_cut_inside_a_header_is_refused() -> None:
-    with pytest.raises(MirrorError, match="inside a record header"):
-        list(new_records(chunk(4)[:5], after=3))
+def test_a_backup_following_the_stream_holds_what_recovery_of_its_journal_builds(tmp_path):
+    dups = 50
+
+    async def go():
+        broker, store = await open_broker(tmp_path / "active", **SETTINGS)
+        broker.settings = CoreSettings(dup_cache_size=dups)
+        store.begin_epoch(1)
+        backup = Backup(tmp_path / "backup", dups)
+        await backup.attach(store)
+        horizon = []
+        store.writer.on_synced(lambda _seq: horizon.append(store.oldest_seq))
+        await workload(broker, store, 400)
+        await synced(backup.store)
+        assert list_segments(tmp_path / "active")[0][0] > 3, "the active did not compact"
+        backup.store.drop_below(horizon[-1])
+        assert backup.store.oldest_seq == store.oldest_seq
+        paged = backup.store.paged.total
+        backup.store.serve_mirrored()
+        served = broker_snapshot(backup.broker, backup.store)
+        await close(store)
+        await close(backup.store)
+        return served, paged
+
+    served, paged = asyncio.run(go())
+    assert paged > 100_000, "the backup kept every body in memory"
+    expected = recovered(tmp_path / "backup", dups)
+    assert_same(served, expected)
+    assert_same(served, recovered(tmp_path / "active", dups))
+    assert len(served["queues"]["/queue/keep"]) > 100
+    assert set(served["durables"]) == {"c:keep"}
+    assert any(e[2] > 0 for e in served["queues"]["/queue/work"])  # unacked: redelivered
 
 
-def test_sync_is_incremental_only_when_both_histories_agree() -> None:
-    epochs = [(1, 1), (2, 50)]
-    # The backup stopped at 40, written in epoch 1 on both sides: send 41 on.
-    assert plan_sync({"last_seq": 40, "epochs": [[1, 1]]}, 100, 1, epochs) == \
-        SyncPlan("incremental", 41, 100)
-    # Its record 60 was written in an epoch we never had (it served alone): replace it.
-    assert plan_sync({"last_seq": 60, "epochs": [[1, 1], [3, 55]]}, 100, 1, epochs) == \
-        SyncPlan("full", 1, 100)
-    # We no longer hold what follows its end (compacted): a full copy from our oldest.
-    assert plan_sync({"last_seq": 40, "epochs": [[1, 1]]}, 100, 60, epochs) == \
-        SyncPlan("full", 60, 100)
-    # An empty backup.
-    assert plan_sync({"last_seq": 0, "epochs": []}, 100, 1, epochs) == SyncPlan("full", 1, 100)
+def test_a_full_resynchronisation_resets_the_backup_broker(tmp_path):
+    dups = 50
+
+    async def go():
+        broker, store = await open_broker(tmp_path / "active", **SETTINGS)
+        broker.settings = CoreSettings(dup_cache_size=dups)
+        store.begin_epoch(1)
+        backup = Backup(tmp_path / "backup", dups)
+        await backup.attach(store)
+        await workload(broker, store, 60)  # the backup follows a first history
+        await synced(backup.store)
+        await close(store)
+        # The active is replaced by another one (its journal compacted: another history)
+        other, store = await open_broker(tmp_path / "other", **SETTINGS)
+        other.settings = CoreSettings(dup_cache_size=dups)
+        store.begin_epoch(2)
+        await workload(other, store, 200)
+        await synced(store)
+        first = store.oldest_seq
+        assert first > 1, "the other active did not compact: no copies to follow"
+        backup.store.wipe(first, asyncio.get_running_loop())
+        await backup.attach(store)
+        other.open_session(9, "1.2")
+        other.send(9, "/queue/after", PERSISTENT, b"after the copy", NOW)
+        persist(other, store)
+        await synced(store)
+        await synced(backup.store)
+        backup.store.serve_mirrored()
+        served = broker_snapshot(backup.broker, backup.store)
+        await close(store)
+        await close(backup.store)
+        return served
+
+    served = asyncio.run(go())
+    assert_same(served, recovered(tmp_path / "backup", dups))
+    assert_same(served, recovered(tmp_path / "other", dups))
+    assert [e[:3] for e in served["queues"]["/queue/after"]] == [(b"after the copy", 4, 0)]
+
+
+def assert_same(served: dict, expected: dict) -> None:
+    """Equal, but for the bytes a destination holds: a message's size counts its record's
+    metadata, and a compaction copy lists fewer queues than the record it replaced, so
+    it depends on which copy was read (the backup read the first, recovery the last)."""
+    served, expected = dict(served), dict(expected)
+    sizes, expected_sizes = served.pop("sizes"), expected.pop("sizes")
+    assert served == expected
+    assert sizes.keys() == expected_sizes.keys()
+    for name, size in sizes.items():
+        assert abs(size - expected_sizes[name]) <= 0.01 * expected_sizes[name], (name, size)
+
+
+def _existing(directory: Path, first: int, upto: int) -> list[tuple[int, bytes]]:
+    """The framed records first..upto of a journal, as a synchronisation sends them."""
+    out = []
+    for segment_id, path in list_segments(directory):
+        for record in read_records(path, segment_id, first, upto):
+            out.append((RECORD_HEADER.unpack_from(record, 0)[2], record))
+    return out

@@ -48,3 +48,20 @@ class JournalIndex:
             return True
         self.scan()
         return body in self.bodies
+
+
+def broker_snapshot(broker, store) -> dict:
+    """What a broker holds, as recovery would rebuild it: each durable queue's entries in
+    delivery order (body, priority, delivery count, message id), durable subscriptions,
+    dup-id caches in eviction order, and the bytes each destination holds."""
+    queues = {}
+    for key, q in [*broker.queues.items(), *((f"durable:{k}", q) for k, q
+                                             in broker.durables.items())]:
+        queues[key] = [(store.read_body(e.message), e.message.priority, e.deliveries,
+                        e.message.message_id) for e in q.entries()]
+    return {
+        "queues": queues,
+        "durables": {key: q.address.name for key, q in broker.durables.items()},
+        "dups": {name: list(a.dups) for name, a in broker.addresses.items() if a.dups},
+        "sizes": {name: a.size for name, a in broker.addresses.items()},
+    }

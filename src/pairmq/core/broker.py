@@ -6,7 +6,8 @@ whether the journal is full) as inputs too, and everything a command causes is l
 `outbox` (deliveries per connection) and `events` (destinations or the server full and
 resumed) for the server to act on; a SEND's fate is its returned `Outcome`. The journal
 can therefore record commands and replay them into the same state. The SEND path, with
-flow control, is in core/intake.py.
+flow control, is in core/intake.py; how a backup's broker follows the active's journal
+entry by entry, in core/follow.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
+from pairmq.core.follow import Follow
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
 from pairmq.core.queue import Address, AddressState, Queue
@@ -39,7 +41,7 @@ class Delivery(NamedTuple):
     delivery_count: int
 
 
-class Broker(Intake):
+class Broker(Intake, Follow):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -59,6 +61,8 @@ class Broker(Intake):
         self._message_seq = 0
         self._order_seq = 0
         self._session_seq = 0
+        self._index: dict[str, dict[str, Entry]] | None = None  # while following (follow.py)
+        self._unsorted: set[Queue] = set()
 
     # ----------------------------------------------------------------- recovery
 

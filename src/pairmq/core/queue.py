@@ -109,6 +109,33 @@ class Queue:
         self.expiring += expiring
         return size
 
+    def push_in_order(self, entry: Entry) -> bool:
+        """push(); False when an entry of the same priority enqueued later is already there
+        (a backup applying compaction copies): `sort` puts the queue back in order."""
+        level = self._levels[entry.message.priority]
+        in_order = not level or level[-1].message.order <= entry.message.order
+        self.push(entry)
+        return in_order
+
+    def sort(self) -> None:
+        """Each priority level in enqueue order (as recovery builds a queue)."""
+        for i, level in enumerate(self._levels):
+            if len(level) > 1:
+                self._levels[i] = deque(sorted(level, key=lambda e: e.message.order))
+
+    def remove(self, entry: Entry) -> bool:
+        """Take out one waiting entry (found by identity, from the head: what is acked is
+        usually near it); False when it is not waiting here."""
+        level = self._levels[entry.message.priority]
+        try:
+            level.remove(entry)
+        except ValueError:
+            return False
+        self.count -= 1
+        if entry.message.expires:
+            self.expiring -= 1
+        return True
+
     def push_front(self, entries: list[Entry]) -> None:
         """Return entries to the head, keeping their relative order."""
         for entry in reversed(entries):

@@ -199,7 +199,9 @@ class PairmqServer:
 
     async def become_active(self, epoch: int | None) -> None:
         """Serve from this server's journal, with a new epoch when one is given. A new role:
-        every connection accepted before is closed (it may reconnect at once)."""
+        every connection accepted before is closed (it may reconnect at once). A backup's
+        broker already holds what its journal holds (it followed the records as they came):
+        taking over only waits for the records in flight to reach the disk."""
         role = self.role
         if role.kind is RoleKind.SERVING:
             # Never stepped down (no standby role since): the same journal goes on serving.
@@ -209,15 +211,9 @@ class PairmqServer:
         broker, store = role.broker, role.store
         if store.mirror:
             await role.synced(store.appended_seq)
-            store.close()
-            store = self._new_store()
-            with gc_paused(freeze=True):
-                # Reading a large journal takes seconds: keep the event loop (heartbeats)
-                # going meanwhile.
-                recovered = await self.loop.run_in_executor(None, store.recover,
-                                                            self.config.dup_cache_size)
-                broker = self._new_broker()
-                self._restore(broker, store, recovered)
+            store.serve_mirrored()
+            log.info("Taking over at seq %d: the broker followed the journal, nothing to "
+                     "replay", store.appended_seq)
         serving = self._new_role(RoleKind.SERVING, broker, store)
         serving.open_for_serving(self.loop)
         if epoch is not None:
@@ -225,14 +221,21 @@ class PairmqServer:
         self._switch_role(serving, "activating")
 
     def become_passive(self, why: str) -> None:
-        """Stop serving: a new standby role whose journal mirrors the peer's."""
+        """Stop serving: a new standby role whose journal mirrors the peer's, and whose broker
+        follows it. A standby role's broker was never touched by a client (it holds what its
+        journal holds) and goes on; a serving one's had sessions, so the journal is read back
+        into a new one (synchronously: stepping down, not taking over, pays for it)."""
         old = self.role
         old.retire(f"this server is no longer active: {why}", self.pair.active_address())
-        old.store.close()
-        store = self._new_store()
-        store.recover(rebuild=False)  # where the journal ends: the mirror appends there
-        store.open_mirror(self.loop)
-        standby = self._new_role(RoleKind.STANDBY, self._new_broker(), store)
+        broker, store = old.broker, old.store
+        if old.kind is RoleKind.SERVING:
+            store.close()
+            store, broker = self._new_store(), self._new_broker()
+            with gc_paused(freeze=True):
+                self._restore(broker, store)
+        if not store.mirror:
+            store.open_mirror(self.loop, broker)
+        standby = self._new_role(RoleKind.STANDBY, broker, store)
         standby.watch_mirror()
         self._switch_role(standby, why)
 

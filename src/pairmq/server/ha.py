@@ -24,7 +24,7 @@ from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
 from pairmq.server.halink import Link, accept_link, open_link, split_address
 from pairmq.server.policy import PairHost
-from pairmq.store.mirror import MirrorError, new_records, segment_chunks
+from pairmq.store.stream import MirrorError, new_records, segment_chunks
 
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")  # deeper HA tracing, at DEBUG

@@ -124,7 +124,13 @@ class Role:
         """A standby mirroring the peer: tell the policy when the copy reaches the disk."""
         writer = self.store.writer
         assert writer is not None
-        writer.on_synced(self._policy.mirror_synced)
+        writer.on_synced(self._mirror_synced)
+
+    def _mirror_synced(self, seq: int) -> None:
+        # The writer outlives this role (the next one serves from the same journal): only
+        # the current standby role acknowledges the copy.
+        if self.kind is RoleKind.STANDBY and self.phase is RolePhase.CURRENT:
+            self._policy.mirror_synced(seq)
 
     def retire(self, message: str, active: str | None) -> None:
         """A newer role took over: close every connection of this one (naming the active

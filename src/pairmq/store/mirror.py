@@ -1,63 +1,269 @@
-"""Records as the active ships them to its backup: checked before they are appended.
+"""A backup's store: the active server's records appended as they are, and applied to the
+backup's broker as they arrive, so that taking over is switching the journal to appends.
 
-The replication stream carries journal records exactly as they are on disk (header,
-CRC, body), so the backup's journal holds the very bytes the active wrote. This module
-is the only place outside the journal writer that knows that framing.
+Part of the Store (a mixin, like core/follow.py for the Broker). Each mirrored record is
+decoded as recovery decodes it (store/records.py) and applied by the broker's follower
+(core/follow.py); the store keeps the same liveness it keeps when serving (which segment
+holds the newest record of each live object) and pages bodies the same way (over the
+paging budget, or for a full destination under address_full_policy page, a body stays in
+the journal once synced and the broker keeps its index). A backup never compacts: the
+active's compaction copies come through the stream and its horizon drops the segments
+they emptied. `serve_mirrored` ends following; compaction then runs as on any active.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterator
+import asyncio
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pairmq.store.records import CRC_PART, RECORD_HEADER
-from pairmq.store.segments import read_records
+from pairmq.core import Broker, Message
+from pairmq.store import records as disk
+from pairmq.store.paging import PagedBytes
+from pairmq.store.records import RECORD_HEADER, decode_entries
+from pairmq.store.segments import list_segments
+from pairmq.store.writer import JournalWriter, SegmentInfo
 
+if TYPE_CHECKING:
+    from pairmq.store.store import StoreSettings
 
-class MirrorError(Exception):
-    """A replicated chunk is damaged or does not follow the backup's journal."""
+log = logging.getLogger("pairmq.store")
 
-
-def new_records(chunk: bytes, after: int) -> Iterator[tuple[int, int, bytes]]:
-    """The records of `chunk` that follow sequence `after`, as (seq, epoch, bytes): each
-    one's CRC checked, with no gap; records at or below `after` (sent twice around a
-    synchronisation) are skipped."""
-    view = memoryview(chunk)
-    pos = 0
-    size = RECORD_HEADER.size
-    expected = after + 1
-    while pos < len(view):
-        if len(view) - pos < size:
-            raise MirrorError(f"replicated chunk ends inside a record header at byte {pos}")
-        length, crc, seq, epoch, kind = RECORD_HEADER.unpack_from(view, pos)
-        end = pos + size + length
-        body = view[pos + size:end]
-        if len(body) != length or zlib.crc32(body, zlib.crc32(
-                CRC_PART.pack(seq, epoch, kind))) != crc:
-            raise MirrorError(f"replicated record {seq} is damaged")
-        if seq >= expected:
-            if seq != expected:
-                raise MirrorError(f"replication gap: got {seq} after {expected - 1}")
-            yield seq, epoch, bytes(view[pos:end])
-            expected += 1
-        pos = end
+KEY_OVERHEAD = 64  # bytes a destination/durable/dup/epoch record takes, for live-byte estimates
 
 
-def segment_chunks(path: Path, segment_id: int, first: int, upto: int,
-                   chunk_bytes: int) -> list[bytes]:
-    """The records `first`..`upto` of one segment file, as the replication stream sends
-    them: whole records joined into chunks of about `chunk_bytes` (blocking: run it in an
-    executor)."""
-    chunks: list[bytes] = []
-    pending: list[bytes] = []
-    size = 0
-    for record in read_records(path, segment_id, first, upto):
-        pending.append(record)
-        size += len(record)
-        if size >= chunk_bytes:
-            chunks.append(b"".join(pending))
-            pending, size = [], 0
-    if pending:
-        chunks.append(b"".join(pending))
-    return chunks
+class Mirroring:
+    """The Store's backup side (a mixin: the Store provides the state and helpers)."""
+
+    directory: Path
+    settings: StoreSettings
+    writer: JournalWriter | None
+    broker: Broker | None
+    mirror: bool
+    epoch: int
+    epochs: list[tuple[int, int]]
+    hold_compaction: int
+    memory_bytes: int
+    paged: PagedBytes
+    _segments: list[SegmentInfo]
+    _last_seq: int
+    _to_page: list[tuple[int, Message]]
+    _where: dict[tuple, int]
+    _read_fds: dict[int, int]
+
+    if TYPE_CHECKING:  # provided by the Store
+        def _account(self, broker: Broker) -> None: ...
+        def _locate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
+                    body_offset: int, seq: int, counted: bool = False) -> None: ...
+        def _release(self, message: Message, queue_key: str) -> None: ...
+        def _release_all(self, message: Message, keep_body: bool = False) -> None: ...
+        def _forget(self, key: tuple) -> None: ...
+        def _drop_segment(self, segment_id: int) -> None: ...
+        def _maybe_compact(self) -> None: ...
+        def _close_read_fds(self) -> None: ...
+        @property
+        def appended_seq(self) -> int: ...
+
+    def open_mirror(self, loop: asyncio.AbstractEventLoop, broker: Broker) -> None:
+        """Open the recovered journal for a backup: records come framed from the active and
+        are applied to `broker`, which holds what recovery rebuilt."""
+        self.mirror = True
+        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
+                                    self._last_seq, self._segments, loop)
+        self._account(broker)
+        broker.start_following()
+
+    def serve_mirrored(self) -> None:
+        """Taking over: the broker holds what the journal holds; appends go on from here."""
+        broker = self.broker
+        assert broker is not None and self.mirror
+        for message in broker.end_following():
+            if message.journal_queues:
+                self._release_all(message)
+        self.mirror = False
+        self._maybe_compact()
+
+    def append_mirrored(self, seq: int, epoch: int, record: bytes) -> None:
+        writer = self.writer
+        assert writer is not None and self.mirror
+        _, segment_id, offset = writer.append_record(seq, record)
+        if epoch != self.epoch:
+            self.epochs.append((epoch, seq))
+            self.epoch = epoch
+        payload = memoryview(record)[RECORD_HEADER.size:]
+        info = writer.segments[segment_id]
+        lone = disk.decode_lone_add(payload) if payload[0] == disk.ADD else None
+        if lone is None:
+            self._follow(decode_entries(payload, load_bodies=False), payload, seq, info,
+                         offset)
+            return
+        # The common record, one message added: its headers stay packed, as recovery
+        # keeps them (a million of them are held).
+        (order, expires, priority, persistent, deliveries, message_id, destination, headers,
+         queues, body_at, body_length, meta_length) = lone
+        message = Message(message_id, destination, headers, None, bool(persistent), priority,
+                          expires, body_length + meta_length + 64, order)
+        message.body_length = body_length
+        self._follow_add(message, queues, deliveries, payload, body_at, seq, info, offset)
+        broker = self.broker
+        assert broker is not None
+        broker.take_records()
+        broker.take_events()
+
+    def _follow(self, entries: list[tuple], payload: memoryview, seq: int, info: SegmentInfo,
+                offset: int) -> None:
+        """Apply one record's entries to the broker and to the liveness of the segments."""
+        broker = self.broker
+        assert broker is not None
+        paged_before = self.paged.total
+        keys: list[tuple] = []
+        forget: list[tuple] = []
+        for entry in entries:
+            kind = entry[0]
+            if kind == disk.ADD:
+                e = entry[1]
+                message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
+                                  e.priority, e.expires, e.body_length + e.meta_length + 64,
+                                  e.order)
+                message.body_length = e.body_length
+                self._follow_add(message, e.queues, e.deliveries, payload, e.body_offset, seq,
+                                 info, offset)
+            elif kind == disk.DEL:
+                message = broker.follow_remove(entry[1], entry[2])
+                if message is not None:
+                    if message.journal_delivered:
+                        message.journal_delivered.pop(entry[1], None)
+                    self._release(message, entry[1])
+            elif kind == disk.DELIVERED:
+                message = broker.follow_delivered(entry[1], entry[2], entry[3])
+                if message is not None:
+                    if message.journal_delivered is None:
+                        message.journal_delivered = {}
+                    message.journal_delivered[entry[1]] = entry[3]
+            elif kind == disk.DURABLE:
+                self._release_each(broker.follow_durable(entry[1], entry[2]),
+                                   f"durable:{entry[1]}")
+                keys.append(("durable", entry[1]))
+            elif kind == disk.UNDURABLE:
+                self._release_each(broker.follow_undurable(entry[1]), f"durable:{entry[1]}")
+                forget.append(("durable", entry[1]))
+            elif kind == disk.DEST:
+                broker.follow_destination(entry[1])
+                keys.append(("dest", entry[1]))
+            elif kind == disk.DUP:
+                evicted = broker.follow_dup(entry[1], entry[2])
+                keys.append(("dup", entry[1], entry[2]))
+                if evicted is not None:
+                    forget.append(("dup", entry[1], evicted))
+            elif kind == disk.DUPS:
+                forget.extend(("dup", entry[1], gone)
+                              for gone in broker.follow_dups(entry[1], entry[2]))
+                keys.extend(("dup", entry[1], dup_id) for dup_id in entry[2])
+            elif kind == disk.EPOCH:
+                keys.append(("epoch", entry[1]))
+        for key in keys:
+            self._forget(key)
+            info.live.add(key)
+            info.live_bytes += KEY_OVERHEAD
+        for key in forget:
+            self._forget(key)
+        broker.take_records()  # what following changed is this record, already written
+        broker.take_events()
+        if self.paged.total != paged_before:
+            broker.set_paged_bytes(self.paged.total)
+
+    def _follow_add(self, message: Message, queue_keys: list[str], deliveries: int,
+                    payload: memoryview, body_at: int, seq: int, info: SegmentInfo,
+                    offset: int) -> None:
+        broker = self.broker
+        assert broker is not None
+        paged_before = self.paged.total
+        shared = broker.follow_add(message, queue_keys, deliveries)
+        if shared is message:
+            message.body = bytes(payload[body_at:body_at + message.body_length])
+            self._locate(message, info, queue_keys, offset + body_at, seq)
+        else:
+            self._relocate(shared, info, queue_keys, offset + body_at)
+        if self.paged.total != paged_before:
+            broker.set_paged_bytes(self.paged.total)
+
+    def _relocate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
+                  body_offset: int) -> None:
+        """A compaction copy of a message the broker holds: its newest record is here now."""
+        if message.journal_queues:
+            self._release_all(message)
+        message.journal_segment = info.segment_id
+        message.journal_queues = list(queue_keys)
+        message.body_offset = body_offset
+        if message.body is None:
+            self.paged.count(message, 1)
+        else:
+            self.memory_bytes += message.body_length
+        info.live.add(message)
+        info.live_bytes += message.size
+
+    def _release_each(self, messages: list[Message], queue_key: str) -> None:
+        for message in messages:
+            self._release(message, queue_key)
+
+    def wipe(self, first_seq: int, loop: asyncio.AbstractEventLoop) -> None:
+        """A full resynchronisation: drop this journal, and everything the broker took from
+        it; continue from the active's first seq."""
+        if self.writer is not None:
+            self.writer.close()
+        self._close_read_fds()
+        for _, path in list_segments(self.directory):
+            path.unlink()
+        self._segments = []
+        self._last_seq = first_seq - 1
+        self.epoch = 0
+        self.epochs = []
+        self._to_page = []
+        self._where.clear()
+        self.memory_bytes = 0
+        self.paged = PagedBytes()
+        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
+                                    first_seq - 1, [], loop)
+        broker = self.broker
+        if broker is not None:
+            broker.follow_reset()
+            self._account(broker)
+
+    @property
+    def oldest_seq(self) -> int:
+        """The first sequence number this journal still holds (1 before anything)."""
+        writer = self.writer
+        if writer is None or not writer.segments:
+            return self.appended_seq + 1
+        firsts = [s.first_seq for s in writer.segments.values() if s.first_seq]
+        return min(firsts) if firsts else self.appended_seq + 1
+
+    def drop_below(self, seq: int) -> None:
+        """A backup: the active compacted away everything before seq; drop those segments
+        (what is live in them was copied to newer ones, so nothing here points there)."""
+        writer = self.writer
+        if writer is None:
+            return
+        for info in sorted(writer.segments.values(), key=lambda s: s.segment_id):
+            if info is writer.current or not info.last_seq or info.last_seq >= seq:
+                break
+            if info.last_seq <= writer.synced_seq:
+                if info.live:
+                    log.debug("Journal segment %d dropped below the active's horizon still "
+                              "counts %d live objects", info.segment_id, len(info.live))
+                self._drop_segment(info.segment_id)
+
+    def segments_for(self, from_seq: int) -> list[tuple[int, Path]]:
+        """Segment files holding records from from_seq on, oldest first."""
+        writer = self.writer
+        assert writer is not None
+        return [(s.segment_id, s.path) for s in sorted(writer.segments.values(),
+                                                        key=lambda s: s.segment_id)
+                if s.last_seq >= from_seq]
+
+    def release_compaction(self) -> None:
+        self.hold_compaction -= 1
+        if not self.hold_compaction:
+            self._maybe_compact()
+

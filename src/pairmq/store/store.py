@@ -21,6 +21,7 @@ from pairmq.core import Broker, Message
 from pairmq.core import records as rec
 from pairmq.core.replay import Replay
 from pairmq.store import records as disk
+from pairmq.store.mirror import KEY_OVERHEAD, Mirroring
 from pairmq.store.paging import PagedBytes, load_bodies
 from pairmq.store.records import (
     BAD_BYTES,
@@ -45,7 +46,6 @@ FULL_POLICIES = ("fail", "block")
 EPOCH_RECORD = 100  # a store-level record kind (not core's): (EPOCH_RECORD, epoch)
 DUPS_RECORD = 101  # (DUPS_RECORD, destination, [dup ids oldest first]): compaction's copy
 COMPACT_STEP = 500  # live objects re-appended per event-loop turn
-KEY_OVERHEAD = 64  # bytes a destination/durable/dup record takes, for live-byte estimates
 
 
 class JournalCorrupt(Exception):
@@ -84,7 +84,7 @@ class RecoveryReport:
                    "when delivered)" if self.paged else ""))
 
 
-class Store:
+class Store(Mirroring):
     def __init__(self, directory: Path, settings: StoreSettings | None = None) -> None:
         self.directory = directory
         self.settings = settings or StoreSettings()
@@ -112,9 +112,8 @@ class Store:
                 rebuild: bool = True) -> tuple[Replay, RecoveryReport]:
         """Read every segment back, cut a torn tail, refuse corruption. Before serving.
 
-        With rebuild=False the records are only checked, not decoded: a backup mirroring
-        the active's journal needs where it ends, not the broker state (a fifth of the
-        time; the records are decoded when it takes over)."""
+        With rebuild=False the records are only checked, not decoded (a fifth of the
+        time): for tools that need where the journal ends, not the broker state."""
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         replay = Replay(dup_cache_size)
@@ -242,9 +241,15 @@ class Store:
 
     def start(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
         """Open the journal for appends and account what the recovered broker holds."""
-        self.broker = broker
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
                                     self._last_seq, self._segments, loop)
+        self._account(broker)
+
+    def _account(self, broker: Broker) -> None:
+        """Which segment holds the newest record of what the recovered broker holds, and
+        which bodies recovery left on disk; then listen to the writer."""
+        self.broker = broker
+        assert self.writer is not None
         segments = self.writer.segments
         for q in _durable_queues(broker):
             for entry in q.entries():
@@ -567,67 +572,6 @@ class Store:
             self._drop_segment(info.segment_id)
             log.debug("Journal segment %d compacted", info.segment_id)
 
-    # ------------------------------------------------------------ replication
-
-    def open_mirror(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Open the journal for a backup: framed records from the active, no liveness."""
-        self.mirror = True
-        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
-                                    self._last_seq, self._segments, loop)
-
-    def append_mirrored(self, seq: int, epoch: int, record: bytes) -> None:
-        assert self.writer is not None and self.mirror
-        self.writer.append_record(seq, record)
-        if epoch != self.epoch:
-            self.epochs.append((epoch, seq))
-            self.epoch = epoch
-
-    def wipe(self, first_seq: int, loop: asyncio.AbstractEventLoop) -> None:
-        """A full resynchronisation: drop this journal, continue from the active's first seq."""
-        if self.writer is not None:
-            self.writer.close()
-        for _, path in list_segments(self.directory):
-            path.unlink()
-        self._segments = []
-        self._last_seq = first_seq - 1
-        self.epoch = 0
-        self.epochs = []
-        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
-                                    first_seq - 1, [], loop)
-
-    @property
-    def oldest_seq(self) -> int:
-        """The first sequence number this journal still holds (1 before anything)."""
-        writer = self.writer
-        if writer is None or not writer.segments:
-            return self.appended_seq + 1
-        firsts = [s.first_seq for s in writer.segments.values() if s.first_seq]
-        return min(firsts) if firsts else self.appended_seq + 1
-
-    def drop_below(self, seq: int) -> None:
-        """A backup: the active compacted away everything before seq; drop those segments."""
-        writer = self.writer
-        if writer is None:
-            return
-        for info in sorted(writer.segments.values(), key=lambda s: s.segment_id):
-            if info is writer.current or not info.last_seq or info.last_seq >= seq:
-                break
-            if info.last_seq <= writer.synced_seq:
-                writer.unlink_segment(info.segment_id)
-
-    def segments_for(self, from_seq: int) -> list[tuple[int, Path]]:
-        """Segment files holding records from from_seq on, oldest first."""
-        writer = self.writer
-        assert writer is not None
-        return [(s.segment_id, s.path) for s in sorted(writer.segments.values(),
-                                                        key=lambda s: s.segment_id)
-                if s.last_seq >= from_seq]
-
-    def release_compaction(self) -> None:
-        self.hold_compaction -= 1
-        if not self.hold_compaction:
-            self._maybe_compact()
-
     def begin_epoch(self, epoch: int) -> int:
         """This server becomes active with `epoch`: journal it before anything else."""
         assert self.writer is not None
@@ -639,6 +583,9 @@ class Store:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self._close_read_fds()
+
+    def _close_read_fds(self) -> None:
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()

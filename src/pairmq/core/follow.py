@@ -1,0 +1,229 @@
+"""A backup's broker follows the active server's journal: every entry is applied to live
+queues as it arrives, by the rules recovery uses (core/replay.py), so that taking over
+replays nothing.
+
+Part of the Broker (a mixin, like core/intake.py). While following, the broker has no
+sessions and delivers nothing; an index by queue key finds the entry a DEL or DELIVERED
+names. Entries are idempotent where compaction repeats them: a copy of a message a queue
+holds keeps the entry (and the higher delivery count). After a full synchronisation the
+copies can come in any order: a queue that received one out of order is sorted when
+following ends, and entries of a durable subscription whose DURABLE record has not come
+yet wait in the index until it does (or are dropped, as recovery drops them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.destinations import QUEUE, TOPIC
+from pairmq.core.message import Entry, Message
+from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.settings import AddressFullPolicy, CoreSettings
+
+DURABLE_PREFIX = "durable:"
+
+
+class Follow:
+    """The Broker's follower side (a mixin: the Broker provides the state and helpers)."""
+
+    settings: CoreSettings
+    addresses: dict[str, Address]
+    queues: dict[str, Queue]
+    durables: dict[str, Queue]
+    records: list[tuple]
+    events: list
+    capacity: Capacity
+    _order_seq: int
+    _index: dict[str, dict[str, Entry]] | None
+    _unsorted: set[Queue]
+
+    if TYPE_CHECKING:  # provided by the Broker
+        def _plain_queue(self, destination: str) -> Queue: ...
+        def _address(self, name: str, kind: str) -> Address: ...
+        def _check_full(self, address: Address) -> None: ...
+        def _consumed(self, q: Queue, entry: Entry) -> None: ...
+        def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
+
+    @property
+    def following(self) -> bool:
+        return self._index is not None
+
+    def start_following(self) -> None:
+        """Index what the broker holds (restored from the journal, or nothing) by queue key."""
+        index: dict[str, dict[str, Entry]] = {}
+        for q in (*self.queues.values(), *self.durables.values()):
+            if q.key is not None:
+                index[q.key] = {e.message.message_id: e for e in q.entries()}
+        self._index = index
+        self._unsorted = set()
+        self.records.clear()
+
+    def end_following(self) -> list[Message]:
+        """Ready to serve: queues in enqueue order, the index dropped. Returns the messages of
+        durable subscriptions that never came (the store forgets them, as recovery does)."""
+        index = self._index
+        assert index is not None, "not following"
+        orphans = [e.message for key, held in index.items()
+                   if key.startswith(DURABLE_PREFIX) and key[len(DURABLE_PREFIX):]
+                   not in self.durables for e in held.values()]
+        for q in self._unsorted:
+            q.sort()
+        self._index = None
+        self._unsorted = set()
+        self.records.clear()
+        return orphans
+
+    def follow_reset(self) -> None:
+        """A full synchronisation replaces the journal: forget everything it held."""
+        self.addresses.clear()
+        self.queues.clear()
+        self.durables.clear()
+        self.capacity = Capacity(self.settings)
+        self.records.clear()
+        self.events.clear()
+        self._index = {}
+        self._unsorted = set()
+
+    # ----------------------------------------------------------------- one entry each
+
+    def follow_add(self, message: Message, queue_keys: list[str], deliveries: int) -> Message:
+        """The message enters these queues; returns the object they share (an earlier copy a
+        queue still holds, or this one). A dead-lettered copy keeps its id but not its
+        destination, so it never stands for the original."""
+        index = self._index
+        assert index is not None, "not following"
+        message_id = message.message_id
+        shared = message
+        for key in queue_keys:
+            entry = index.get(key, {}).get(message_id)
+            if entry is not None and entry.message.destination == message.destination:
+                shared = entry.message
+                break
+        if shared.order > self._order_seq:
+            self._order_seq = shared.order
+        for key in queue_keys:
+            held = index.get(key)
+            if held is None:
+                held = index[key] = {}
+            entry = held.get(message_id)
+            if entry is not None and entry.message is shared:
+                if deliveries > entry.deliveries:
+                    entry.deliveries = deliveries
+                continue
+            if entry is not None:
+                self._follow_drop(key, entry)
+            entry = held[message_id] = Entry(shared, deliveries)
+            q = self._followed_queue(key, create=True)
+            if q is not None:
+                self._follow_push(q, entry)
+        return shared
+
+    def follow_remove(self, queue_key: str, message_id: str) -> Message | None:
+        """The message left the queue (acked, expired, moved); None if it was not there."""
+        index = self._index
+        assert index is not None, "not following"
+        held = index.get(queue_key)
+        entry = held.pop(message_id, None) if held is not None else None
+        if entry is None:
+            return None
+        self._follow_drop(queue_key, entry)
+        return entry.message
+
+    def follow_delivered(self, queue_key: str, message_id: str, count: int) -> Message | None:
+        index = self._index
+        assert index is not None, "not following"
+        held = index.get(queue_key)
+        entry = held.get(message_id) if held is not None else None
+        if entry is None:
+            return None
+        if count > entry.deliveries:
+            entry.deliveries = count
+        return entry.message
+
+    def follow_durable(self, key: str, topic: str) -> list[Message]:
+        """A durable subscription exists; returns what a replaced one held (now gone)."""
+        old = self.durables.get(key)
+        if old is not None and old.address.name == topic:
+            return []
+        gone = self.follow_undurable(key) if old is not None else []
+        address = self._address(topic, TOPIC)
+        q = Queue(f"{DURABLE_PREFIX}{key}", address, topic[len("/topic/"):])
+        q.durable_key = key
+        q.key = f"{DURABLE_PREFIX}{key}"
+        address.queues.append(q)
+        self.durables[key] = q
+        assert self._index is not None
+        waiting = self._index.get(q.key)
+        if waiting:
+            for entry in sorted(waiting.values(), key=lambda e: e.message.order):
+                self._follow_push(q, entry)
+        return gone
+
+    def follow_undurable(self, key: str) -> list[Message]:
+        """The durable subscription is deleted with what it held; returns those messages."""
+        assert self._index is not None
+        held = self._index.pop(f"{DURABLE_PREFIX}{key}", {})
+        q = self.durables.pop(key, None)
+        if q is not None:
+            address = q.address
+            if q in address.queues:
+                address.queues.remove(q)
+            for entry in q.clear():
+                self._consumed(q, entry)
+            q.deleted = True
+            self._unsorted.discard(q)
+        return [entry.message for entry in held.values()]
+
+    def follow_destination(self, name: str) -> None:
+        self._plain_queue(name)
+
+    def follow_dup(self, destination: str, dup_id: str) -> str | None:
+        """A dup-id is remembered; returns the one the cache evicted for it, if any."""
+        dups = self._dup_address(destination).dups
+        dups[dup_id] = None
+        if len(dups) > self.settings.dup_cache_size:
+            oldest = next(iter(dups))
+            del dups[oldest]
+            return oldest
+        return None
+
+    def follow_dups(self, destination: str, dup_ids: list[str]) -> list[str]:
+        """Compaction rewrote the whole cache: it replaces what came before. Returns the ids
+        no longer remembered."""
+        address = self._dup_address(destination)
+        kept = dict.fromkeys(dup_ids[-self.settings.dup_cache_size:])
+        gone = [dup_id for dup_id in address.dups if dup_id not in kept]
+        address.dups = kept
+        return gone
+
+    # ----------------------------------------------------------------- internals
+
+    def _dup_address(self, destination: str) -> Address:
+        return self._address(destination, QUEUE if destination.startswith("/queue/") else TOPIC)
+
+    def _followed_queue(self, key: str, create: bool) -> Queue | None:
+        if key.startswith(DURABLE_PREFIX):
+            return self.durables.get(key[len(DURABLE_PREFIX):])
+        return self._plain_queue(key) if create else self.queues.get(key)
+
+    def _follow_push(self, q: Queue, entry: Entry) -> None:
+        """Enqueue without dispatching (nobody consumes from a backup), with the accounting
+        of a SEND: sizes, the memory guard, and a full destination paging what comes."""
+        message = entry.message
+        address = q.address
+        if address.state is AddressState.FULL and address.policy is AddressFullPolicy.PAGE:
+            message.page_out = True
+        if not q.push_in_order(entry):
+            self._unsorted.add(q)
+        address.size += message.size
+        capacity = self.capacity
+        capacity.memory += message.size + INDEX_BYTES
+        if capacity.memory > capacity.trip_at:
+            self._server_changed(capacity.check_memory())
+        self._check_full(address)
+
+    def _follow_drop(self, key: str, entry: Entry) -> None:
+        q = self._followed_queue(key, create=False)
+        if q is not None and q.remove(entry):
+            self._consumed(q, entry)

@@ -627,6 +627,12 @@ class Store:
         if not self.hold_compaction:
             self._maybe_compact()
 
+    def fence(self, guard: Callable[[], bool]) -> None:
+        """Write only while `guard()` says so (a shared journal: while the lock is proven);
+        held groups are written once it does again, or dropped with the writer."""
+        assert self.writer is not None
+        self.writer.guard = guard
+
     def begin_epoch(self, epoch: int) -> int:
         """This server becomes active with `epoch`: journal it before anything else."""
         assert self.writer is not None

@@ -271,6 +271,9 @@ class SharedStoreNode:
                     self._try_lock("an operator forced it")
             case Shutdown():
                 self._shutdown()
+        if self.phase is Phase.BACKUP and self._wants_failback():
+            self.asked_failback = True
+            self._out.append(Send("failback", {"phase": "request"}))
         return self._out
 
     # ------------------------------------------------------------ steps
@@ -369,9 +372,6 @@ class SharedStoreNode:
         elif self.phase is Phase.BACKUP and not serving:
             self.next_try = self.now
             self._go(Phase.SEEKING, f"{why}: the lock may be free")
-        if self.phase is Phase.BACKUP and self._wants_failback():
-            self.asked_failback = True
-            self._out.append(Send("failback", {"phase": "request"}))
 
     def _wants_failback(self) -> bool:
         peer = self.peer or {}

@@ -151,7 +151,7 @@ def test_shared_dir_is_checked_at_start(tmp_path: Path) -> None:
             "secret": "s", "data_dir": str(tmp_path / "data")}
     with pytest.raises(ConfigError, match="shared_dir is required"):
         load_config(overrides=base)
-    with pytest.raises(ConfigError, match="shared_dir .* is not a directory"):
+    with pytest.raises(ConfigError, match=r"shared_dir .* is not a directory"):
         load_config(overrides={**base, "shared_dir": str(tmp_path / "nowhere")})
     with pytest.raises(ConfigError, match="witness is not used"):
         load_config(overrides={**base, "shared_dir": str(tmp_path), "witness": "127.0.0.1:3"})

@@ -89,7 +89,7 @@ def test_a_failed_verification_stops_serving_at_once() -> None:
     assert "the lock file was removed" in effects[0].why
 
 
-def test_an_expired_proof_stops_confirming_before_any_tick_and_reports_waiting_at_the_next() -> None:
+def test_an_expired_proof_stops_confirming_before_any_tick_and_reports_waiting_next() -> None:
     """A server paused past its proof (SIGSTOP) confirms and writes nothing when it resumes,
     whatever runs first; the first tick reports it."""
     n = node()

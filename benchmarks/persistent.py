@@ -61,7 +61,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import psutil  # noqa: E402
-from tests.serverproc import ServerProcess, start_server  # noqa: E402
+from tests.serverproc import ServerProcess, free_port, start_server  # noqa: E402
 
 from benchmarks.loadgen import (  # noqa: E402
     GeneratorPool,
@@ -686,6 +686,21 @@ def server_log_problems(server: ServerProcess, limit: int = 10) -> list[str]:
 # --------------------------------------------------------------------------- scenarios
 
 
+def wait_serving(server: ServerProcess, timeout: float = 20.0) -> None:
+    """Until the server accepts a STOMP client (a pair member serves after taking over)."""
+    from pairmq.client.blocking import BlockingConnection, StompError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            BlockingConnection(server.host, server.port, timeout=2.0).close()
+            return
+        except (StompError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
     n_producers, n_consumers = SCENARIOS[name]
     workdir = Path(tempfile.mkdtemp(prefix=f"pairmq-persistent-{name}-", dir=args.workdir))
@@ -694,8 +709,20 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
         flags += ["--address-full-policy", args.address_full_policy]
     if args.deliver_unconfirmed:
         flags.append("--deliver-unconfirmed")
+    journal_home = None
+    if args.shared_store:
+        # a shared-store server with no backup running: the lock verification and the
+        # journal writer's fence are on the path being measured
+        journal_home = workdir / "shared"
+        journal_home.mkdir()
+        flags += ["--policy", "shared-store", "--shared-dir", str(journal_home),
+                  "--listen", f"127.0.0.1:{free_port()}", "--peer", f"127.0.0.1:{free_port()}",
+                  "--secret", "bench", "--heartbeat-interval-ms", "100",
+                  "--activation-interval-ms", "400"]
     server = start_server(workdir, *flags, name="persistent")
-    journal = server.data_dir / "journal"
+    if journal_home is not None:
+        wait_serving(server)
+    journal = (journal_home or server.data_dir) / "journal"
     sampler = JournalSampler(journal, interval=0.5)
     started = time.monotonic()
     record: dict[str, Any] = {}
@@ -788,6 +815,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--prefetch", type=int, default=1000, help="prefetch-count per consumer")
     ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024,
                     help="the server's journal segment size")
+    ap.add_argument("--shared-store", action="store_true",
+                    help="run the server as a shared-store pair member (alone, serving)")
     ap.add_argument("--timeout", type=float, default=300.0, help="cap on one scenario, seconds")
     ap.add_argument("--workdir", default=None, help="where data directories go (default: tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the data directory and log")

@@ -95,6 +95,7 @@ class Pair:
         peer_address_for: Mapping[str, str] | None = None,
         witness_address_for: Mapping[str, str] | None = None,
         roles: Mapping[str, str] | None = None,
+        policy: str = "replication",
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,12 @@ class Pair:
         # take a port of this one is refused instead of being taken for the peer
         self.secret = secret if secret is not None else f"pair-{uuid.uuid4().hex}"
         self.secret_for: dict[str, str] = dict(secret_for or {})
-        self.with_witness = with_witness
+        self.policy = policy
+        # shared-store: one journal in one directory, the lock decides (no witness)
+        self.with_witness = with_witness and policy == "replication"
+        self.shared_dir = self.workdir / "shared"
+        if policy == "shared-store":
+            self.shared_dir.mkdir(exist_ok=True)
         self.flags: list[str] = list(flags)
         self.flags_for: dict[str, list[str]] = {n: list(f) for n, f in (flags_for or {}).items()}
         self.peer_address_for: dict[str, str] = dict(peer_address_for or {})
@@ -146,7 +152,7 @@ class Pair:
     def server_flags(self, name: str, extra: Iterable[str] = ()) -> list[str]:
         """The full flag list a (re)start of `name` uses; later flags win."""
         flags = [
-            "--policy", "replication",
+            "--policy", self.policy,
             "--role", self.roles[name],
             "--listen", self.ha_address(name),
             "--peer", self.peer_address_for.get(name, self.ha_address(self.other(name))),
@@ -156,6 +162,8 @@ class Pair:
             "--admin", self.admin_address(name),
             *admin_user_flags(),  # the management port answers only users with a role
         ]
+        if self.policy == "shared-store":
+            flags += ["--shared-dir", str(self.shared_dir)]
         if self.with_witness:
             flags += ["--witness", self.witness_address_for.get(name, self.witness_address())]
         return flags + self.flags + self.flags_for.get(name, []) + list(extra)

@@ -18,7 +18,9 @@ from pairmq.server.ha import ReplicationDriver
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
+from pairmq.server.shared import SharedStorePair
 from pairmq.store.gcpause import gc_paused
+from pairmq.store.sharedlock import JOURNAL_NAME, is_shared_store
 from pairmq.store.store import JournalCorrupt, Store
 
 DRAIN_TIMEOUT_S = 10.0
@@ -51,6 +53,8 @@ class PairmqServer:
         self.pair: PairPolicy
         if config.policy == "replication":
             self.pair = ReplicationDriver(self)
+        elif config.policy == "shared-store":
+            self.pair = SharedStorePair(self)
         else:
             self.pair = NoPair(self._serve_alone)
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())
@@ -59,8 +63,17 @@ class PairmqServer:
         boot = format(time.time_ns() // 1000, "x")
         return Broker(self.config.core_settings(), id_prefix=f"ID:{self.config.name}-{boot}-")
 
+    @property
+    def _shared(self) -> bool:
+        """The journal lives in [ha] shared_dir and is this server's only under its lock."""
+        return self.config.policy == "shared-store"
+
+    def _journal_dir(self) -> Path:
+        home = self.config.shared_dir if self._shared else self.config.data_dir
+        return Path(home) / JOURNAL_NAME
+
     def _new_store(self) -> Store:
-        return Store(Path(self.config.data_dir) / "journal", self.config.store_settings())
+        return Store(self._journal_dir(), self.config.store_settings())
 
     def _new_role(self, kind: RoleKind, broker: Broker, store: Store) -> Role:
         self._generation += 1
@@ -114,6 +127,10 @@ class PairmqServer:
 
     def _lock_data_dir(self) -> None:
         data_dir = Path(self.config.data_dir)
+        if not self._shared and is_shared_store(data_dir):
+            raise StartupError(f"data directory {data_dir} is the shared store of a "
+                               "shared-store pair: only a server with [ha] policy = "
+                               "\"shared-store\" and shared_dir pointing there may use it")
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -136,8 +153,9 @@ class PairmqServer:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._lock_data_dir()
-        with gc_paused(freeze=True):
-            self._restore(self.role.broker, self.role.store)
+        if not self._shared:  # a shared journal is read once its lock is held
+            with gc_paused(freeze=True):
+                self._restore(self.role.broker, self.role.store)
         self._server = await self.loop.create_server(
             self._accept, self.config.stomp_host, self.config.stomp_port,
             reuse_address=True, backlog=1024)
@@ -220,6 +238,44 @@ class PairmqServer:
             store.begin_epoch(epoch)
         self._switch_role(serving, "activating")
 
+    async def take_over_journal(self, guard) -> int:
+        """Shared store, lock held: replay the shared journal (in a thread, heartbeats and
+        lock verifications go on), serve it with writes fenced by `guard`, and journal a new
+        epoch one above its newest. Returns that epoch."""
+        role = self.role
+        role.store.close()
+        store = self._new_store()
+        with gc_paused(freeze=True):
+            recovered = await self.loop.run_in_executor(None, store.recover,
+                                                        self.config.dup_cache_size)
+            broker = self._new_broker()
+            self._restore(broker, store, recovered)
+        serving = self._new_role(RoleKind.SERVING, broker, store)
+        serving.open_for_serving(self.loop)
+        store.fence(guard)
+        epoch = store.epoch + 1
+        store.begin_epoch(epoch)
+        self._switch_role(serving, "activating")
+        return epoch
+
+    async def stand_by(self, why: str, drain_timeout: float) -> None:
+        """Shared store: stop serving and close the journal without reading it again (the
+        other server will own it). With a drain timeout, what was written first reaches
+        the disk (never past the timeout: a fenced writer writes nothing)."""
+        old = self.role
+        if old.kind is RoleKind.SERVING:
+            old.persist()
+        old.retire(f"this server is no longer active: {why}", self.pair.active_address())
+        if drain_timeout > 0 and old.kind is RoleKind.SERVING:
+            try:
+                await asyncio.wait_for(old.synced(old.store.appended_seq), drain_timeout)
+            except TimeoutError:
+                log.warning("Journal not on disk within %.1f s of stopping to serve: records "
+                            "not confirmed to clients may be lost", drain_timeout)
+        old.store.close()
+        self._switch_role(self._new_role(RoleKind.STANDBY, self._new_broker(),
+                                         self._new_store()), why)
+
     def become_passive(self, why: str) -> None:
         """Stop serving: a new standby role whose journal mirrors the peer's, and whose broker
         follows it. A standby role's broker was never touched by a client (it holds what its
@@ -262,10 +318,11 @@ class PairmqServer:
         role = self.role
         if role.kind is not RoleKind.SERVING:
             return
+        where = self._journal_dir().parent
         try:
-            stats = os.statvfs(self.config.data_dir)
+            stats = os.statvfs(where)
         except OSError as e:
-            log.debug("Cannot sample the disk usage of %s: %s", self.config.data_dir, e)
+            log.debug("Cannot sample the disk usage of %s: %s", where, e)
             return
         used = stats.f_blocks - stats.f_bfree
         if used + stats.f_bavail > 0:

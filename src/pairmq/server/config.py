@@ -21,7 +21,7 @@ from pairmq.core.settings import (
 from pairmq.store.store import FULL_POLICIES, StoreSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-HA_POLICIES = ("none", "replication")
+HA_POLICIES = ("none", "replication", "shared-store")
 
 
 class ConfigError(Exception):
@@ -120,8 +120,11 @@ KEYS: tuple[Key, ...] = (
     Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
     Key("auth", "anonymous_management_reads", bool, False,
         "GET /status and /metrics without credentials (writes always need an admin)"),
-    Key("ha", "policy", str, "none", "none or replication (shared-store is not available yet)",
+    Key("ha", "policy", str, "none", "none, replication or shared-store",
         _one_of(HA_POLICIES)),
+    Key("ha", "shared_dir", str, "",
+        "shared-store: the directory both servers mount (SAN, GFS2, NFSv4) holding the "
+        "journal and its lock file"),
     Key("ha", "role", str, "primary", "primary or backup", _one_of(("primary", "backup"))),
     Key("ha", "listen", str, "", "HA channel HOST:PORT of this server", _optional_address),
     Key("ha", "peer", str, "", "HA channel HOST:PORT of the other server", _optional_address),
@@ -305,10 +308,6 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{source} is not valid TOML: {e}") from None
         for section, table in doc.items():
-            if section == "ha" and isinstance(table, dict) \
-                    and table.get("policy") == "shared-store":
-                raise ConfigError(f"{source}: [ha] policy \"shared-store\" is not available in "
-                                  "this version yet; use \"replication\"")
             known = KEYS_BY_SECTION.get(section)
             if known is None:
                 raise ConfigError(f"{source}: unknown section [{section}]")
@@ -349,9 +348,30 @@ def _check_ha(v: dict[str, Any], source: str) -> None:
                           "look like a dead server")
     for name in ("listen", "peer"):
         if not v[name]:
-            raise ConfigError(f"{where} {name} is required with policy = \"replication\"")
+            raise ConfigError(f"{where} {name} is required with policy = \"{v['policy']}\"")
     if not v["secret"]:
         raise ConfigError(f"{where} secret is required: the pair and the witness authenticate "
                           "each other with it")
     if v["listen"] == v["peer"]:
         raise ConfigError(f"{where} listen and peer are the same address ({v['listen']})")
+    if v["policy"] == "shared-store":
+        _check_shared(v, where)
+    elif v["shared_dir"]:
+        raise ConfigError(f"{where} shared_dir is only used with policy = \"shared-store\"")
+
+
+def _check_shared(v: dict[str, Any], where: str) -> None:
+    shared = v["shared_dir"]
+    if not shared:
+        raise ConfigError(f"{where} shared_dir is required with policy = \"shared-store\": the "
+                          "directory both servers mount, holding the journal")
+    path = Path(shared)
+    if not path.is_dir():
+        raise ConfigError(f"{where} shared_dir {shared} is not a directory (create it on the "
+                          "shared file system, then start the servers)")
+    if path.resolve() == Path(v["data_dir"]).resolve():
+        raise ConfigError(f"{where} shared_dir must not be this server's data_dir "
+                          f"({shared}): data_dir keeps files of this server alone")
+    if v["witness"]:
+        raise ConfigError(f"{where} witness is not used with policy = \"shared-store\": the "
+                          "lock on the shared directory decides who is active")

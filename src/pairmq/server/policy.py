@@ -7,6 +7,7 @@ local disk, so no code path has to ask whether a pair exists.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pairmq.ha.states import State
@@ -110,6 +111,33 @@ class PairHost(Protocol):
     def update_confirmed(self) -> None: ...
 
     def persist(self) -> None: ...
+
+    def close_clients(self, message: str, active: str | None) -> None: ...
+
+    def state_changed(self, old: State, new: State) -> None: ...
+
+
+class SharedStoreHost(Protocol):
+    """What the shared-store policy's driver asks of the server it runs in."""
+
+    config: ServerConfig
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def client_address(self) -> str: ...
+
+    @property
+    def confirmed_seq(self) -> int: ...
+
+    async def take_over_journal(self, guard: Callable[[], bool]) -> int:
+        """Replay the shared journal, serve it with writes fenced by `guard`, journal a new
+        epoch; returns it."""
+
+    async def stand_by(self, why: str, drain_timeout: float) -> None: ...
+
+    def update_confirmed(self) -> None: ...
 
     def close_clients(self, message: str, active: str | None) -> None: ...
 

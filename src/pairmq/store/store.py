@@ -572,6 +572,12 @@ class Store(Mirroring):
             self._drop_segment(info.segment_id)
             log.debug("Journal segment %d compacted", info.segment_id)
 
+    def fence(self, guard: Callable[[], bool]) -> None:
+        """Write only while `guard()` says so (a shared journal: while the lock is proven);
+        held groups are written once it does again, or dropped with the writer."""
+        assert self.writer is not None
+        self.writer.guard = guard
+
     def begin_epoch(self, epoch: int) -> int:
         """This server becomes active with `epoch`: journal it before anything else."""
         assert self.writer is not None

@@ -1,4 +1,4 @@
-"""Records as the active ships them to its backup: checked before they are appended.
+"""The replication stream's framing: records as the active ships them to its backup.
 
 The replication stream carries journal records exactly as they are on disk (header,
 CRC, body), so the backup's journal holds the very bytes the active wrote. This module

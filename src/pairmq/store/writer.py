@@ -26,6 +26,11 @@ RETRY_AFTER_FAILURE_S = 1.0
 RESERVE_NAME = "reserve"  # space set aside so that, on a full disk, acks can still be written
 RESERVE_MAX = 4 * 1024 * 1024
 IOV_MAX = 1024  # buffers per writev (Linux's limit)
+FENCE_RECHECK_S = 0.05  # a fenced writer looks again this often
+
+
+class Fenced(Exception):
+    """The guard refused a write: this server may not write the journal now (shared store)."""
 
 
 @dataclass
@@ -70,6 +75,9 @@ class JournalWriter:
         # persistent messages are refused or held, so the reserve serves acknowledgements.
         self.short_of_space = False  # the reserve itself is made by the writer thread
         self._reserve_made = False  # known to exist: the writer thread stops looking
+        # Asked before every group is written (on the loop and again in the thread): a
+        # shared-store server writes only while it can prove it holds the lock.
+        self.guard: Callable[[], bool] | None = None
         if self.current is None:
             self._roll()
 
@@ -148,6 +156,9 @@ class JournalWriter:
             return
         if not self.pending and not self.pending_unlinks:
             return
+        if self.guard is not None and not self.guard():
+            self._hold()
+            return
         job, self.pending = self.pending, []
         unlinks, self.pending_unlinks = self.pending_unlinks, []
         target = self.appended_seq
@@ -162,6 +173,12 @@ class JournalWriter:
         if self.closed:
             return
         error = future.exception()
+        if isinstance(error, Fenced):
+            # Nothing was written: keep the group, touch nothing on disk, look again later.
+            self.pending = job + self.pending
+            self.pending_unlinks = unlinks + self.pending_unlinks
+            self._hold()
+            return
         if error is not None:
             assert isinstance(error, OSError)
             # Put the group back in front: it is retried after truncating any partial write.
@@ -205,6 +222,10 @@ class JournalWriter:
         for listener in self._on_synced:
             listener(target)
 
+    def _hold(self) -> None:
+        self._waiting_retry = True
+        self._retry = self.loop.call_later(FENCE_RECHECK_S, self._retry_write)
+
     def _retry_write(self) -> None:
         self._retry = None
         self._waiting_retry = False
@@ -221,6 +242,8 @@ class JournalWriter:
         return fd
 
     def _write(self, job: list[tuple[int, bytes]], unlinks: list[int]) -> None:
+        if self.guard is not None and not self.guard():
+            raise Fenced()
         touched: dict[int, int] = {}
         created = False
         # One writev per run of records bound for the same segment: every system call lets

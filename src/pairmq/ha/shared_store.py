@@ -1,0 +1,425 @@
+"""The shared-store policy's decisions, sans-IO: inputs in, effects out, time a parameter.
+
+Both servers use one journal in a shared directory. The lock on the directory's lock file
+(store/sharedlock.py) decides who writes it; the HA channel only tells the backup quickly
+that the active is gone (heartbeats stop or the connection closes), carries failback
+and shutdown notices, and lets each side report its state. No records cross it.
+
+The driver (server/shared.py) feeds `SharedStoreNode.step` with `Tick(now)`,
+`PeerConnected(hello)`, `Heartbeat(hello)`, `PeerLost(reason)`, `LockResult(...)`,
+`Recovered(epoch)`, `Failback(phase)`, `Force()` and `Shutdown()`, and carries out the
+effects in order: `Send`, `TryLock`, `VerifyLock`, `ReleaseLock`, `BecomeActive`,
+`BecomePassive`, `CloseClients`, `StateChanged`.
+
+Why two servers never write or confirm at once (V = activation interval, D = drift):
+
+1. The file system's lock manager grants the lock to one holder at a time (store level).
+2. A holder writes a journal group or confirms a record at time t only if its last
+   successful verification *started* at s with t < s + V(1 - D) (`may_write`,
+   `may_confirm`). A verification succeeds only if the lock file at the path is the file
+   it locked and still carries its own holder record (store/sharedlock.py, `verify`).
+3. A new holder first writes its own record into the lock file, notes the time a, and
+   neither replays nor writes the journal before a + V(1 + D) (`WAITING_OUT`).
+
+Suppose the old holder H and the new holder N overlap. Any verification of H that
+succeeded read H's record, so it started before N overwrote it, i.e. before a; H's proof
+from it ends before a + V(1 - D) on H's clock, hence before a + V(1 + D) on N's. H's
+later verifications fail (the file is another one, or the record is N's), so H stops,
+and after a time it reports WAITING. A paused H (SIGSTOP) resumes with an expired proof:
+its writer and receipts are held until a verification, which fails. The one remaining
+window is a process frozen between checking its proof and the write system call itself;
+only fencing in the storage (SCSI-3 reservations) closes that (docs/ha.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pairmq.ha.states import State
+from pairmq.store.sharedlock import NO_PROOF, Proof, wait_out
+
+
+class Phase(StrEnum):
+    """Where the server is; each maps to one reported State (REPORTED)."""
+
+    STARTING = "starting"  # nothing tried yet
+    FIRST_LOCK = "first-lock"  # the first lock attempt is in flight
+    LOCKING = "locking"  # a later lock attempt in flight
+    SEEKING = "seeking"  # no serving peer, lock busy: alternate lock attempts and reconnects
+    BACKUP = "backup"  # the serving peer is connected: wait for it to go
+    HELD_BACK = "held-back"  # the active stopped cleanly without failover: wait for it
+    DEFERRING = "deferring"  # handed the lock over to the peer: let it take it
+    WAITING_OUT = "waiting-out"  # holding the lock; the previous holder's proof may still run
+    RECOVERING = "recovering"  # holding the lock, replaying the journal
+    STANDALONE = "standalone"  # serving, no backup connected
+    ACTIVE = "active"  # serving, backup connected
+    STOPPED = "stopped"
+
+
+REPORTED: dict[Phase, State] = {
+    Phase.STARTING: State.STARTING, Phase.FIRST_LOCK: State.STARTING, Phase.LOCKING: State.WAITING,
+    Phase.SEEKING: State.WAITING, Phase.BACKUP: State.PASSIVE,
+    Phase.HELD_BACK: State.WAITING, Phase.DEFERRING: State.PASSIVE,
+    Phase.WAITING_OUT: State.STARTING, Phase.RECOVERING: State.STARTING,
+    Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
+    Phase.STOPPED: State.WAITING,
+}
+HOLDING = (Phase.WAITING_OUT, Phase.RECOVERING, Phase.STANDALONE, Phase.ACTIVE)
+SERVING = (Phase.STANDALONE, Phase.ACTIVE)
+TRYING = (Phase.FIRST_LOCK, Phase.LOCKING)
+
+
+class LockOutcome(StrEnum):
+    ACQUIRED = "acquired"
+    BUSY = "busy"
+    CHECKED = "checked"  # a verification of a held lock: see `proof`
+
+
+# ------------------------------------------------------------ inputs
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+@dataclass(frozen=True)
+class PeerConnected:
+    hello: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    hello: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PeerLost:
+    reason: str
+
+
+@dataclass(frozen=True)
+class LockResult:
+    outcome: LockOutcome
+    now: float  # when the attempt finished (ACQUIRED: the record was on disk by then)
+    proof: Proof = NO_PROOF  # ACQUIRED, CHECKED: store.sharedlock.verify's verdict
+    detail: str = ""  # BUSY: who holds it, or the error
+
+
+@dataclass(frozen=True)
+class Recovered:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Failback:
+    phase: str  # "request" | "go" | "shutdown"
+
+
+@dataclass(frozen=True)
+class Force:
+    pass
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Input = Tick | PeerConnected | Heartbeat | PeerLost | LockResult | Recovered | Failback | \
+    Force | Shutdown
+
+# ------------------------------------------------------------ effects
+
+
+@dataclass(frozen=True)
+class Send:
+    kind: str  # "heartbeat" | "failback"
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TryLock:
+    pass
+
+
+@dataclass(frozen=True)
+class VerifyLock:
+    pass
+
+
+@dataclass(frozen=True)
+class ReleaseLock:
+    pass
+
+
+@dataclass(frozen=True)
+class BecomeActive:
+    epoch: int | None  # None: one above the shared journal's newest, known after replay
+
+
+@dataclass(frozen=True)
+class BecomePassive:
+    why: str
+    drain: bool = False  # let the journal reach the disk first (only while the lock is proven)
+
+
+@dataclass(frozen=True)
+class CloseClients:
+    message: str
+    active: str | None
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    old: State
+    new: State
+    why: str
+
+
+Effect = Send | TryLock | VerifyLock | ReleaseLock | BecomeActive | BecomePassive | \
+    CloseClients | StateChanged
+
+
+@dataclass(frozen=True)
+class Settings:
+    role: str  # "primary" | "backup"
+    heartbeat: float  # seconds
+    activation: float  # V: how long a proof holds; silence after which the peer is gone
+    allow_failback: bool = True
+    failover_on_shutdown: bool = False
+
+
+def _serving(hello: dict[str, Any] | None) -> bool:
+    return hello is not None and State(hello.get("state", "STARTING")).serving
+
+
+@dataclass
+class SharedStoreNode:
+    settings: Settings
+    phase: Phase = Phase.STARTING
+    now: float = 0.0
+    peer: dict[str, Any] | None = None  # the connected peer's latest hello
+    proof: Proof = NO_PROOF
+    epoch: int = 0
+    next_try: float = 0.0  # SEEKING: next lock attempt
+    ready_at: float = 0.0  # WAITING_OUT: when the previous holder's proof has surely ended
+    verify_due: float = 0.0
+    verifying: bool = False  # a VerifyLock is out (one at a time)
+    handed_to_us: bool = False  # the next ACQUIRED follows the holder's own release
+    asked_failback: bool = False
+    deferred_until: float = 0.0
+    _out: list[Effect] = field(default_factory=list)
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def state(self) -> State:
+        return REPORTED[self.phase]
+
+    def may_write(self, now: float) -> bool:
+        """The journal writer's guard. Also true while a server that stops serving drains
+        its journal before releasing the lock (its proof still runs, verified or not)."""
+        return self.phase is not Phase.WAITING_OUT and self.proof.valid(now)
+
+    def may_confirm(self, now: float) -> bool:
+        return self.phase in SERVING and self.proof.valid(now)
+
+    def force_refusal(self) -> str | None:
+        """`pairmq activate` only makes a WAITING server try the lock now (even after the
+        active stopped cleanly); it cannot take a lock another server holds."""
+        if self.phase in (Phase.BACKUP, Phase.DEFERRING):
+            return "this server is a PASSIVE backup of the active server: forcing is for a " \
+                   "WAITING server"
+        return None
+
+    def hello(self) -> dict[str, Any]:
+        return {"state": self.state.value, "epoch": self.epoch}
+
+    # ------------------------------------------------------------ the step
+
+    def step(self, event: Input) -> list[Effect]:
+        self._out = []
+        match event:
+            case Tick(now):
+                self.now = max(self.now, now)
+                self._tick()
+            case PeerConnected(hello):
+                self.peer = dict(hello)
+                self._peer_changed(f"{hello.get('name')} connected")
+                self._heartbeat()
+            case Heartbeat(hello):
+                if self.peer is not None:
+                    self.peer.update(hello)
+                    self._peer_changed(f"{hello.get('name')} is {hello.get('state')}")
+            case PeerLost(reason):
+                self.peer = None
+                self._peer_lost(reason)
+            case LockResult():
+                self.now = max(self.now, event.now)
+                self._lock_result(event)
+            case Recovered(epoch):
+                self.epoch = epoch
+                if self.phase is Phase.RECOVERING:
+                    self._serve(f"journal replayed; epoch {epoch}")
+            case Failback(phase):
+                self._failback(phase)
+            case Force():
+                if self.phase in (Phase.SEEKING, Phase.HELD_BACK):
+                    self._try_lock("an operator forced it")
+            case Shutdown():
+                self._shutdown()
+        if self.phase is Phase.BACKUP and self._wants_failback():
+            self.asked_failback = True
+            self._out.append(Send("failback", {"phase": "request"}))
+        return self._out
+
+    # ------------------------------------------------------------ steps
+
+    def _go(self, phase: Phase, why: str) -> None:
+        old = self.state
+        self.phase = phase
+        if self.state != old:
+            self._out.append(StateChanged(old, self.state, why))
+            self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        if self.peer is not None and self.phase is not Phase.STOPPED:
+            self._out.append(Send("heartbeat", self.hello()))
+
+    def _tick(self) -> None:
+        now = self.now
+        if self.phase is Phase.STARTING:
+            self.phase = Phase.FIRST_LOCK
+            self._out.append(TryLock())
+            return
+        if self.phase in HOLDING and not self.proof.valid(now):
+            reason = self.proof.reason or "no verification succeeded in time"
+            self._lose(f"cannot prove it holds the lock any more ({reason})")
+            return
+        if self.phase is Phase.WAITING_OUT and now >= self.ready_at:
+            self._go(Phase.RECOVERING, "holding the lock: replaying the journal")
+            self._out.append(BecomeActive(None))
+        if self.phase in HOLDING and not self.verifying and now >= self.verify_due:
+            self.verifying = True
+            self._out.append(VerifyLock())
+        elif self.phase is Phase.SEEKING and now >= self.next_try and not _serving(self.peer):
+            self._try_lock("the lock may be free")
+        elif self.phase is Phase.DEFERRING and now >= self.deferred_until:
+            self._go(Phase.SEEKING, "the peer did not take the lock over")
+        self._heartbeat()
+
+    def _try_lock(self, why: str) -> None:
+        self._go(Phase.LOCKING, why)
+        self._out.append(TryLock())
+
+    def _lock_result(self, result: LockResult) -> None:
+        s = self.settings
+        if result.outcome is LockOutcome.CHECKED:
+            self.verifying = False
+            if self.phase not in HOLDING:
+                return
+            if not result.proof.until:
+                self._lose(f"cannot prove it holds the lock: {result.proof.reason}")
+                return
+            self.proof = Proof(max(self.proof.until, result.proof.until))
+            self.verify_due = result.now + s.heartbeat
+            return
+        if self.phase not in TRYING:
+            if result.outcome is LockOutcome.ACQUIRED:
+                self._out.append(ReleaseLock())  # stopped or changed course meanwhile
+            return
+        if result.outcome is LockOutcome.ACQUIRED:
+            self.proof = result.proof
+            self.verify_due = result.now + s.heartbeat
+            self.verifying = False
+            self.ready_at = result.now if self.handed_to_us else wait_out(result.now,
+                                                                          s.activation)
+            self.handed_to_us = False
+            self._go(Phase.WAITING_OUT, "acquired the lock of the shared store")
+            return
+        self.handed_to_us = False
+        self.next_try = result.now + s.heartbeat
+        if _serving(self.peer):
+            self._go(Phase.BACKUP, f"{self._peer_name()} holds the lock and serves")
+        else:
+            self._go(Phase.SEEKING, f"the lock is held by {result.detail or 'another server'}")
+
+    def _serve(self, why: str) -> None:
+        self.asked_failback = False
+        if self.peer is not None:
+            self._go(Phase.ACTIVE, f"{why}; backup {self._peer_name()} connected")
+        else:
+            self._go(Phase.STANDALONE, why)
+
+    def _lose(self, why: str) -> None:
+        """Stop at once: not serving, clients closed, the journal left alone, lock let go."""
+        self.proof = NO_PROOF
+        self.verifying = False
+        self.next_try = self.now + self.settings.heartbeat
+        self._go(Phase.SEEKING, why)
+        self._out += [CloseClients(f"this server stopped serving: {why}", None),
+                      BecomePassive(why), ReleaseLock()]
+
+    def _peer_changed(self, why: str) -> None:
+        serving = _serving(self.peer)
+        if self.phase is Phase.STANDALONE:
+            self._go(Phase.ACTIVE, f"backup {self._peer_name()} connected")
+        elif self.phase in (Phase.SEEKING, Phase.HELD_BACK, Phase.DEFERRING) and serving:
+            self._go(Phase.BACKUP, f"{self._peer_name()} serves: backing it up")
+        elif self.phase is Phase.BACKUP and not serving:
+            self.next_try = self.now
+            self._go(Phase.SEEKING, f"{why}: the lock may be free")
+
+    def _wants_failback(self) -> bool:
+        peer = self.peer or {}
+        return (self.settings.role == "primary" and self.settings.allow_failback
+                and not self.asked_failback and peer.get("role") == "backup")
+
+    def _peer_lost(self, reason: str) -> None:
+        self.asked_failback = False
+        if self.phase is Phase.ACTIVE:
+            self._go(Phase.STANDALONE, f"backup lost: {reason}")
+        elif self.phase in (Phase.BACKUP, Phase.DEFERRING):
+            self._try_lock(f"lost the active server: {reason}")
+
+    def _failback(self, phase: str) -> None:
+        if phase == "request" and self.phase is Phase.ACTIVE:
+            self._hand_over(f"failing back to {self._peer_name()} (allow_failback)")
+        elif phase == "go" and self.phase in (Phase.BACKUP, Phase.SEEKING, Phase.HELD_BACK,
+                                              Phase.DEFERRING):
+            self.handed_to_us = True
+            self._try_lock(f"{self._peer_name()} handed the shared store over")
+        elif phase == "shutdown" and self.phase is Phase.BACKUP:
+            self._go(Phase.HELD_BACK, "the active server stopped cleanly and "
+                                      "failover_on_shutdown is off: not taking over")
+
+    def _hand_over(self, why: str) -> None:
+        """Stop serving, let the journal reach the disk, release the lock, tell the peer."""
+        peer = self.peer or {}
+        self._out.append(CloseClients(f"this server is handing over to {peer.get('stomp')} "
+                                      f"({why})", peer.get("stomp")))
+        self.deferred_until = self.now + 4 * self.settings.activation
+        self._go(Phase.DEFERRING, why)
+        self._out += [BecomePassive(why, drain=True), ReleaseLock(),
+                      Send("failback", {"phase": "go"})]
+
+    def _shutdown(self) -> None:
+        was = self.phase
+        if was in SERVING and self.settings.failover_on_shutdown and self.peer is not None:
+            self._hand_over("shutting down (failover_on_shutdown = true)")
+            self._go(Phase.STOPPED, "shutting down")
+            return
+        if was in SERVING and self.peer is not None:
+            # Tell the peer first: it must not take the lock released below.
+            self._out.append(Send("failback", {"phase": "shutdown"}))
+        self._go(Phase.STOPPED, "shutting down")
+        if was in SERVING:
+            self._out.append(BecomePassive("shutting down", drain=True))
+        if was in HOLDING:
+            self._out.append(ReleaseLock())
+
+    def _peer_name(self) -> str:
+        return str((self.peer or {}).get("name", "the peer"))

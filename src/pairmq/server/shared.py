@@ -1,0 +1,339 @@
+"""The shared-store policy's driver: feeds ha/shared_store.py and carries out its effects.
+
+Heartbeats and failback notices go over the HA channel (server/halink.py); lock calls
+run in executor threads (on NFS they can block); role changes are made one after the
+other in order (a release never overtakes the drain before it). Decisions live in
+`SharedStoreNode`; nothing here decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pairmq.ha import channel as ch
+from pairmq.ha import shared_store as m
+from pairmq.ha.states import State
+from pairmq.server.halink import Link, accept_link, open_link, split_address
+from pairmq.server.policy import SharedStoreHost
+from pairmq.store.sharedlock import NO_PROOF, SharedLock, fresh_proof, verify
+
+log = logging.getLogger("pairmq.ha")
+trace = logging.getLogger("pairmq.ha.trace")
+
+
+class SharedStorePair:
+    """PairPolicy for `[ha] policy = "shared-store"`."""
+
+    def __init__(self, server: SharedStoreHost) -> None:
+        cfg = server.config
+        self.server = server
+        self.name: str = cfg.name
+        self.secret: str = cfg.secret
+        self.heartbeat = cfg.heartbeat_interval_ms / 1000
+        self.activation = cfg.activation_interval_ms / 1000
+        self.shared_dir = Path(cfg.shared_dir)
+        self.node = m.SharedStoreNode(m.Settings(
+            role=cfg.role, heartbeat=self.heartbeat, activation=self.activation,
+            allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown))
+        self.lock = SharedLock(self.shared_dir, cfg.name)
+        self.link: Link | None = None
+        self.peer: dict[str, Any] = {}
+        self.peer_state = State.DEAD
+        self.holder = ""  # who holds the lock, as last seen while waiting for it
+        self._roles: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self._listener: asyncio.AbstractServer | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self.stopping = False
+
+    # ------------------------------------------------------------ PairPolicy
+
+    @property
+    def state(self) -> State:
+        return self.node.state
+
+    def active_address(self) -> str | None:
+        return self.peer.get("stomp") if self.peer_state.serving else None
+
+    def topology(self, own: str) -> str | None:
+        peer = self.peer.get("stomp")
+        return f"{own},{peer}" if peer else own
+
+    def confirmable(self, local: int, current: int) -> int:
+        return local if self.node.may_confirm(time.monotonic()) else current
+
+    def may_write(self) -> bool:
+        """The journal writer's guard (called from its thread too: a read of two fields)."""
+        return self.node.may_write(time.monotonic())
+
+    def on_append(self, seq: int, record: bytes) -> None:
+        pass  # nothing is replicated: the journal itself is shared
+
+    def mirror_synced(self, seq: int) -> None:
+        raise RuntimeError("a shared-store server never mirrors a journal")
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = split_address(self.server.config.listen)
+        self._listener = await asyncio.start_server(self._accept, host, port,
+                                                    reuse_address=True)
+        log.info("HA channel listening on %s:%d (%s, role %s, shared store %s)", host, port,
+                 self.name, self.node.settings.role, self.shared_dir)
+        self._tasks.append(loop.create_task(self._role_worker()))
+        self._tasks.append(loop.create_task(self._tick_loop()))
+        if self.node.settings.role == "backup":
+            self._tasks.append(loop.create_task(self._connect_loop()))
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self.step(m.Shutdown())
+        done = asyncio.get_running_loop().create_future()
+        self._roles.put_nowait(lambda: _resolve(done))
+        try:
+            await asyncio.wait_for(done, 2 * self.activation + 10)
+        except TimeoutError:
+            log.error("Stopping: the shared store was not handed back in time")
+        if self.link is not None:
+            await self._drain(self.link)
+        for task in self._tasks:
+            task.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        if self.link is not None:
+            self.link.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.lock.release)
+
+    def status(self) -> dict[str, Any]:
+        store = self.server.store
+        now = time.monotonic()
+        return {
+            "name": self.name, "role": self.node.settings.role, "policy": "shared-store",
+            "state": self.state.value, "phase": self.node.phase.value,
+            "epoch": self.node.epoch, "appended_seq": store.appended_seq,
+            "synced_seq": store.synced_seq, "confirmed_seq": self.server.confirmed_seq,
+            "peer": {"name": self.peer.get("name"), "state": self.peer_state.value,
+                     "stomp": self.peer.get("stomp"), "epoch": self.peer.get("epoch")},
+            "shared": {"dir": str(self.shared_dir), "lock_held": self.lock.held,
+                       "proof_ms": max(0, int((self.node.proof.until - now) * 1000)),
+                       "holder": self.holder or None},
+        }
+
+    def force(self) -> str | None:
+        refused = self.node.force_refusal()
+        if refused is None:
+            self.step(m.Force())
+        return refused
+
+    # ------------------------------------------------------------ the machine
+
+    def hello(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.node.settings.role,
+                "stomp": self.server.client_address, "ts": time.monotonic(),
+                **self.node.hello()}
+
+    def step(self, event: m.Input) -> None:
+        for effect in self.node.step(event):
+            self._carry_out(effect)
+        self.server.update_confirmed()
+
+    def _carry_out(self, effect: m.Effect) -> None:
+        match effect:
+            case m.StateChanged(old, new, why):
+                log.info("Local server switched to %s: %s (was %s)", new.value, why, old.value)
+                self.server.state_changed(old, new)
+            case m.Send(kind, payload):
+                if self.link is not None:
+                    if kind == "heartbeat":
+                        self.link.send_json(ch.HEARTBEAT, self.hello())
+                    else:
+                        self.link.send_json(ch.FAILBACK, payload)
+            case m.CloseClients(message, active):
+                self.server.close_clients(message, active)
+            case m.VerifyLock():
+                self._spawn(self._verify(), "verify the lock")
+            case m.TryLock():
+                self._roles.put_nowait(self._try_lock)
+            case m.ReleaseLock():
+                self._roles.put_nowait(self._release)
+            case m.BecomeActive():
+                self._roles.put_nowait(self._become_active)
+            case m.BecomePassive(why, drain):
+                self._roles.put_nowait(lambda: self.server.stand_by(
+                    why, self.activation if drain else 0.0))
+
+    async def _role_worker(self) -> None:
+        while True:
+            job = await self._roles.get()
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("HA step failed")
+
+    async def _try_lock(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            acquired = await loop.run_in_executor(None, self.lock.try_acquire)
+        except OSError as e:
+            acquired, self.holder = False, f"nobody known (cannot open the lock file: {e})"
+        if acquired:
+            self.holder = ""
+            self.step(m.LockResult(m.LockOutcome.ACQUIRED, time.monotonic(),
+                                   fresh_proof(started, self.activation)))
+            self._expire_at(self.node.proof.until)
+            return
+        holder = await loop.run_in_executor(None, self.lock.holder)
+        if holder.partition(", record")[0] != self.holder.partition(", record")[0]:
+            log.info("The shared store's lock is held by %s", holder)
+            self.holder = holder
+        self.step(m.LockResult(m.LockOutcome.BUSY, time.monotonic(), detail=holder))
+
+    async def _release(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.lock.release)
+
+    async def _become_active(self) -> None:
+        epoch = await self.server.take_over_journal(self.may_write)
+        self.step(m.Recovered(epoch))
+
+    async def _verify(self) -> None:
+        started = time.monotonic()
+        try:
+            seen = await asyncio.get_running_loop().run_in_executor(None, self.lock.observe)
+            proof = NO_PROOF if seen is None else verify(seen, self.lock.token, started,
+                                                         self.activation)
+        except OSError as e:
+            proof = m.Proof(0.0, f"cannot read the lock file: {e}")
+        if proof.reason:
+            log.warning("Lock verification failed: %s", proof.reason)
+        self.step(m.LockResult(m.LockOutcome.CHECKED, time.monotonic(), proof))
+        self._expire_at(self.node.proof.until)
+
+    def _expire_at(self, until: float) -> None:
+        """A tick at the very moment the proof runs out: the state changes then, not at the
+        next heartbeat."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if until:
+            delay = max(0.0, until - time.monotonic()) + 0.001
+            self._expiry = asyncio.get_running_loop().call_later(delay, self._tick)
+
+    # ------------------------------------------------------------ the channel
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            link = await accept_link(reader, writer, self.secret, self.hello(), self.activation)
+        except (ch.ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+            log.warning("Refused HA connection from %s: %s", writer.get_extra_info("peername"),
+                        e)
+            writer.close()
+            return
+        self._adopt(link)
+
+    async def _connect_loop(self) -> None:
+        host, port = split_address(self.server.config.peer)
+        while not self.stopping:
+            if self.link is None:
+                try:
+                    link = await open_link(host, port, self.secret, self.hello(),
+                                           self.activation)
+                except (ch.ChannelError, OSError, TimeoutError,
+                        asyncio.IncompleteReadError) as e:
+                    trace.debug("HA connection to %s:%d failed: %s", host, port, e)
+                else:
+                    self._adopt(link)
+            await asyncio.sleep(self.heartbeat)
+
+    def _adopt(self, link: Link) -> None:
+        if self.stopping:
+            link.close()
+            return
+        if self.link is not None:
+            self.link.close()
+        self.link = link
+        self.peer = dict(link.hello)
+        log.info("Connected to remote server %s over the HA channel (%s)", self.peer.get("name"),
+                 link.peer)
+        self._set_peer_state(State(self.peer.get("state", "STARTING")))
+        self._spawn(self._read_loop(link), "read the HA channel")
+        self.step(m.PeerConnected(self.peer))
+
+    async def _read_loop(self, link: Link) -> None:
+        reason = "closed"
+        try:
+            while True:
+                kind, payload = await link.recv(self.activation)
+                message = ch.decode_json(payload)
+                if kind == ch.HEARTBEAT:
+                    self.peer.update(message)
+                    self._set_peer_state(State(message.get("state", "STARTING")))
+                    self.step(m.Heartbeat(message))
+                elif kind == ch.FAILBACK:
+                    self.step(m.Failback(str(message.get("phase"))))
+                else:
+                    raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
+        except TimeoutError:
+            reason = f"no heartbeat for {int(self.activation * 1000)} ms"
+        except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
+            reason = str(e) or type(e).__name__
+        except ch.ChannelError as e:
+            reason = f"protocol error: {e}"
+        finally:
+            link.close()
+        if self.link is link:
+            self.link = None
+            log.info("Lost the HA channel to %s: %s", self.peer.get("name"), reason)
+            self._set_peer_state(State.DEAD)
+            self.step(m.PeerLost(reason))
+
+    def _set_peer_state(self, state: State) -> None:
+        if state == self.peer_state:
+            return
+        log.info("Old status of remote server = %s", self.peer_state.value)
+        log.info("New status of remote server = %s", state.value)
+        self.peer_state = state
+
+    # ------------------------------------------------------------ time
+
+    async def _tick_loop(self) -> None:
+        while not self.stopping:
+            self._tick()
+            await asyncio.sleep(self.heartbeat)
+
+    def _tick(self) -> None:
+        if self.stopping:
+            return
+        try:
+            self.step(m.Tick(time.monotonic()))
+        except Exception:
+            log.exception("HA tick failed")
+
+    def _spawn(self, coro, what: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+
+        def done(t: asyncio.Task) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.error("HA step %r failed", what, exc_info=t.exception())
+
+        task.add_done_callback(done)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(task)
+
+    async def _drain(self, link: Link) -> None:
+        try:
+            await asyncio.wait_for(link.drain(), self.activation)
+        except (OSError, TimeoutError):
+            pass
+
+
+async def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,159 @@
+"""The shared-store pair as real processes: one journal in one directory, a POSIX lock on it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.protocol import Frame, serialize
+from pairmq.server.config import ConfigError, load_config
+from tests.ha.clients import (
+    FailoverConsumer,
+    Load,
+    check_exactly_once,
+    drain,
+    parse_address,
+    send_some,
+)
+from tests.ha.pair import Pair, wait_for
+from tests.ha.test_failover import addresses, missing_report, queue_depth
+from tests.serverproc import start_server
+
+QUEUE = "/queue/ha-load"
+
+
+@pytest.fixture
+def shared(pair_factory) -> Pair:
+    p = pair_factory(policy="shared-store")
+    p.start()  # the primary first: it takes the lock
+    p.wait_formed()
+    return p
+
+
+def lock_file(pair: Pair) -> Path:
+    return pair.shared_dir / "live.lock"
+
+
+def test_kill_active_under_load_the_backup_takes_the_lock_and_serves_everything(
+        shared: Pair) -> None:
+    addrs = addresses(shared)
+    consumer = FailoverConsumer(addrs, QUEUE).start()
+    load = Load(addrs, QUEUE).start()
+    try:
+        load.wait_receipts(300, 20)
+        shared.kill("primary")
+        killed = time.monotonic()
+        shared.wait_active(10, "backup")
+        takeover = time.monotonic() - killed
+        load.wait_receipts(300, 20)
+        receipted = load.stop()
+        missing = consumer.wait_consumed(set(receipted), 30)
+        assert not missing, missing_report(missing, receipted, load, consumer, shared)
+        consumer.wait_idle(0.5)
+    finally:
+        load.stop_event.set()
+        consumer.stop()
+    check_exactly_once(receipted, consumer)
+    assert load.producer.connected_to[-1] == addrs[1]
+    assert takeover < 5.0
+    assert queue_depth(shared, "backup") == 0
+    logs = shared.logs("backup")
+    assert "acquired the lock of the shared store" in logs
+    assert "Local server switched to STANDALONE" in logs
+    # the one journal holds it all: the primary, restarted, fails back without copying
+    shared.restart("primary")
+    shared.wait_formed(20, active="primary")
+    assert queue_depth(shared, "primary") == 0
+
+
+@pytest.mark.parametrize("failback", [True, False])
+def test_start_order_does_not_matter(pair_factory, failback: bool) -> None:
+    flags = [] if failback else ["--no-allow-failback"]
+    pair = pair_factory(policy="shared-store", flags=flags)
+    pair.start(order=("backup",))
+    pair.wait_state("backup", "STANDALONE", 10)
+    sent = send_some(parse_address(pair.stomp_address("backup")), QUEUE, "early", 5)
+    pair.start_server("primary")
+    active = "primary" if failback else "backup"
+    pair.wait_formed(20, active=active)
+    got = drain(parse_address(pair.stomp_address(active)), QUEUE)
+    assert sorted(got) == sorted(sent) and set(got.values()) == {1}
+
+
+def test_lock_file_removed_under_the_active_it_stops_serving_at_once(shared: Pair) -> None:
+    address = parse_address(shared.stomp_address("primary"))
+    before = send_some(address, QUEUE, "before", 20)
+    lock_file(shared).unlink()
+    shared.wait_state("primary", ("WAITING", "PASSIVE"), 5)
+    assert "cannot prove it holds the lock" in shared.logs("primary")
+    # somebody takes the (new) lock file and serves the one journal, nothing lost
+    active = shared.wait_active(15)
+    assert lock_file(shared).exists()
+    got = drain(parse_address(shared.stomp_address(active)), QUEUE)
+    assert sorted(got) == sorted(before) and set(got.values()) == {1}
+
+
+def test_a_paused_active_resumed_after_the_takeover_confirms_nothing(pair_factory) -> None:
+    """SIGSTOP the active; its lock is taken from it (removing the lock file stands for an
+    NFS server revoking a frozen client's lease); the backup serves; SIGCONT: a SEND that
+    was waiting in the paused server's socket gets no RECEIPT."""
+    shared = pair_factory(policy="shared-store", flags=["--no-allow-failback"])
+    shared.start()
+    shared.wait_formed()
+    primary = shared.servers["primary"]
+    assert primary is not None
+    early = send_some(parse_address(shared.stomp_address("primary")), QUEUE, "early", 10)
+    conn = BlockingConnection(*parse_address(shared.stomp_address("primary")), timeout=5.0)
+    os.kill(primary.proc.pid, signal.SIGSTOP)
+    try:
+        lock_file(shared).unlink()
+        shared.wait_state("backup", "STANDALONE", 15)
+        later = send_some(parse_address(shared.stomp_address("backup")), QUEUE, "later", 10)
+        conn.sock.sendall(serialize(Frame("SEND", {
+            "destination": QUEUE, "persistent": "true", "dup-id": "stale",
+            "receipt": "r-stale"}, b"stale"), "1.2"))
+    finally:
+        os.kill(primary.proc.pid, signal.SIGCONT)
+    frames: list[Frame] = []
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            frames.append(conn.read_frame(deadline - time.monotonic()))
+        except StompError as e:  # the expected end: closed because it stopped serving
+            frames.append(e.frame)
+            break
+        except (TimeoutError, OSError, ConnectionError):
+            break
+    assert not [f for f in frames if f.command == "RECEIPT"], frames
+    wait_for(lambda: shared.state("primary") in ("WAITING", "PASSIVE"), 5,
+             "the resumed primary stepped down")
+    assert shared.serving() == ["backup"]
+    got = drain(parse_address(shared.stomp_address("backup")), QUEUE)
+    assert set(early + later) <= set(got), shared.describe()
+    assert all(got[d] == 1 for d in early + later)
+
+
+def test_a_server_without_the_policy_refuses_the_shared_directory(shared: Pair,
+                                                                  tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="is the shared store of a shared-store pair"):
+        start_server(tmp_path / "intruder", "--data-dir", str(shared.shared_dir),
+                     name="intruder")
+    assert shared.state("primary") == "ACTIVE"
+
+
+def test_shared_dir_is_checked_at_start(tmp_path: Path) -> None:
+    base = {"policy": "shared-store", "listen": "127.0.0.1:1", "peer": "127.0.0.1:2",
+            "secret": "s", "data_dir": str(tmp_path / "data")}
+    with pytest.raises(ConfigError, match="shared_dir is required"):
+        load_config(overrides=base)
+    with pytest.raises(ConfigError, match=r"shared_dir .* is not a directory"):
+        load_config(overrides={**base, "shared_dir": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError, match="witness is not used"):
+        load_config(overrides={**base, "shared_dir": str(tmp_path), "witness": "127.0.0.1:3"})
+    assert load_config(overrides={**base, "shared_dir": str(tmp_path)}).shared_dir == \
+        str(tmp_path)

@@ -1,0 +1,180 @@
+"""The shared-store machine in scripted scenarios: inputs in, effects out, no I/O, no clock."""
+
+from __future__ import annotations
+
+from pairmq.ha import shared_store as m
+from pairmq.ha.states import State
+from pairmq.store.sharedlock import Proof, fresh_proof, wait_out
+
+HB, V = 0.1, 0.4
+PEER_ACTIVE = {"name": "primary", "role": "primary", "state": "ACTIVE", "stomp": "h:1"}
+PEER_BACKUP = {"name": "backup", "role": "backup", "state": "WAITING", "stomp": "h:2"}
+
+
+def node(role: str = "primary", **kw) -> m.SharedStoreNode:
+    return m.SharedStoreNode(m.Settings(role=role, heartbeat=HB, activation=V, **kw))
+
+
+def kinds(effects: list[m.Effect]) -> list[type]:
+    return [type(e) for e in effects]
+
+
+def acquired(n: m.SharedStoreNode, now: float) -> list[m.Effect]:
+    return n.step(m.LockResult(m.LockOutcome.ACQUIRED, now, fresh_proof(now, V)))
+
+
+def serving(n: m.SharedStoreNode, now: float = 0.0) -> float:
+    """Drive a fresh node to serving; returns the time it serves at."""
+    assert kinds(n.step(m.Tick(now))) == [m.TryLock]
+    acquired(n, now)
+    assert n.state is State.STARTING and not n.may_write(now)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, now + V / 2, fresh_proof(now + V / 2, V)))
+    t = wait_out(now, V)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
+    assert m.BecomeActive(None) in n.step(m.Tick(t))
+    n.step(m.Recovered(1))
+    return t
+
+
+def test_the_first_holder_waits_out_any_earlier_proof_then_replays_and_serves() -> None:
+    n = node()
+    assert n.state is State.STARTING
+    assert kinds(n.step(m.Tick(0.0))) == [m.TryLock]
+    acquired(n, 0.0)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, V / 2, fresh_proof(V / 2, V)))
+    assert m.BecomeActive(None) not in n.step(m.Tick(V))  # a previous holder may still write
+    assert not n.may_confirm(V) and not n.may_write(V)
+    t = wait_out(0.0, V)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
+    effects = n.step(m.Tick(t))
+    assert m.BecomeActive(None) in effects and n.state is State.STARTING
+    assert n.may_write(t) and not n.may_confirm(t)  # the epoch record, not receipts
+    effects = n.step(m.Recovered(7))
+    assert m.StateChanged(State.STARTING, State.STANDALONE, "journal replayed; epoch 7") \
+        in effects
+    assert n.may_confirm(t) and n.epoch == 7
+
+
+def test_a_busy_lock_with_a_serving_peer_makes_a_passive_backup_that_takes_over_on_loss() -> None:
+    n = node("backup")
+    n.step(m.Tick(0.0))
+    n.step(m.PeerConnected(PEER_ACTIVE))
+    n.step(m.LockResult(m.LockOutcome.BUSY, 0.01, detail="primary"))
+    assert n.state is State.PASSIVE
+    assert m.TryLock() not in n.step(m.Tick(1.0))  # never competes with a serving peer
+    effects = n.step(m.PeerLost("closed"))
+    assert m.TryLock() in effects and n.state is State.WAITING
+
+
+def test_without_the_peer_the_backup_alternates_lock_attempts_and_reconnects() -> None:
+    n = node("backup")
+    n.step(m.Tick(0.0))
+    n.step(m.LockResult(m.LockOutcome.BUSY, 0.0, detail="primary"))
+    assert n.state is State.WAITING
+    assert m.TryLock() not in n.step(m.Tick(HB / 2))
+    assert m.TryLock() in n.step(m.Tick(HB))
+    n.step(m.LockResult(m.LockOutcome.BUSY, HB, detail="primary"))
+    n.step(m.PeerConnected(PEER_ACTIVE))  # the reconnection won this time
+    assert n.state is State.PASSIVE
+
+
+def test_a_failed_verification_stops_serving_at_once() -> None:
+    n = node()
+    t = serving(n)
+    effects = n.step(m.LockResult(m.LockOutcome.CHECKED, t + HB,
+                                  Proof(0.0, "the lock file was removed")))
+    assert n.state is State.WAITING and not n.may_confirm(t + HB) and not n.may_write(t + HB)
+    assert kinds(effects)[0] is m.StateChanged
+    assert {m.CloseClients, m.BecomePassive, m.ReleaseLock} <= set(kinds(effects))
+    assert "the lock file was removed" in effects[0].why
+
+
+def test_an_expired_proof_stops_confirming_before_any_tick_and_reports_waiting_next() -> None:
+    """A server paused past its proof (SIGSTOP) confirms and writes nothing when it resumes,
+    whatever runs first; the first tick reports it."""
+    n = node()
+    t = serving(n)
+    until = n.proof.until
+    assert n.may_confirm(until - 0.001)
+    assert not n.may_confirm(until) and not n.may_write(until)
+    effects = n.step(m.Tick(until + 5.0))
+    assert n.state is State.WAITING and m.ReleaseLock() in effects
+    assert t < until
+
+
+def test_a_late_good_verification_does_not_extend_past_its_own_start() -> None:
+    n = node()
+    t = serving(n)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, t + 3 * V, fresh_proof(t, V)))
+    assert not n.may_confirm(t + 3 * V)
+
+
+def test_the_backup_connecting_makes_active_and_leaving_makes_standalone() -> None:
+    n = node()
+    serving(n)
+    n.step(m.PeerConnected(PEER_BACKUP))
+    assert n.state is State.ACTIVE
+    n.step(m.PeerLost("no heartbeat"))
+    assert n.state is State.STANDALONE
+
+
+def test_failback_hands_the_lock_over_after_the_drain_and_the_primary_skips_the_wait() -> None:
+    backup = node("backup")
+    serving(backup)
+    backup.step(m.PeerConnected({**PEER_BACKUP, "name": "primary", "role": "primary"}))
+    primary = node("primary")
+    primary.step(m.Tick(0.0))
+    primary.step(m.PeerConnected({**PEER_ACTIVE, "name": "backup", "role": "backup"}))
+    effects = primary.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
+    assert m.Send("failback", {"phase": "request"}) in effects
+    effects = backup.step(m.Failback("request"))
+    order = kinds(effects)
+    assert order.index(m.BecomePassive) < order.index(m.ReleaseLock) < \
+        effects.index(m.Send("failback", {"phase": "go"}))
+    assert backup.state is State.PASSIVE and not backup.may_confirm(backup.now)
+    assert m.TryLock() in primary.step(m.Failback("go"))
+    acquired(primary, 5.0)
+    assert m.BecomeActive(None) in primary.step(m.Tick(5.0))
+
+
+def test_a_clean_stop_without_failover_holds_the_backup_back_until_forced() -> None:
+    active = node()
+    serving(active)
+    active.step(m.PeerConnected(PEER_BACKUP))
+    effects = active.step(m.Shutdown())
+    assert effects.index(m.Send("failback", {"phase": "shutdown"})) < \
+        effects.index(m.ReleaseLock())
+    backup = node("backup")
+    backup.step(m.Tick(0.0))
+    backup.step(m.PeerConnected(PEER_ACTIVE))
+    backup.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
+    backup.step(m.Failback("shutdown"))
+    backup.step(m.PeerLost("closed"))
+    assert backup.state is State.WAITING
+    assert m.TryLock() not in backup.step(m.Tick(10.0))
+    assert backup.force_refusal() is None
+    assert m.TryLock() in backup.step(m.Force())
+
+
+def test_failover_on_shutdown_hands_over() -> None:
+    active = node(failover_on_shutdown=True)
+    serving(active)
+    active.step(m.PeerConnected(PEER_BACKUP))
+    effects = active.step(m.Shutdown())
+    assert m.Send("failback", {"phase": "go"}) in effects
+    assert not active.may_confirm(active.now)
+
+
+def test_a_passive_backup_refuses_force() -> None:
+    n = node("backup")
+    n.step(m.Tick(0.0))
+    n.step(m.PeerConnected(PEER_ACTIVE))
+    n.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
+    assert "PASSIVE" in (n.force_refusal() or "")
+
+
+def test_a_lock_acquired_after_stopping_is_given_back() -> None:
+    n = node()
+    n.step(m.Tick(0.0))
+    n.step(m.Shutdown())
+    assert m.ReleaseLock() in acquired(n, 0.1)

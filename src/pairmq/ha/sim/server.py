@@ -318,8 +318,8 @@ class SimServer(Process):
 
     def accept(self, conn: Conn, hello: dict[str, Any]) -> None:
         """Listener side of a new connection: it replaces any older one."""
+        conn.send(self, WELCOME, self.machine.hello(self.clock()))  # the handshake's end
         self._adopt(conn, hello)
-        conn.send(self, WELCOME, self.machine.hello(self.clock()))
 
     def _adopt(self, conn: Conn, hello: dict[str, Any]) -> None:
         if self.link is not None and self.link is not conn:

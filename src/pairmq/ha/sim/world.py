@@ -81,8 +81,14 @@ class SimWitness(Process):
         if leases.epoch < before:
             self.world.violation(f"the witness's epoch went down from {before} to "
                                  f"{leases.epoch}")
+        self.sched.at(self.sched.now + self.world.net.latency(), self._reply, server,
+                      server.incarnation, key, reply)
+
+    def _reply(self, server: SimServer, incarnation: int, key: tuple[int, int],
+               reply: dict[str, Any]) -> None:
+        """An answer over a link cut while it travels is lost (the server times out)."""
         if not self.world.net.links.is_cut(WITNESS, server.name):
-            server.later(self.world.net.latency(), server.witness_reply, key, reply)
+            server.run(incarnation, server.witness_reply, (key, reply))
 
 
 class World:
@@ -162,8 +168,14 @@ class World:
                    request: dict[str, Any]) -> None:
         if not self.config.witness or self.net.links.is_cut(server.name, WITNESS):
             return
+        self.sched.at(self.sched.now + self.net.request_latency(), self._request_arrives,
+                      server, key, request)
+
+    def _request_arrives(self, server: SimServer, key: tuple[int, int],
+                         request: dict[str, Any]) -> None:
         witness = self.witness
-        witness.later(self.net.request_latency(), witness.request, server, key, request)
+        if not self.net.links.is_cut(server.name, WITNESS):
+            witness.run(witness.incarnation, witness.request, (server, key, request))
 
     def cut(self, a: str, b: str, both: bool = True) -> None:
         self.trace(None, "cut", f"{a} -> {b}" + (" both ways" if both else ""))

@@ -110,6 +110,7 @@ class World:
         self.violations: list[str] = []
         self.confirmers: dict[str, float] = {}  # who may confirm now: since when
         self.producing = config.produce_every is not None
+        self.forced = False  # an operator forced an activation: it vouches for the journal
         if self.producing:
             self.sched.at(0.0, self._produce)
 
@@ -235,6 +236,7 @@ class World:
 
     def force(self, name: str) -> str | None:
         refused = self.servers[name].force()
+        self.forced = self.forced or refused is None
         self._after_step(None)
         return refused
 
@@ -316,7 +318,8 @@ class World:
                 if not server.machine.state.serving:
                     self.violation(f"{server.name} may confirm but reports "
                                    f"{server.machine.state.value}")
-                self._holds_everything(server)
+                if self.config.witness and not self.forced:
+                    self._holds_everything(server)
             else:
                 self.confirmers.pop(server.name, None)
         if len(able) > 1 and self.config.witness:

@@ -27,6 +27,8 @@ OPEN = {
 
 def test_seeded_runs_keep_the_invariants() -> None:
     for seed in SEEDS:
+        if seed in OPEN:
+            continue  # test_seeds_of_open_bugs
         result = run_seed(seed)
         assert result.ok, (f"seed {seed}: {result.problem}\nreplay: python -m pairmq.ha.sim "
                            f"--seed {seed} --trace\n{result.trace}")

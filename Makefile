@@ -5,7 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test lint bench fuzz clean
+.PHONY: up test lint bench fuzz sim clean
+
+SEEDS ?= 100000
+JOBS ?= 2
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +31,9 @@ bench: $(STAMP)
 
 fuzz: $(STAMP)
 	$(BIN)/python benchmarks/fuzz_campaign.py --frames 100000
+
+sim: $(STAMP)
+	$(BIN)/python -m pairmq.ha.sim --seeds $(SEEDS) --jobs $(JOBS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

@@ -11,6 +11,7 @@ stopped confirming before a new one may start. See docs/ha.md for the argument.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 DRIFT = 0.05  # clocks may run up to 5% apart over one lease
 
@@ -119,3 +120,28 @@ class LeaseView:
 
     def revoke(self) -> None:
         self.valid_until = 0.0
+
+
+def answer(leases: WitnessLeases, request: dict[str, Any], now: float) -> dict[str, Any]:
+    """The witness's reply to one request (ops: query, activate, renew, adopt, release), as
+    it goes on the wire; the witness process (server/witness.py) and the simulator
+    (ha/sim/) both answer with it."""
+    op = request.get("op")
+    name = str(request.get("name"))
+    epoch = int(request.get("epoch", 0))
+    ms = int(request.get("ms", 0))
+    if op == "renew":
+        grant = leases.renew(name, epoch, ms, now, request.get("standby"))
+    elif op == "activate":
+        grant = leases.activate(name, epoch, ms, now, bool(request.get("force")))
+    elif op == "adopt":
+        grant = leases.adopt(name, epoch, ms, now, request.get("standby"))
+    elif op == "release":
+        grant = leases.release(name, now, bool(request.get("keep_standby")))
+    elif op == "query":
+        grant = Grant(False, leases.holder, leases.epoch, leases.remaining_ms(now))
+    else:
+        grant = Grant(False, leases.holder, leases.epoch, 0, f"unknown op {op!r}")
+    return {"granted": grant.granted, "holder": grant.holder, "epoch": grant.epoch,
+            "remaining_ms": grant.remaining_ms, "reason": grant.reason,
+            "standby": leases.standby}

@@ -265,6 +265,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         self._set_peer_state(State(hello.get("state", "STARTING")))
         if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
             self.phase = Phase.ORPHANED  # a new channel: synchronise again over it
+        self._newer_peer_seen()
         self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
 
     def _on_lost(self, reason: str) -> None:
@@ -303,10 +304,16 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
                 self.peer_lease.granted(echo, self.cfg.activation_ms)
         if self.serving and peer_serving:
             self._split_brain_seen()
+        self._newer_peer_seen()
 
     def _set_peer_state(self, state: State) -> None:
         if state != self.peer_state:
             self._emit(PeerStateChanged(self.peer_state.value, state.value))
+            if self.peer_state.serving and not state.serving and self.phase is Phase.SYNCING:
+                # Our request may have arrived after it stopped serving (it is then
+                # ignored): ask again once a server serves.
+                self._set_state(Phase.WAITING, f"{self.peer.get('name')} stopped serving "
+                                               "before this server was in sync")
             self.peer_state = state
 
     def _split_brain_seen(self) -> None:
@@ -318,6 +325,19 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
                                   f"epoch {self.peer.get('epoch')}, higher than mine "
                                   f"({self.journal.epoch}). Stepping down"))
             self._step_down("a server with a higher epoch is active")
+
+    def _newer_peer_seen(self) -> None:
+        """A peer whose journal has a higher epoch activated after this server did (epochs
+        only grow), so this server was superseded, and the peer may hold records confirmed
+        since that this journal lacks: it must not serve them its older history (a peer
+        that synchronised from it would lose them). Seen after a pause or a partition that
+        outlasted this server's lease while a peer still looked attached. Step down; the
+        pair elects the newest journal (docs/ha.md, Epochs)."""
+        if self.serving and int(self.peer.get("epoch", 0)) > self.journal.epoch:
+            self._emit(Log(ERROR, f"{self.peer.get('name')} has epoch {self.peer.get('epoch')}, "
+                                  f"higher than mine ({self.journal.epoch}): it took over "
+                                  "meanwhile. Stepping down"))
+            self._step_down("the peer's journal has a higher epoch")
 
     # ------------------------------------------------------------ decisions
 

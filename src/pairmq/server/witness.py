@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pairmq.ha import channel as ch
-from pairmq.ha.lease import Grant, WitnessLeases
+from pairmq.ha.lease import WitnessLeases, answer
 from pairmq.server.halink import accept_link, split_address
 from pairmq.server.process import setup_logging, until_stop_signal
 
@@ -90,33 +90,16 @@ class Witness:
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         leases = self.leases
         before = (leases.holder, leases.epoch, leases.standby)
-        now = time.monotonic()
-        op = request.get("op")
-        name = str(request.get("name"))
-        epoch = int(request.get("epoch", 0))
-        ms = int(request.get("ms", 0))
-        if op == "renew":
-            grant = leases.renew(name, epoch, ms, now, request.get("standby"))
-        elif op == "activate":
-            grant = leases.activate(name, epoch, ms, now, bool(request.get("force")))
-        elif op == "adopt":
-            grant = leases.adopt(name, epoch, ms, now, request.get("standby"))
-        elif op == "release":
-            grant = leases.release(name, now, bool(request.get("keep_standby")))
-        elif op == "query":
-            grant = Grant(False, leases.holder, leases.epoch, leases.remaining_ms(now))
-        else:
-            grant = Grant(False, leases.holder, leases.epoch, 0, f"unknown op {op!r}")
+        reply = answer(leases, request, time.monotonic())
         after = (leases.holder, leases.epoch, leases.standby)
         if after != before:
             self._save()
             log.info("Lease: %s holds epoch %d, in-sync backup %s (was %s, epoch %d, backup %s)",
                      after[0], after[1], after[2], before[0], before[1], before[2])
-        elif op == "activate" and not grant.granted:
-            log.info("Refused activation of %s with epoch %d: %s", name, epoch, grant.reason)
-        return {"granted": grant.granted, "holder": grant.holder, "epoch": grant.epoch,
-                "remaining_ms": grant.remaining_ms, "reason": grant.reason,
-                "standby": leases.standby}
+        elif request.get("op") == "activate" and not reply["granted"]:
+            log.info("Refused activation of %s with epoch %s: %s", request.get("name"),
+                     request.get("epoch"), reply["reason"])
+        return reply
 
     async def stop(self) -> None:
         if self._server is not None:

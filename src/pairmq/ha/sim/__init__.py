@@ -1,0 +1,1 @@
+"""A deterministic simulator of the replication pair (docs/ha.md, "Simulator")."""

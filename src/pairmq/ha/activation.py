@@ -40,6 +40,8 @@ class ActivationSteps:
 
     def _activate(self, why: str, *, force: bool = False, query: bool = False,
                   fresh: bool = False, won: bool = False, back_to: Phase | None = None) -> None:
+        if self._now < self.retry_at:
+            return  # a refused attempt: the next one at retry_at (deadline) or a tick
         back = back_to or (self.phase if self.phase is not Phase.DEFERRING else Phase.WAITING)
         # Above both our journal's epoch and any the witness granted (a grant may have
         # gone unused: a server that crashed right after it, or gave it back).
@@ -69,6 +71,11 @@ class ActivationSteps:
         STARTING or the server can no longer follow a peer), to be decided again."""
         act = self.activation
         assert act is not None
+        # Not again at once (that would be hundreds of witness requests a second): when
+        # the witness says another lease still runs, right after it ends; else a heartbeat.
+        remaining = int(self.witness_info.get("remaining_ms") or 0) / 1000
+        self.retry_at = self._now + (min(remaining, self.cfg.heartbeat) + 0.001 if remaining
+                                     else self.cfg.heartbeat)
         back = act.back_to
         if back in IN_SYNC and not self.connected:
             back = Phase.ORPHANED

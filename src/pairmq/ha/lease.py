@@ -10,7 +10,7 @@ stopped confirming before a new one may start. See docs/ha.md for the argument.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 DRIFT = 0.05  # clocks may run up to 5% apart over one lease
@@ -39,6 +39,7 @@ class WitnessLeases:
     expires: float = 0.0
     standby: str | None = None
     last_ms: int = 0  # the longest lease granted, to sit out after a witness restart
+    orders: dict[str, list[int]] = field(default_factory=dict)  # newest request by server
 
     def held_by_other(self, name: str, now: float) -> bool:
         return self.holder not in (None, name) and now < self.expires
@@ -128,6 +129,18 @@ def answer(leases: WitnessLeases, request: dict[str, Any], now: float) -> dict[s
     (ha/sim/) both answer with it."""
     op = request.get("op")
     name = str(request.get("name"))
+    order = request.get("order")
+    if isinstance(order, list) and op != "query":
+        # A request that arrives after a newer one of the same server (sent on a
+        # connection given up on, delivered late) must not undo it: a stale renewal would
+        # name a standby the server has since declared out of sync (simulator seed 609).
+        last = leases.orders.get(name)
+        if last is not None and order <= last:
+            return {"granted": False, "holder": leases.holder, "epoch": leases.epoch,
+                    "remaining_ms": leases.remaining_ms(now),
+                    "reason": f"stale request {order} (after {last})",
+                    "standby": leases.standby}
+        leases.orders[name] = order
     epoch = int(request.get("epoch", 0))
     ms = int(request.get("ms", 0))
     if op == "renew":

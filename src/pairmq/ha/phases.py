@@ -25,12 +25,14 @@ class Phase(StrEnum):
     STANDALONE = "standalone"  # serving, no backup
     ACTIVE = "active"  # serving, in-sync backup attached
     DROPPING_BACKUP = "dropping-backup"  # backup lost: confirm alone once the witness knows
+    JOINING = "joining"  # backup caught up: receipts wait for it; in sync once it holds
+    #                      everything confirmed alone before (then ACTIVE, standby declared)
     HANDING_OVER = "handing-over"  # see `HandOver`
     STOPPING = "stopping"  # giving the lease back before the process ends
     STOPPED = "stopped"
 
 
-SERVING = frozenset({Phase.STANDALONE, Phase.ACTIVE, Phase.DROPPING_BACKUP,
+SERVING = frozenset({Phase.STANDALONE, Phase.JOINING, Phase.ACTIVE, Phase.DROPPING_BACKUP,
                      Phase.HANDING_OVER})
 IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})
 REPORTED = {
@@ -40,6 +42,7 @@ REPORTED = {
     Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
     Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
     Phase.DROPPING_BACKUP: State.ACTIVE, Phase.HANDING_OVER: State.ACTIVE,
+    Phase.JOINING: State.STANDALONE,
     Phase.STOPPING: State.WAITING, Phase.STOPPED: State.WAITING,
 }
 
@@ -92,6 +95,7 @@ class Settings:
     failover_on_shutdown: bool
     synchronous: bool  # replication_mode = "sync"
     backup_ack_fsync: bool  # backup_ack = "fsync"
+    boot: int = 0  # grows with every start of the process: orders its witness requests
 
     @property
     def activation(self) -> float:

@@ -73,6 +73,7 @@ from pairmq.ha.phases import (
 )
 from pairmq.ha.states import State
 
+SERVING_STATES = (State.ACTIVE, State.STANDALONE)
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
@@ -95,6 +96,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         self.backup_acked = 0
         self.sync_done_seq: int | None = None
         self.next_renew = 0.0
+        self._requests = 0  # witness requests sent: the witness ignores a late, older one
+        self.join_target = 0  # JOINING: what the backup must hold to be in sync
+        self.retry_at = 0.0  # no new activation before this (the last one was refused)
         self._asking: str | None = None  # the witness request out, by purpose
         self._queue: list[tuple[str, dict[str, Any]]] = []
         self._out: list[Effect] = []
@@ -137,12 +141,12 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
 
     def confirmable(self, local: int, current: int, now: float) -> int:
         """Up to which sequence receipts may go out now."""
-        if self.phase not in (Phase.STANDALONE, Phase.ACTIVE):
+        if self.phase not in (Phase.STANDALONE, Phase.JOINING, Phase.ACTIVE):
             return current
         if self.cfg.witness and not (self.witness_lease.valid(now) or (
                 self.phase is Phase.ACTIVE and self.peer_lease.valid(now))):
             return current
-        if self.phase is Phase.ACTIVE and self.cfg.synchronous:
+        if self.phase in (Phase.ACTIVE, Phase.JOINING) and self.cfg.synchronous:
             return min(local, self.backup_acked)
         return local
 
@@ -153,7 +157,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         if self.serving and self.cfg.witness:
             at = self._valid_until()
         elif self.phase is Phase.ORPHANED:
-            at = self.promise_until
+            at = max(self.promise_until, self.retry_at)
+        elif not self.serving:
+            at = self.retry_at
         return at if at is not None and at > now else None
 
     def hello(self, now: float) -> Hello:
@@ -162,7 +168,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
                 "state": self.state.value, "epoch": journal.epoch,
                 "last_seq": journal.appended_seq, "epochs": journal.epochs,
                 "stomp": self.cfg.stomp, "oldest": journal.oldest_seq, "ts": now,
-                "echo": self.peer_echo, "in_sync": self.in_sync_with_live}
+                "echo": self.peer_echo, "in_sync": self.in_sync_with_live,
+                "lease": self.serving and self.witness_lease.valid(now)}
 
     def active_address(self) -> str | None:
         return self.peer.get("stomp") if self.peer_state.serving else None
@@ -239,7 +246,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         ends serving at that instant, a promise that ran out lets the backup take over."""
         self._now = now
         if (self.serving and self._expired(now)) or (
-                self.phase is Phase.ORPHANED and now >= self.promise_until):
+                not self.serving and now >= self.retry_at
+                and (self.phase is not Phase.ORPHANED or now >= self.promise_until)):
             self._decide(now)
         return self._drain()
 
@@ -263,8 +271,14 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         self._emit(Log(INFO, f"Connected to remote server {hello.get('name')} over the HA "
                              "channel"))
         self._set_peer_state(State(hello.get("state", "STARTING")))
-        if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
-            self.phase = Phase.ORPHANED  # a new channel: synchronise again over it
+        if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.ORPHANED):
+            # A new channel: synchronise again over it, or, if the peer does not serve,
+            # be a backup of nobody (a peer that sees PASSIVE would wait for us forever).
+            if self.peer_state.serving:
+                self.phase = Phase.ORPHANED
+            else:
+                self._set_state(Phase.WAITING, f"{hello.get('name')} is back and does not "
+                                               "serve")
         self._newer_peer_seen()
         self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
 
@@ -286,6 +300,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
             self._backup_lost()
         elif self.phase is Phase.ACTIVE:
             self._backup_lost()
+        elif self.phase is Phase.JOINING:
+            self.phase = Phase.STANDALONE  # never declared the standby: confirm alone again
+            self._emit(ConfirmationsChanged())
 
     def _on_heartbeat(self, hello: Hello, now: float) -> None:
         self.peer.update(hello)
@@ -309,17 +326,26 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
     def _set_peer_state(self, state: State) -> None:
         if state != self.peer_state:
             self._emit(PeerStateChanged(self.peer_state.value, state.value))
-            if self.peer_state.serving and not state.serving and self.phase is Phase.SYNCING:
-                # Our request may have arrived after it stopped serving (it is then
-                # ignored): ask again once a server serves.
-                self._set_state(Phase.WAITING, f"{self.peer.get('name')} stopped serving "
-                                               "before this server was in sync")
+            if self.peer_state.serving and state not in (State.DEAD, *SERVING_STATES) \
+                    and self.phase in (
+                    Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
+                # A backup of nobody: say so (a peer that sees PASSIVE waits for us to
+                # follow it), and decide again with the peer. A SYNCING request may have
+                # arrived after it stopped serving (it is then ignored): ask again.
+                self._set_state(Phase.WAITING, f"{self.peer.get('name')} stopped serving")
             self.peer_state = state
 
     def _split_brain_seen(self) -> None:
-        """Both serving (a partition healed, or no witness): the higher epoch stays."""
-        mine = (self.journal.epoch, self.cfg.role == "primary")
-        theirs = (int(self.peer.get("epoch", 0)), self.peer.get("role") == "primary")
+        """Both serving (a partition healed, or no witness): the server holding the witness's
+        lease stays, since the witness grants one at a time and the other cannot have
+        confirmed anything without this one's promise; then the higher epoch; then the
+        primary. (An epoch is not unique when one activation was elected with the peer
+        while the witness was away and the other granted by the witness: simulator seed
+        1705.)"""
+        mine = (self.witness_lease.valid(self._now), self.journal.epoch,
+                self.cfg.role == "primary")
+        theirs = (bool(self.peer.get("lease")), int(self.peer.get("epoch", 0)),
+                  self.peer.get("role") == "primary")
         if theirs > mine:
             self._emit(Log(ERROR, f"Both servers are serving: {self.peer.get('name')} has "
                                   f"epoch {self.peer.get('epoch')}, higher than mine "
@@ -333,7 +359,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         that synchronised from it would lose them). Seen after a pause or a partition that
         outlasted this server's lease while a peer still looked attached. Step down; the
         pair elects the newest journal (docs/ha.md, Epochs)."""
-        if self.serving and int(self.peer.get("epoch", 0)) > self.journal.epoch:
+        if self.serving and int(self.peer.get("epoch", 0)) > self.journal.epoch \
+                and not self.witness_lease.valid(self._now):  # a lease: the peer's is older
             self._emit(Log(ERROR, f"{self.peer.get('name')} has epoch {self.peer.get('epoch')}, "
                                   f"higher than mine ({self.journal.epoch}): it took over "
                                   "meanwhile. Stepping down"))
@@ -369,6 +396,11 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
                 return
             if phase is Phase.DEFERRING:
                 return
+            if phase in (Phase.ORPHANED, Phase.PASSIVE, Phase.FAILBACK_ASKED):
+                # Connected to a peer that serves nothing: a backup of nobody. Saying
+                # PASSIVE would keep the peer waiting for us to follow it (simulator seed 92).
+                self._set_state(Phase.WAITING, f"{self.peer.get('name')} does not serve")
+                phase = Phase.WAITING
             if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
                 won = elected(Standing(self.journal.epoch, self.journal.appended_seq,
                                        self.cfg.role == "primary"),
@@ -421,6 +453,12 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         self.backup_acked = max(self.backup_acked, seq)
         if self.phase in (Phase.STANDALONE, Phase.DROPPING_BACKUP) \
                 and self.sync_done_seq is not None and seq >= self.sync_done_seq:
+            # From now on receipts wait for the backup; it is in sync (and may be declared
+            # the standby, eligible to take over) only once it also holds every record
+            # confirmed alone before this instant (simulator seed 417).
+            self.phase = Phase.JOINING
+            self.join_target = self.journal.synced_seq
+        if self.phase is Phase.JOINING and self.backup_acked >= self.join_target:
             self.peer_lease.revoke()
             self._emit(Log(INFO, f"Backup {self.peer.get('name')} is synchronized with this "
                                  f"server (seq {seq})"))
@@ -435,6 +473,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
             return
         if self.phase is Phase.ACTIVE:
             self._backup_lost()  # a new synchronisation: the backup is not in sync
+        elif self.phase is Phase.JOINING:
+            self.phase = Phase.STANDALONE
         self.sync_done_seq = None
         self._emit(ServeSync(request))
 
@@ -457,7 +497,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
                 return
             fields = {"op": "renew", "standby": self._standby()}
         self._asking = purpose
+        self._requests += 1
         self._emit(AskWitness(purpose, {"name": self.cfg.identity,
+                                        "order": [self.cfg.boot, self._requests],
                                         "epoch": self.journal.epoch,
                                         "ms": self.cfg.activation_ms, **fields}))
 
@@ -562,7 +604,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
             self._emit(Send(ch.HEARTBEAT, self.hello(now)))
 
     def _on_failback(self, phase: str, seq: int | None, now: float) -> None:
-        if phase == "request" and self.phase is Phase.ACTIVE:
+        if phase == "request" and self.phase in (Phase.ACTIVE, Phase.JOINING):
             self._start_hand_over(f"failing back to {self.peer.get('name')}", now,
                                   stopping=False)
         elif phase == "go" and not self.serving:

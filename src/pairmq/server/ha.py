@@ -49,7 +49,8 @@ class ReplicationDriver:
             sync_timeout=cfg.initial_replication_sync_timeout_ms / 1000,
             allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown,
             synchronous=cfg.replication_mode == "sync",
-            backup_ack_fsync=cfg.backup_ack == "fsync"), _CurrentJournal(server))
+            backup_ack_fsync=cfg.backup_ack == "fsync", boot=time.time_ns() // 1000),
+            _CurrentJournal(server))
         self.link: Link | None = None
         self.witness: Link | None = None
         self._witness_lock = asyncio.Lock()

@@ -5,7 +5,7 @@ witness requests with timeout and retry, roles, receipts), on simulated time."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pairmq.ha import channel as ch
@@ -54,6 +54,7 @@ class SimServer(Process):
         self.fsync_pending = False
         self._pending: list[ev.Event] = []
         self._applying = False
+        self.boots = 0
         self.stopping_until: float | None = None
         self.serve_check = (-1, -1, 0)  # (generation, journal version, confirmed checked)
 
@@ -61,7 +62,9 @@ class SimServer(Process):
 
     def boot(self) -> None:
         self.up = True
-        self.machine = ReplicationMachine(self.settings, self.journal)
+        self.boots += 1  # each run of the process orders its witness requests anew
+        self.machine = ReplicationMachine(replace(self.settings, boot=self.boots),
+                                          self.journal)
         self.journal.mirror = False
         self._new_role(STANDBY)
         self.link = self.dialing = None

@@ -443,6 +443,15 @@ class ReplicationDriver:
         reply = await self._witness_request(request)
         self._feed(ev.WitnessReplied(purpose, reply, requested))
 
+    def _reply_timeout(self, request: dict[str, Any]) -> float:
+        """How long to wait for the witness's answer. A renewal's answer is worth waiting
+        for as long as the lease it asks for could still run (it counts from the request):
+        a busy event loop that reads it late must not count as a lost witness. Other
+        requests give up after a heartbeat, so an unreachable witness is known soon."""
+        if request.get("op") == "renew":
+            return max(self.heartbeat, self.activation / 2)
+        return self.heartbeat
+
     async def _witness_request(self, request: dict[str, Any]) -> dict[str, Any] | None:
         async with self._witness_lock:
             for _ in range(2):
@@ -454,7 +463,8 @@ class ReplicationDriver:
                                                        self.heartbeat)
                         self._said.discard("witness")
                     self.witness.send_json(ch.LEASE, request)
-                    return await self.witness.recv_json(ch.LEASE_REPLY, self.heartbeat)
+                    return await self.witness.recv_json(ch.LEASE_REPLY,
+                                                        self._reply_timeout(request))
                 except ch.ChannelError as e:
                     if "witness" not in self._said:
                         self._said.add("witness")

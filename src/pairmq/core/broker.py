@@ -52,6 +52,9 @@ class Broker(Intake, Follow):
         self.client_ids: dict[str, int] = {}
         self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
         self.outbox: dict[int, list[Delivery]] = {}
+        # Sessions whose auto-ack deliveries stopped at the per-turn limit: the server
+        # writes what they got, then asks for more (`take_capped`, `set_writable`).
+        self._capped: set[int] = set()
         self.events: list[BrokerEvent] = []
         self.records: list[tuple] = []  # durable state changes for the journal (core.records)
         self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
@@ -143,6 +146,14 @@ class Broker(Intake, Follow):
         if writable:
             for sub in list(session.subs.values()):
                 self._dispatch(sub.queue, now)
+
+    def take_capped(self, conn_id: int) -> bool:
+        """True (once) when this connection's auto-ack deliveries stopped at the per-turn
+        limit with more waiting."""
+        if conn_id in self._capped:
+            self._capped.discard(conn_id)
+            return True
+        return False
 
     def take_outbox(self) -> dict[int, list[Delivery]]:
         out, self.outbox = self.outbox, {}
@@ -434,7 +445,7 @@ class Broker(Intake, Follow):
         while q.count:
             sub = consumers[q.rr % n]
             q.rr += 1
-            if not sub.can_take():
+            if not sub.can_take() or (sub.ack_mode == ACK_AUTO and self._turn_full(sub)):
                 idle += 1
                 if idle >= n:
                     return
@@ -448,6 +459,16 @@ class Broker(Intake, Follow):
                 continue
             idle = 0
             self._deliver(sub, entry)
+
+    def _turn_full(self, sub: Subscription) -> bool:
+        """An auto-ack consumer takes at most `prefetch` messages per turn of the server
+        (nothing else bounds it): a backlog handed out in one turn would keep the event
+        loop, and the pair's lease renewal, waiting for seconds."""
+        box = self.outbox.get(sub.session.id)
+        if box is not None and len(box) >= sub.prefetch:
+            self._capped.add(sub.session.id)
+            return True
+        return False
 
     def _deliver(self, sub: Subscription, entry: Entry) -> None:
         entry.deliveries += 1

@@ -496,6 +496,15 @@ class StompConnection(asyncio.Protocol):
             else:
                 self._hold(ticket, data)
         role.mark_dirty(self)
+        if self.broker.take_capped(self.conn_id):
+            self.loop.call_soon(self._deliver_more)  # after what else waits to run
+
+    def _deliver_more(self) -> None:
+        """The rest of a backlog an auto-ack consumer is owed, one turn at a time."""
+        if self.closing or not self.connected or self._stalls:
+            return  # resume_writing (or nothing, when closing) asks again
+        self.broker.set_writable(self.conn_id, True, now_ms())
+        self.role.flush()
 
     def drain_deliveries(self) -> None:
         """Take this connection's deliveries now, so a RECEIPT never overtakes them."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pairmq.ha import channel as ch
+
 Hello = dict[str, Any]  # what a server says of itself on the HA channel
 
 # ---------------------------------------------------------------- inputs
@@ -207,3 +209,23 @@ class Log:
 Effect = (Send | AskWitness | BecomeActive | BecomePassive | BeginEpoch | ServeSync
           | WipeJournal | CloseClients | Persist | ConfirmationsChanged | StateChanged
           | PeerStateChanged | Log)
+
+
+def from_channel(kind: int, message: dict[str, Any]) -> Event | None:
+    """The machine's input for a control message of the HA channel (ha/channel.py), as
+    the real driver and the simulator both read it; None for a kind the driver handles
+    itself (RECORDS, HORIZON) or does not know."""
+    if kind == ch.HEARTBEAT:
+        return Heartbeat(message)
+    if kind == ch.ACK:
+        return BackupAcked(int(message["seq"]))
+    if kind == ch.SYNC:
+        if "request" in message:
+            return SyncRequested(message)
+        return SyncOffered(str(message["mode"]), int(message["from"]))
+    if kind == ch.SYNC_DONE:
+        return SyncDone(int(message["seq"]))
+    if kind == ch.FAILBACK:
+        seq = message.get("seq")
+        return FailbackMessage(str(message.get("phase")), int(seq) if seq is not None else None)
+    return None

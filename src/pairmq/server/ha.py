@@ -324,24 +324,12 @@ class ReplicationDriver:
             self._mirror(payload)
             return
         message = ch.decode_json(payload)
-        if kind == ch.HEARTBEAT:
-            self._feed(ev.Heartbeat(message))
-        elif kind == ch.ACK:
-            self._feed(ev.BackupAcked(int(message["seq"])))
-        elif kind == ch.SYNC:
-            if "request" in message:
-                self._feed(ev.SyncRequested(message))
-            else:
-                self._feed(ev.SyncOffered(str(message["mode"]), int(message["from"])))
-        elif kind == ch.SYNC_DONE:
-            self._feed(ev.SyncDone(int(message["seq"])))
+        event = ev.from_channel(kind, message)
+        if event is not None:
+            self._feed(event)
         elif kind == ch.HORIZON:
             if self.server.store.mirror:
                 self.server.store.drop_below(int(message["seq"]))
-        elif kind == ch.FAILBACK:
-            seq = message.get("seq")
-            self._feed(ev.FailbackMessage(str(message.get("phase")),
-                                          int(seq) if seq is not None else None))
         else:
             raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
 

@@ -371,21 +371,10 @@ class SimServer(Process):
             self._drop(conn, "closed by the peer")
         elif kind == ch.RECORDS:
             self._mirror(conn, payload)
-        elif kind == ch.HEARTBEAT:
-            self.feed(ev.Heartbeat(payload))
-        elif kind == ch.ACK:
-            self.feed(ev.BackupAcked(int(payload["seq"])))
-        elif kind == ch.SYNC:
-            if "request" in payload:
-                self.feed(ev.SyncRequested(payload))
-            else:
-                self.feed(ev.SyncOffered(str(payload["mode"]), int(payload["from"])))
-        elif kind == ch.SYNC_DONE:
-            self.feed(ev.SyncDone(int(payload["seq"])))
-        elif kind == ch.FAILBACK:
-            seq = payload.get("seq")
-            self.feed(ev.FailbackMessage(str(payload.get("phase")),
-                                         int(seq) if seq is not None else None))
+        else:
+            event = ev.from_channel(kind, payload)
+            if event is not None:
+                self.feed(event)
 
     def _mirror(self, conn: Conn, records: list[Rec]) -> None:
         journal = self.journal

@@ -49,6 +49,7 @@ class Phase(StrEnum):
     LOCKING = "locking"  # a later lock attempt in flight
     SEEKING = "seeking"  # no serving peer, lock busy: alternate lock attempts and reconnects
     BACKUP = "backup"  # the serving peer is connected: wait for it to go
+    FAILBACK_ASKED = "failback-asked"  # a primary backup that asked for its place back
     HELD_BACK = "held-back"  # the active stopped cleanly without failover: wait for it
     DEFERRING = "deferring"  # handed the lock over to the peer: let it take it
     WAITING_OUT = "waiting-out"  # holding the lock; the previous holder's proof may still run
@@ -61,6 +62,7 @@ class Phase(StrEnum):
 REPORTED: dict[Phase, State] = {
     Phase.STARTING: State.STARTING, Phase.FIRST_LOCK: State.STARTING, Phase.LOCKING: State.WAITING,
     Phase.SEEKING: State.WAITING, Phase.BACKUP: State.PASSIVE,
+    Phase.FAILBACK_ASKED: State.PASSIVE,
     Phase.HELD_BACK: State.WAITING, Phase.DEFERRING: State.PASSIVE,
     Phase.WAITING_OUT: State.STARTING, Phase.RECOVERING: State.STARTING,
     Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
@@ -68,6 +70,7 @@ REPORTED: dict[Phase, State] = {
 }
 HOLDING = (Phase.WAITING_OUT, Phase.RECOVERING, Phase.STANDALONE, Phase.ACTIVE)
 SERVING = (Phase.STANDALONE, Phase.ACTIVE)
+BACKING = (Phase.BACKUP, Phase.FAILBACK_ASKED)  # the serving peer is connected
 TRYING = (Phase.FIRST_LOCK, Phase.LOCKING)
 
 
@@ -209,7 +212,6 @@ class SharedStoreNode:
     verify_due: float = 0.0
     verifying: bool = False  # a VerifyLock is out (one at a time)
     handed_to_us: bool = False  # the next ACQUIRED follows the holder's own release
-    asked_failback: bool = False
     deferred_until: float = 0.0
     _out: list[Effect] = field(default_factory=list)
 
@@ -230,7 +232,7 @@ class SharedStoreNode:
     def force_refusal(self) -> str | None:
         """`pairmq activate` only makes a WAITING server try the lock now (even after the
         active stopped cleanly); it cannot take a lock another server holds."""
-        if self.phase in (Phase.BACKUP, Phase.DEFERRING):
+        if self.phase in (*BACKING, Phase.DEFERRING):
             return "this server is a PASSIVE backup of the active server: forcing is for a " \
                    "WAITING server"
         return None
@@ -272,7 +274,7 @@ class SharedStoreNode:
             case Shutdown():
                 self._shutdown()
         if self.phase is Phase.BACKUP and self._wants_failback():
-            self.asked_failback = True
+            self.phase = Phase.FAILBACK_ASKED  # reported PASSIVE all the same
             self._out.append(Send("failback", {"phase": "request"}))
         return self._out
 
@@ -348,7 +350,6 @@ class SharedStoreNode:
             self._go(Phase.SEEKING, f"the lock is held by {result.detail or 'another server'}")
 
     def _serve(self, why: str) -> None:
-        self.asked_failback = False
         if self.peer is not None:
             self._go(Phase.ACTIVE, f"{why}; backup {self._peer_name()} connected")
         else:
@@ -369,30 +370,29 @@ class SharedStoreNode:
             self._go(Phase.ACTIVE, f"backup {self._peer_name()} connected")
         elif self.phase in (Phase.SEEKING, Phase.HELD_BACK, Phase.DEFERRING) and serving:
             self._go(Phase.BACKUP, f"{self._peer_name()} serves: backing it up")
-        elif self.phase is Phase.BACKUP and not serving:
+        elif self.phase in BACKING and not serving:
             self.next_try = self.now
             self._go(Phase.SEEKING, f"{why}: the lock may be free")
 
     def _wants_failback(self) -> bool:
         peer = self.peer or {}
         return (self.settings.role == "primary" and self.settings.allow_failback
-                and not self.asked_failback and peer.get("role") == "backup")
+                and peer.get("role") == "backup")
 
     def _peer_lost(self, reason: str) -> None:
-        self.asked_failback = False
         if self.phase is Phase.ACTIVE:
             self._go(Phase.STANDALONE, f"backup lost: {reason}")
-        elif self.phase in (Phase.BACKUP, Phase.DEFERRING):
+        elif self.phase in (*BACKING, Phase.DEFERRING):
             self._try_lock(f"lost the active server: {reason}")
 
     def _failback(self, phase: str) -> None:
         if phase == "request" and self.phase is Phase.ACTIVE:
             self._hand_over(f"failing back to {self._peer_name()} (allow_failback)")
-        elif phase == "go" and self.phase in (Phase.BACKUP, Phase.SEEKING, Phase.HELD_BACK,
+        elif phase == "go" and self.phase in (*BACKING, Phase.SEEKING, Phase.HELD_BACK,
                                               Phase.DEFERRING):
             self.handed_to_us = True
             self._try_lock(f"{self._peer_name()} handed the shared store over")
-        elif phase == "shutdown" and self.phase is Phase.BACKUP:
+        elif phase == "shutdown" and self.phase in BACKING:
             self._go(Phase.HELD_BACK, "the active server stopped cleanly and "
                                       "failover_on_shutdown is off: not taking over")
 

@@ -47,6 +47,7 @@ class Phase(StrEnum):
     STARTING = "starting"  # nothing tried yet
     FIRST_LOCK = "first-lock"  # the first lock attempt is in flight
     LOCKING = "locking"  # a later lock attempt in flight
+    TAKING_OVER = "taking-over"  # the holder handed the lock over: no waiting out its proof
     SEEKING = "seeking"  # no serving peer, lock busy: alternate lock attempts and reconnects
     BACKUP = "backup"  # the serving peer is connected: wait for it to go
     FAILBACK_ASKED = "failback-asked"  # a primary backup that asked for its place back
@@ -61,6 +62,7 @@ class Phase(StrEnum):
 
 REPORTED: dict[Phase, State] = {
     Phase.STARTING: State.STARTING, Phase.FIRST_LOCK: State.STARTING, Phase.LOCKING: State.WAITING,
+    Phase.TAKING_OVER: State.WAITING,
     Phase.SEEKING: State.WAITING, Phase.BACKUP: State.PASSIVE,
     Phase.FAILBACK_ASKED: State.PASSIVE,
     Phase.HELD_BACK: State.WAITING, Phase.DEFERRING: State.PASSIVE,
@@ -71,7 +73,7 @@ REPORTED: dict[Phase, State] = {
 HOLDING = (Phase.WAITING_OUT, Phase.RECOVERING, Phase.STANDALONE, Phase.ACTIVE)
 SERVING = (Phase.STANDALONE, Phase.ACTIVE)
 BACKING = (Phase.BACKUP, Phase.FAILBACK_ASKED)  # the serving peer is connected
-TRYING = (Phase.FIRST_LOCK, Phase.LOCKING)
+TRYING = (Phase.FIRST_LOCK, Phase.LOCKING, Phase.TAKING_OVER)
 
 
 class LockOutcome(StrEnum):
@@ -211,7 +213,6 @@ class SharedStoreNode:
     ready_at: float = 0.0  # WAITING_OUT: when the previous holder's proof has surely ended
     verify_due: float = 0.0
     verifying: bool = False  # a VerifyLock is out (one at a time)
-    handed_to_us: bool = False  # the next ACQUIRED follows the holder's own release
     deferred_until: float = 0.0
     _out: list[Effect] = field(default_factory=list)
 
@@ -313,8 +314,8 @@ class SharedStoreNode:
             self._go(Phase.SEEKING, "the peer did not take the lock over")
         self._heartbeat()
 
-    def _try_lock(self, why: str) -> None:
-        self._go(Phase.LOCKING, why)
+    def _try_lock(self, why: str, phase: Phase = Phase.LOCKING) -> None:
+        self._go(phase, why)
         self._out.append(TryLock())
 
     def _lock_result(self, result: LockResult) -> None:
@@ -337,12 +338,10 @@ class SharedStoreNode:
             self.proof = result.proof
             self.verify_due = result.now + s.heartbeat
             self.verifying = False
-            self.ready_at = result.now if self.handed_to_us else wait_out(result.now,
-                                                                          s.activation)
-            self.handed_to_us = False
+            handed_over = self.phase is Phase.TAKING_OVER  # the holder released it itself
+            self.ready_at = result.now if handed_over else wait_out(result.now, s.activation)
             self._go(Phase.WAITING_OUT, "acquired the lock of the shared store")
             return
-        self.handed_to_us = False
         self.next_try = result.now + s.heartbeat
         if _serving(self.peer):
             self._go(Phase.BACKUP, f"{self._peer_name()} holds the lock and serves")
@@ -390,8 +389,8 @@ class SharedStoreNode:
             self._hand_over(f"failing back to {self._peer_name()} (allow_failback)")
         elif phase == "go" and self.phase in (*BACKING, Phase.SEEKING, Phase.HELD_BACK,
                                               Phase.DEFERRING):
-            self.handed_to_us = True
-            self._try_lock(f"{self._peer_name()} handed the shared store over")
+            self._try_lock(f"{self._peer_name()} handed the shared store over",
+                           Phase.TAKING_OVER)
         elif phase == "shutdown" and self.phase in BACKING:
             self._go(Phase.HELD_BACK, "the active server stopped cleanly and "
                                       "failover_on_shutdown is off: not taking over")

@@ -35,6 +35,7 @@ def _run(seed: int) -> tuple[int, bool, str]:
     return seed, result.ok, "" if result.ok else f"{result.problem}\n{result.trace}"
 
 
+@pytest.mark.timeout(360)  # about 60 s on an idle machine, 120 s when it is shared
 def test_seeded_runs_keep_the_invariants() -> None:
     seeds = [seed for seed in SEEDS if seed not in OPEN]  # test_seeds_of_open_bugs
     with multiprocessing.get_context("fork").Pool(2) as pool:

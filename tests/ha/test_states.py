@@ -9,7 +9,7 @@ import pytest
 import stomp
 
 from pairmq.client.blocking import BlockingConnection, StompError
-from tests.ha.pair import HOST, Pair, wait_for
+from tests.ha.pair import HOST, NAMES, Pair, wait_for
 
 
 class Frames(stomp.ConnectionListener):
@@ -149,6 +149,22 @@ def test_wrong_secret_is_refused_and_the_pair_does_not_form(pair_factory) -> Non
     assert "New status of remote server" not in pair.logs("primary")
     # the witness does not accept the backup either
     assert "Refused connection" in pair.witness_logs()
+
+
+def test_two_servers_with_the_same_role_are_refused_with_a_clear_error(pair_factory) -> None:
+    """Each role opens its own epoch numbers (docs/ha.md, Epochs), so two primaries never
+    form a pair: the HA channel is refused with a message naming the setting. (Only the
+    backup connects, so two backups are what reaches the check; two primaries wait.)"""
+    pair = pair_factory(roles={"primary": "backup", "backup": "backup"})
+    pair.start()
+    wanted = 'role = "backup"'
+    wait_for(lambda: wanted in pair.logs("primary") and wanted in pair.logs("backup"), 10,
+             "both servers log the role mismatch")
+    for name in NAMES:
+        assert "one must be the primary, the other the backup" in pair.logs(name)
+        assert "New status of remote server" not in pair.logs(name)
+        status = pair.status(name)
+        assert status is not None and status["state"] not in ("PASSIVE", "SYNCING"), status
 
 
 def test_pairmq_status_prints_both_servers(pair: Pair) -> None:

@@ -45,7 +45,8 @@ class ActivationSteps:
         back = back_to or (self.phase if self.phase is not Phase.DEFERRING else Phase.WAITING)
         # Above both our journal's epoch and any the witness granted (a grant may have
         # gone unused: a server that crashed right after it, or gave it back).
-        epoch = max(self.journal.epoch, int(self.witness_info.get("epoch") or 0)) + 1
+        epoch = self.cfg.next_epoch(max(self.journal.epoch,
+                                        int(self.witness_info.get("epoch") or 0)))
         act = Activation(why, Step.GRANT, back, epoch, force, fresh, won)
         self.phase = Phase.ACTIVATING
         if not self.cfg.witness:
@@ -103,7 +104,7 @@ class ActivationSteps:
                     f"{reply.get('epoch')}: waiting for it rather than serving older data"
                     if waiting else None)
                 return
-            epoch = max(self.journal.epoch, int(reply.get("epoch") or 0)) + 1
+            epoch = self.cfg.next_epoch(max(self.journal.epoch, int(reply.get("epoch") or 0)))
             self._ask_grant(replace(act, epoch=epoch))
         elif act.step is Step.GRANT:
             if reply is None or not reply.get("granted"):
@@ -173,8 +174,8 @@ class ActivationSteps:
         server holds the newest journal: serve. Receipts still wait for the lease or the
         in-sync backup's promise, so nothing is confirmed until the peer has synchronised
         from this server; a server that cannot see its peer never gets here."""
-        epoch = max(self.journal.epoch, int(self.peer.get("epoch", 0)),
-                    int(self.witness_info.get("epoch") or 0)) + 1
+        epoch = self.cfg.next_epoch(max(self.journal.epoch, int(self.peer.get("epoch", 0)),
+                                        int(self.witness_info.get("epoch") or 0)))
         name = self.peer.get("name")
         self._emit(Log(WARNING, f"Witness unreachable: {name} agrees that this server holds "
                                 f"the newest journal, activating without the witness "

@@ -97,3 +97,14 @@ def proof(secret: str, nonce: str, side: str) -> str:
 
 def check_proof(secret: str, nonce: str, side: str, given: object) -> bool:
     return isinstance(given, str) and hmac.compare_digest(proof(secret, nonce, side), given)
+
+
+def pair_mismatch(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    """Why two servers that proved the same secret still cannot form a pair, if they cannot:
+    both configured with the same role (each role opens its own epoch numbers, and the
+    primary is the one that takes back over, so a pair needs one of each)."""
+    role = ours.get("role")
+    if role and role == theirs.get("role"):
+        return (f"both servers are configured with [ha] role = \"{role}\" ({ours.get('name')} "
+                f"and {theirs.get('name')}): one must be the primary, the other the backup")
+    return None

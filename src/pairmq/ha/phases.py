@@ -101,6 +101,20 @@ class Settings:
     def activation(self) -> float:
         return self.activation_ms / 1000
 
+    def next_epoch(self, above: int) -> int:
+        """The first epoch above `above` that this server may open: odd for the primary,
+        even for the backup. An epoch names one history, and the two servers can open one
+        by different paths at once (one granted by the witness, the other elected with
+        its peer while the witness was away), so they never pick from the same numbers."""
+        return epoch_above(above, self.role)
+
+
+def epoch_above(above: int, role: str) -> int:
+    """The first epoch above `above` of `role`'s numbers (odd: primary, even: backup)."""
+    parity = 1 if role == "primary" else 0
+    epoch = above + 1
+    return epoch if epoch % 2 == parity else epoch + 1
+
 
 class Journal(Protocol):
     """What the machine reads of the current role's journal (read-only)."""

@@ -279,6 +279,10 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
             else:
                 self._set_state(Phase.WAITING, f"{hello.get('name')} is back and does not "
                                                "serve")
+        elif self.activation is not None and self.activation.back_to in IN_SYNC:
+            # An activation started from PASSIVE: if it is refused, the stream it was in
+            # sync over is gone with the old channel (simulator seed 9881).
+            self.activation = replace(self.activation, back_to=Phase.ORPHANED)
         self._newer_peer_seen()
         self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
 
@@ -546,7 +550,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
             witness_epoch = int(reply.get("epoch", 0))
             epoch = self.journal.epoch
             if epoch <= witness_epoch:
-                epoch = witness_epoch + 1
+                epoch = self.cfg.next_epoch(witness_epoch)
                 self._emit(BeginEpoch(epoch))
             self._ask("adopt", {"op": "adopt", "standby": standby, "epoch": epoch})
         elif int(reply.get("epoch", 0)) > self.journal.epoch:

@@ -275,7 +275,7 @@ class ReplicationDriver:
                 except ch.ChannelError as e:
                     if "refused" not in self._said:
                         self._said.add("refused")
-                        log.info("HA connection to %s:%d refused: %s", host, port, e)
+                        log.error("HA connection to %s:%d refused: %s", host, port, e)
                 except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
                     trace.debug("HA connection to %s:%d failed: %s", host, port, e)
                 else:

@@ -80,6 +80,11 @@ async def accept_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     if not isinstance(their_nonce, str):
         raise ch.ChannelError("no nonce in the proof")
     link.hello = proof.get("hello") or {}
+    mismatch = ch.pair_mismatch(hello, link.hello)
+    if mismatch:
+        writer.write(ch.encode_json(ch.REFUSED, {"reason": mismatch}))
+        await _close_soon(writer)
+        raise ch.ChannelError(mismatch)
     writer.write(ch.encode_json(ch.WELCOME, {"proof": ch.proof(secret, their_nonce, "listener"),
                                              "hello": hello}))
     return link

@@ -24,6 +24,9 @@ FIXED = {
     9881: "a PASSIVE server whose takeover was refused after its channel reconnected "
           "went back to PASSIVE over the new channel, following nothing; the pair never "
           "formed",
+    31169: "a backup restarted within an activation interval of its crash took over from "
+           "the isolated active at once, while the active still confirmed on the promise "
+           "the backup gave before the crash",
     429: "a server elected with its peer while the witness was away picked the epoch the "
          "witness granted its peer meanwhile: two histories shared an epoch",
 }

@@ -104,6 +104,15 @@ class ActivationSteps:
                     f"{reply.get('epoch')}: waiting for it rather than serving older data"
                     if waiting else None)
                 return
+            holder = reply.get("holder")
+            if holder not in (None, self.cfg.identity) and self._now < self.promise_until:
+                # Taking over from another server: it may still confirm on a promise this
+                # server gave before a restart it does not remember (simulator seed 31169).
+                self._activation_refused(
+                    f"not taking over from {holder} within an activation interval of this "
+                    "server's start (it may have promised not to before it restarted)")
+                self.retry_at = max(self.retry_at, self.promise_until)
+                return
             epoch = self.cfg.next_epoch(max(self.journal.epoch, int(reply.get("epoch") or 0)))
             self._ask_grant(replace(act, epoch=epoch))
         elif act.step is Step.GRANT:

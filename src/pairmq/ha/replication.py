@@ -78,7 +78,7 @@ INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
 class ReplicationMachine(ActivationSteps, HandOverSteps):
-    def __init__(self, settings: Settings, journal: Journal) -> None:
+    def __init__(self, settings: Settings, journal: Journal, started: float = 0.0) -> None:
         self.cfg = settings
         self.journal = journal
         self.phase = Phase.STARTING
@@ -91,7 +91,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
         self.witness_info: dict[str, Any] = {}
         self.witness_lease = LeaseView()
         self.peer_lease = LeaseView()  # active: the in-sync backup's promise
-        self.promise_until = 0.0  # backup: I promised not to take over before this
+        # Backup: I promised not to take over before this. A process that starts may have
+        # promised, before it died, what it no longer remembers: one interval from its start.
+        self.promise_until = started + settings.activation
         self.peer_echo = 0.0  # backup: the active's last heartbeat time, echoed back
         self.backup_acked = 0
         self.sync_done_seq: int | None = None

@@ -50,7 +50,7 @@ class ReplicationDriver:
             allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown,
             synchronous=cfg.replication_mode == "sync",
             backup_ack_fsync=cfg.backup_ack == "fsync", boot=time.time_ns() // 1000),
-            _CurrentJournal(server))
+            _CurrentJournal(server), started=time.monotonic())
         self.link: Link | None = None
         self.witness: Link | None = None
         self._witness_lock = asyncio.Lock()

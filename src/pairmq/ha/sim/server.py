@@ -64,7 +64,7 @@ class SimServer(Process):
         self.up = True
         self.boots += 1  # each run of the process orders its witness requests anew
         self.machine = ReplicationMachine(replace(self.settings, boot=self.boots),
-                                          self.journal)
+                                          self.journal, started=self.clock())
         self.journal.mirror = False
         self._new_role(STANDBY)
         self.link = self.dialing = None

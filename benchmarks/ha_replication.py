@@ -109,8 +109,11 @@ class Pair:
     ROLES = ("primary", "backup")
 
     def __init__(self, workdir: Path, *, heartbeat_ms: int = 500, activation_ms: int = 2000,
-                 backup_ack: str = "fsync", extra: tuple[str, ...] = ()) -> None:
+                 backup_ack: str = "fsync", extra: tuple[str, ...] = (),
+                 policy: str = "replication") -> None:
         self.workdir = workdir
+        self.policy = policy  # "replication", or "shared-store": one journal in workdir/shared
+        self.shared_dir = workdir / "shared"
         self.heartbeat_ms = heartbeat_ms
         self.activation_ms = activation_ms
         self.backup_ack = backup_ack
@@ -142,12 +145,16 @@ class Pair:
     def start(self, role: str) -> ServerProcess:
         """Start one server of the pair; returns once its STOMP port listens."""
         peer = "backup" if role == "primary" else "primary"
-        flags = ["--policy", "replication", "--role", role, "--listen", self.ha[role],
-                 "--peer", self.ha[peer], "--witness", self.witness_address,
-                 "--secret", SECRET, "--heartbeat-interval-ms", str(self.heartbeat_ms),
+        flags = ["--policy", self.policy, "--role", role, "--listen", self.ha[role],
+                 "--peer", self.ha[peer], "--secret", SECRET,
+                 "--heartbeat-interval-ms", str(self.heartbeat_ms),
                  "--activation-interval-ms", str(self.activation_ms),
-                 "--backup-ack", self.backup_ack, "--admin", self.admin[role],
-                 *admin_user_flags(), *self.extra]
+                 "--admin", self.admin[role], *admin_user_flags(), *self.extra]
+        if self.policy == "shared-store":
+            self.shared_dir.mkdir(parents=True, exist_ok=True)
+            flags += ["--shared-dir", str(self.shared_dir)]  # the lock decides: no witness
+        else:
+            flags += ["--witness", self.witness_address, "--backup-ack", self.backup_ack]
         server = start_server(self.workdir, *flags, name=role)
         self.servers[role] = server
         return server
@@ -175,12 +182,35 @@ class Pair:
             time.sleep(STATUS_POLL_S)
 
     def start_pair(self, timeout: float = 60.0) -> None:
-        """Witness, primary and backup; returns once ACTIVE + in-sync PASSIVE."""
+        """Witness, primary and backup; returns once ACTIVE + in-sync PASSIVE (shared store:
+        no witness, and PASSIVE is a backup waiting for the lock while it sees the active)."""
+        if self.policy == "shared-store":
+            self.start("primary")
+            self.wait("primary", lambda s: ha_state(s) == "ACTIVE" or is_serving(s), timeout,
+                      "serving")
+            self.start("backup")
+            self.wait("backup", self.ready_to_take_over, timeout, "PASSIVE")
+            self.wait("primary", lambda s: ha_state(s) == "ACTIVE", timeout, "ACTIVE")
+            return
         self.start_witness()
         self.start("primary")
         self.start("backup")
         self.wait("primary", is_active_with_backup, timeout, "ACTIVE with its backup in sync")
         self.wait("backup", is_passive_in_sync, timeout, "PASSIVE and in sync")
+
+    def ready_to_take_over(self, status: dict[str, Any] | None) -> bool:
+        """The backup would take over at once if the active died now. Shared store: PASSIVE,
+        and it has read the journal ahead up to the active's last record (as a backup
+        that has run for a while has; one started just before the failure replays what it
+        has not read yet)."""
+        if self.policy == "shared-store":
+            if ha_state(status) != "PASSIVE":
+                return False
+            active = self.status("primary")
+            appended = active["ha"].get("appended_seq") if active else None
+            return appended is not None and \
+                status["ha"]["shared"].get("read_ahead_seq", 0) >= appended
+        return is_passive_in_sync(status)
 
     def log_files(self) -> list[Path]:
         return [self.witness_log, *(s.log_path for s in self.servers.values())]

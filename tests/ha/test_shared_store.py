@@ -12,6 +12,7 @@ import pytest
 from pairmq.client.blocking import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
 from pairmq.server.config import ConfigError, load_config
+from pairmq.store.segments import list_segments
 from tests.ha.clients import (
     FailoverConsumer,
     Load,
@@ -136,6 +137,32 @@ def test_a_paused_active_resumed_after_the_takeover_confirms_nothing(pair_factor
     got = drain(parse_address(shared.stomp_address("backup")), QUEUE)
     assert set(early + later) <= set(got), shared.describe()
     assert all(got[d] == 1 for d in early + later)
+
+
+def test_the_backup_reads_the_journal_ahead_and_replays_only_the_rest(pair_factory) -> None:
+    """A PASSIVE backup reads the shared journal as the active writes and compacts it (small
+    segments here, so compaction deletes some under it): when it takes over it goes on from
+    that reading instead of replaying the whole journal, and it holds exactly what a full
+    replay would (every receipted, unconsumed message, once)."""
+    shared = pair_factory(policy="shared-store", flags=["--segment-bytes", "65536"])
+    shared.start()
+    shared.wait_formed()
+    primary = parse_address(shared.stomp_address("primary"))
+    consumed = send_some(primary, "/queue/churn", "churn", 400)  # fills and frees segments
+    assert sorted(drain(primary, "/queue/churn")) == sorted(consumed)
+    kept = send_some(primary, QUEUE, "kept", 300)
+    wait_for(lambda: list_segments(shared.shared_dir / "journal")[0][0] > 1, 10,
+             "compaction deleting the first segment")
+    appended = shared.status("primary")["ha"]["appended_seq"]
+    wait_for(lambda: shared.status("backup")["ha"]["shared"]["read_ahead_seq"] >= appended,
+             15, "the backup reading the journal ahead up to the active's last record")
+    shared.kill("primary")
+    shared.wait_active(15, "backup")
+    recovered = [line for line in shared.logs("backup").splitlines() if "Recovered" in line]
+    assert recovered and "of the records read ahead, before" in recovered[-1], recovered
+    got = drain(parse_address(shared.stomp_address("backup")), QUEUE)
+    assert sorted(got) == sorted(kept) and set(got.values()) == {1}
+    assert drain(parse_address(shared.stomp_address("backup")), "/queue/churn") == {}
 
 
 def test_a_server_without_the_policy_refuses_the_shared_directory(shared: Pair,

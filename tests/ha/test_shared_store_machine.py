@@ -178,3 +178,14 @@ def test_a_lock_acquired_after_stopping_is_given_back() -> None:
     n.step(m.Tick(0.0))
     n.step(m.Shutdown())
     assert m.ReleaseLock() in acquired(n, 0.1)
+
+
+def test_the_journal_is_read_ahead_only_while_neither_replayed_nor_served() -> None:
+    """Reading ahead goes on while the server waits for the lock and while it waits out the
+    previous holder's proof; never while it replays the journal or serves it."""
+    allowed = {phase for phase in m.Phase
+               if m.SharedStoreNode(m.Settings(role="backup", heartbeat=0.1, activation=0.4),
+                                    phase=phase).may_read_ahead()}
+    assert m.Phase.BACKUP in allowed and m.Phase.WAITING_OUT in allowed
+    assert not allowed & {m.Phase.RECOVERING, m.Phase.STANDALONE, m.Phase.ACTIVE,
+                          m.Phase.STOPPED}

@@ -11,6 +11,7 @@ import pytest
 
 from pairmq.core import Broker, CoreSettings
 from pairmq.store.check import check_journal, repair_journal
+from pairmq.store.reading import JournalCorrupt
 from pairmq.store.records import (
     ADD,
     DEL,
@@ -23,7 +24,7 @@ from pairmq.store.records import (
     encode_dup,
 )
 from pairmq.store.segments import list_segments
-from pairmq.store.store import JournalCorrupt, Store, StoreSettings
+from pairmq.store.store import Store, StoreSettings
 from pairmq.store.writer import IOV_MAX, write_all
 
 NOW = 1_700_000_000_000

@@ -230,6 +230,12 @@ class SharedStoreNode:
     def may_confirm(self, now: float) -> bool:
         return self.phase in SERVING and self.proof.valid(now)
 
+    def may_read_ahead(self) -> bool:
+        """The journal may be read ahead of a takeover (store/reading.py) whenever this
+        server neither replays nor serves it: a takeover's replay goes on from that reading,
+        and waiting out the previous holder's proof is time to read in."""
+        return self.phase not in (Phase.RECOVERING, *SERVING, Phase.STOPPED)
+
     def force_refusal(self) -> str | None:
         """`pairmq activate` only makes a WAITING server try the lock now (even after the
         active stopped cleanly); it cannot take a lock another server holds."""

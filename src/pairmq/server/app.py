@@ -20,8 +20,9 @@ from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
 from pairmq.store.gcpause import gc_paused
+from pairmq.store.reading import JournalCorrupt
 from pairmq.store.sharedlock import JOURNAL_NAME, is_shared_store
-from pairmq.store.store import JournalCorrupt, Store
+from pairmq.store.store import Store
 
 DRAIN_TIMEOUT_S = 10.0
 
@@ -50,6 +51,7 @@ class PairmqServer:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.port = config.stomp_port
         self._admin = None
+        self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
             self.pair = ReplicationDriver(self)
@@ -238,13 +240,30 @@ class PairmqServer:
             store.begin_epoch(epoch)
         self._switch_role(serving, "activating")
 
+    @property
+    def read_ahead_seq(self) -> int:
+        return self._ahead.read_ahead_seq if self._ahead is not None else 0
+
+    async def read_ahead(self, limit: int) -> int:
+        """Shared store, neither replaying nor serving: read at most `limit` more records of
+        the shared journal (in a thread) into the store `take_over_journal` will serve."""
+        if self._ahead is None:
+            self._ahead = self._new_store()
+        try:
+            return await self.loop.run_in_executor(None, self._ahead.read_ahead,
+                                                   self.config.dup_cache_size, limit)
+        except (OSError, JournalCorrupt) as e:
+            self._ahead = None  # a takeover reads it all, and reports what is wrong
+            log.warning("Reading the shared journal ahead failed: %s", e)
+            return 0
+
     async def take_over_journal(self, guard) -> int:
         """Shared store, lock held: replay the shared journal (in a thread, heartbeats and
         lock verifications go on), serve it with writes fenced by `guard`, and journal a new
         epoch one above its newest. Returns that epoch."""
         role = self.role
         role.store.close()
-        store = self._new_store()
+        store, self._ahead = self._ahead or self._new_store(), None
         with gc_paused(freeze=True):
             recovered = await self.loop.run_in_executor(None, store.recover,
                                                         self.config.dup_cache_size)

@@ -135,6 +135,14 @@ class SharedStoreHost(Protocol):
         """Replay the shared journal, serve it with writes fenced by `guard`, journal a new
         epoch; returns it."""
 
+    @property
+    def read_ahead_seq(self) -> int:
+        """The last record of the shared journal read ahead (0: none)."""
+
+    async def read_ahead(self, limit: int) -> int:
+        """Read at most `limit` more records of the shared journal ahead of a takeover;
+        returns how many were read."""
+
     async def stand_by(self, why: str, drain_timeout: float) -> None: ...
 
     def update_confirmed(self) -> None: ...

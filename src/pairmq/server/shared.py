@@ -25,6 +25,8 @@ from pairmq.store.sharedlock import NO_PROOF, SharedLock, fresh_proof, verify
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")
 
+READ_AHEAD_RECORDS = 20_000  # records per pass of reading the journal ahead (~0.2 s)
+
 
 class SharedStorePair:
     """PairPolicy for `[ha] policy = "shared-store"`."""
@@ -50,6 +52,7 @@ class SharedStorePair:
         self._listener: asyncio.AbstractServer | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self.stopping = False
+        self._reading = asyncio.Lock()  # a pass of reading ahead, or the takeover's replay
 
     # ------------------------------------------------------------ PairPolicy
 
@@ -86,6 +89,7 @@ class SharedStorePair:
                  self.name, self.node.settings.role, self.shared_dir)
         self._tasks.append(loop.create_task(self._role_worker()))
         self._tasks.append(loop.create_task(self._tick_loop()))
+        self._tasks.append(loop.create_task(self._read_ahead_loop()))
         if self.node.settings.role == "backup":
             self._tasks.append(loop.create_task(self._connect_loop()))
 
@@ -122,7 +126,8 @@ class SharedStorePair:
                      "stomp": self.peer.get("stomp"), "epoch": self.peer.get("epoch")},
             "shared": {"dir": str(self.shared_dir), "lock_held": self.lock.held,
                        "proof_ms": max(0, int((self.node.proof.until - now) * 1000)),
-                       "holder": self.holder or None},
+                       "holder": self.holder or None,
+                       "read_ahead_seq": self.server.read_ahead_seq},
         }
 
     def force(self) -> str | None:
@@ -201,8 +206,21 @@ class SharedStorePair:
         await asyncio.get_running_loop().run_in_executor(None, self.lock.release)
 
     async def _become_active(self) -> None:
-        epoch = await self.server.take_over_journal(self.may_write)
+        async with self._reading:  # after the pass under way, if any: it is reused
+            epoch = await self.server.take_over_journal(self.may_write)
         self.step(m.Recovered(epoch))
+
+    async def _read_ahead_loop(self) -> None:
+        """While this server neither replays nor serves the journal, read it ahead of a
+        takeover, in passes short enough that a takeover waits for one at most: the
+        takeover then reads only what was appended since (failover does not grow with the
+        journal)."""
+        while not self.stopping:
+            read = 0
+            async with self._reading:
+                if self.node.may_read_ahead():
+                    read = await self.server.read_ahead(READ_AHEAD_RECORDS)
+            await asyncio.sleep(0 if read == READ_AHEAD_RECORDS else self.heartbeat)
 
     async def _verify(self) -> None:
         started = time.monotonic()

@@ -131,6 +131,16 @@ def decode_meta(text: str) -> tuple[str, str, dict[str, str], list[str]]:
     return parts[0], parts[1], headers, parts[3 + 2 * count:]
 
 
+def decode_meta_lazily(text: str) -> tuple[str, str, Mapping[str, str], list[str]]:
+    """`decode_meta`, the headers left packed (`PackedHeaders`) in the common case: a
+    recovery reads a million of them and delivers few soon."""
+    parts = text.split("\n")
+    count = int(parts[2])
+    if "\\" in text or len(parts) <= 3 + 2 * count:  # escapes (rare) or no queue: now
+        return decode_meta(text)
+    return parts[0], parts[1], PackedHeaders(text), parts[3 + 2 * count:]
+
+
 def encode_add(order: int, message_id: str, destination: str, priority: int, expires: int,
                persistent: bool, deliveries: int, headers: dict[str, str], body: bytes,
                queues: list[str]) -> tuple[bytes, int]:
@@ -188,7 +198,7 @@ class AddEntry:
     expires: int
     persistent: bool
     deliveries: int
-    headers: dict[str, str]
+    headers: Mapping[str, str]  # PackedHeaders when read from a journal
     queues: list[str]
     body: bytes | None  # None when decoded without bodies
     body_offset: int  # offset of the body inside the payload, for paging
@@ -210,17 +220,40 @@ def decode_lone_add(buf: memoryview) -> tuple | None:
     body_at = body_len_at + 4
     if body_at + body_length != len(buf):
         return None
-    text = str(buf[_ADD_HEAD.size:body_len_at], "utf-8")
-    parts = text.split("\n")
-    count = int(parts[2])
-    if "\\" in text or len(parts) <= 3 + 2 * count:  # escapes (rare) or no queue: now
-        message_id, destination, headers, queues = decode_meta(text)
-    else:
-        message_id, destination = parts[0], parts[1]
-        queues = parts[3 + 2 * count:]
-        headers = PackedHeaders(text)
+    message_id, destination, headers, queues = decode_meta_lazily(
+        str(buf[_ADD_HEAD.size:body_len_at], "utf-8"))
     return (order, expires, priority, persistent, deliveries, message_id, destination, headers,
             queues, body_at, body_length, n)
+
+
+def decode_adds(buf: memoryview) -> list[tuple] | None:
+    """A record made only of ADD entries (one SEND, or a group of them written together),
+    decoded without AddEntry objects and with headers left packed: one tuple per message,
+    as `decode_lone_add` returns them, or None when the record holds other entries (the
+    general loop decodes it then). A recovery reads a million of these. Raises BAD_BYTES
+    or CorruptRecord on damaged bytes."""
+    end = len(buf)
+    pos = 0
+    out: list[tuple] = []
+    head, u32, head_size = _ADD_HEAD.unpack_from, _U32.unpack_from, _ADD_HEAD.size
+    while pos < end:
+        if buf[pos] != ADD:
+            return None
+        _, order, expires, priority, persistent, deliveries, n = head(buf, pos)
+        meta_at = pos + head_size
+        body_len_at = meta_at + n
+        if body_len_at + 4 > end:
+            raise CorruptRecord("metadata runs past the end of its record")
+        (body_length,) = u32(buf, body_len_at)
+        body_at = body_len_at + 4
+        pos = body_at + body_length
+        if pos > end:
+            raise CorruptRecord("body runs past the end of its record")
+        message_id, destination, headers, queues = decode_meta_lazily(
+            str(buf[meta_at:body_len_at], "utf-8"))
+        out.append((order, expires, priority, persistent, deliveries, message_id, destination,
+                    headers, queues, body_at, body_length, n))
+    return out
 
 
 def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
@@ -230,8 +263,6 @@ def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
     (order, expires, priority, persistent, deliveries, message_id, destination, headers, queues,
      body_at, body_length, meta_length) = fields
     body = bytes(buf[body_at:body_at + body_length]) if load_bodies else None
-    if isinstance(headers, PackedHeaders):
-        headers = dict(headers)
     return AddEntry(order, message_id, destination, priority, expires, bool(persistent),
                     deliveries, headers, queues, body, body_at, body_length, meta_length)
 
@@ -273,7 +304,7 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 pos += 4
                 if pos + n > end:
                     raise CorruptRecord("metadata runs past the end of its record")
-                message_id, destination, headers, queues = decode_meta(
+                message_id, destination, headers, queues = decode_meta_lazily(
                     str(buf[pos:pos + n], "utf-8"))
                 pos += n
                 (n,) = u32(buf, pos)

@@ -55,6 +55,7 @@ class SegmentScan:
     last_epoch: int = 0
     problem: str | None = None  # what is wrong at valid_end, if anything
     at_tail: bool = False  # the problem runs to the end of the file (a torn write)
+    gap: bool = False  # the first record read is not the one expected (`next_seq`)
 
 
 # visit(seq, epoch, kind, payload, payload_offset_in_file)
@@ -62,8 +63,15 @@ Visitor = Callable[[int, int, int, memoryview, int], None]
 
 
 def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
-                 after_seq: int = 0) -> SegmentScan:
-    """Check every record of one segment, handing the good ones to `visit` in order."""
+                 after_seq: int = 0, start: int = 0, next_seq: int = 0,
+                 limit: int = 0) -> SegmentScan:
+    """Check every record of one segment, handing the good ones to `visit` in order.
+
+    `start`: the offset to read from (a record boundary found by an earlier scan; 0 = the
+    first record). `next_seq`: the sequence number the first record read must have (0 = any
+    above `after_seq`): a reader following a journal that another process appends to and
+    compacts knows that way that it missed nothing. `limit`: stop after that many records
+    (0 = none), at a record boundary, without a problem."""
     size = path.stat().st_size
     scan = SegmentScan(segment_id, path, size, 0)
     if size == 0:
@@ -73,14 +81,15 @@ def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     view = memoryview(data)
     try:
-        _scan(view, scan, visit, after_seq)
+        _scan(view, scan, visit, after_seq, start, next_seq, limit)
     finally:
         view.release()
         data.close()
     return scan
 
 
-def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq: int) -> None:
+def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq: int,
+          start: int = 0, next_seq: int = 0, limit: int = 0) -> None:
     import zlib
 
     size = scan.size
@@ -97,7 +106,7 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
     if header_id != scan.segment_id:
         scan.problem = f"segment header says id {header_id}, file name says {scan.segment_id}"
         return
-    pos = SEGMENT_HEADER.size
+    pos = max(SEGMENT_HEADER.size, start)
     scan.valid_end = pos
     last_seq = after_seq
     hsize = RECORD_HEADER.size
@@ -107,6 +116,8 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
     records = first_seq = last_epoch = 0
     try:
         while pos < size:
+            if records == limit and limit:
+                return
             if size - pos < hsize:
                 scan.problem = f"incomplete record header ({size - pos} bytes)"
                 scan.at_tail = True
@@ -124,6 +135,10 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
             if seq <= last_seq:
                 scan.problem = f"sequence {seq} at offset {pos} does not follow {last_seq}"
                 scan.at_tail = _zeros_to_end(view, pos)
+                return
+            if next_seq and not records and seq != next_seq:
+                scan.problem = f"sequence {seq} at offset {pos}, expected {next_seq}"
+                scan.gap = True
                 return
             if visit is not None:
                 visit(seq, epoch, kind, view[pos + hsize:end], pos + hsize)

@@ -20,13 +20,10 @@ from pathlib import Path
 from pairmq.core import Broker, Message
 from pairmq.core import records as rec
 from pairmq.core.replay import Replay
-from pairmq.store import records as disk
 from pairmq.store.mirror import KEY_OVERHEAD, Mirroring
 from pairmq.store.paging import PagedBytes, load_bodies
+from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD, JournalReading
 from pairmq.store.records import (
-    BAD_BYTES,
-    CorruptRecord,
-    decode_entries,
     encode_add,
     encode_del,
     encode_delivered,
@@ -37,19 +34,12 @@ from pairmq.store.records import (
     encode_epoch,
     encode_undurable,
 )
-from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
 from pairmq.store.writer import JournalWriter, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
 
 FULL_POLICIES = ("fail", "block")
-EPOCH_RECORD = 100  # a store-level record kind (not core's): (EPOCH_RECORD, epoch)
-DUPS_RECORD = 101  # (DUPS_RECORD, destination, [dup ids oldest first]): compaction's copy
 COMPACT_STEP = 500  # live objects re-appended per event-loop turn
-
-
-class JournalCorrupt(Exception):
-    """Damage in the middle of the journal: refuse to start rather than lose data silently."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +62,7 @@ class RecoveryReport:
     queues: int = 0
     durables: int = 0
     torn_bytes: int = 0
+    read_ahead: int = 0  # records read before the final pass (a shared-store backup's)
     seconds: float = 0.0
     paged: bool = False  # the paging budget was spent: some bodies stay on disk
     in_memory: int = 0  # messages whose bodies were loaded
@@ -80,6 +71,8 @@ class RecoveryReport:
         return (f"Recovered {self.messages} messages in {self.queues} queues and "
                 f"{self.durables} durable subscriptions from {self.records} records in "
                 f"{self.segments} segments in {self.seconds:.2f} s"
+                + (f" ({self.read_ahead} of the records read ahead, before)"
+                   if self.read_ahead else "")
                 + (f" (paging: {self.in_memory} bodies in memory, the others read from disk "
                    "when delivered)" if self.paged else ""))
 
@@ -105,6 +98,7 @@ class Store(Mirroring):
         self._was_full = False
         self.hold_compaction = 0  # a backup is reading the segment files: delete nothing
         self.mirror = False  # a backup's journal: records arrive framed from the active
+        self._reading: JournalReading | None = None  # a shared-store backup's, read ahead
 
     # ------------------------------------------------------------ recovery
 
@@ -113,60 +107,21 @@ class Store(Mirroring):
         """Read every segment back, cut a torn tail, refuse corruption. Before serving.
 
         With rebuild=False the records are only checked, not decoded (a fifth of the
-        time): for tools that need where the journal ends, not the broker state."""
+        time): for tools that need where the journal ends, not the broker state. After
+        `read_ahead`, only what was appended since is read."""
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
-        replay = Replay(dup_cache_size)
-        report = RecoveryReport()
-        found = list_segments(self.directory)
-        last_seq = 0
-        for index, (segment_id, path) in enumerate(found):
-            newest = index == len(found) - 1
-
-            def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
-                      segment_id: int = segment_id, path: Path = path,
-                      lone_add=self._apply_lone_add, add: int = disk.ADD) -> None:
-                try:
-                    if rebuild and (payload[0] != add
-                                    or not lone_add(replay, payload, segment_id, offset)):
-                        self._apply(replay, decode_entries(payload, load_bodies=False),
-                                    segment_id, offset)
-                except (CorruptRecord, *BAD_BYTES) as e:
-                    raise JournalCorrupt(
-                        f"journal segment {path} has an undecodable record (seq {seq}) at "
-                        f"offset {offset}: {e}") from None
-                if epoch != self.epoch:
-                    self.epochs.append((epoch, seq))
-                    self.epoch = epoch
-
-            scan = scan_segment(segment_id, path, visit, last_seq)
-            if scan.problem is not None:
-                if newest and scan.at_tail:
-                    dropped = scan.size - scan.valid_end
-                    report.torn_bytes += dropped
-                    if scan.valid_end < SEGMENT_HEADER.size:
-                        path.unlink()
-                        log.warning("Journal segment %s held only a torn header: removed it "
-                                    "(%d bytes dropped)", path.name, dropped)
-                        continue
-                    os.truncate(path, scan.valid_end)
-                    log.warning("Journal segment %s ended with a torn write (%s): dropped %d "
-                                "bytes at offset %d", path.name, scan.problem, dropped,
-                                scan.valid_end)
-                else:
-                    raise JournalCorrupt(
-                        f"journal segment {path} is damaged at offset {scan.valid_end}: "
-                        f"{scan.problem}. Nothing was changed; inspect it with "
-                        f"`pairmq journal check {self.directory}` and cut the damage "
-                        f"explicitly with `pairmq journal repair {self.directory}`")
-            if scan.records:
-                last_seq = scan.last_seq
-            info = SegmentInfo(segment_id, path, scan.valid_end, scan.valid_end,
-                               last_seq=scan.last_seq, first_seq=scan.first_seq)
-            self._segments.append(info)
-            report.records += scan.records
-        self._last_seq = last_seq
-        report.segments = len(self._segments)
+        reading, self._reading = self._reading, None
+        if reading is None or not rebuild or not reading.advance(final=True):
+            reading = JournalReading(self.directory, dup_cache_size, rebuild)
+            reading.advance(final=True)
+        self.epoch, self.epochs, self._where = reading.epoch, reading.epochs, reading.where
+        self._segments = reading.segment_infos()
+        self._last_seq = reading.last_seq
+        replay = reading.replay
+        report = RecoveryReport(segments=len(self._segments), records=reading.records,
+                                read_ahead=reading.read_ahead,
+                                torn_bytes=reading.torn_bytes)
         report.durables = len(replay.durables)
         report.queues = len(replay.queues)
         report.messages = sum(len(held) for held in replay.queues.values())
@@ -177,65 +132,25 @@ class Store(Mirroring):
         report.seconds = time.monotonic() - started
         return replay, report
 
-    @staticmethod
-    def _apply_lone_add(replay: Replay, payload: memoryview, segment_id: int,
-                        offset: int) -> bool:
-        """The common record, one message added, straight into a Message: a million of them
-        are read at every start. False when the record holds more than that one entry."""
-        fields = disk.decode_lone_add(payload)
-        if fields is None:
-            return False
-        (order, expires, priority, persistent, deliveries, message_id, destination, headers,
-         queues, body_at, body_length, meta_length) = fields
-        body_offset = offset + body_at
-        message = Message(message_id, destination, headers, None, bool(persistent), priority,
-                          expires, body_length + meta_length + 64, order, segment_id, None,
-                          body_offset, body_length)
-        shared = replay.add(message, queues, deliveries)
-        if shared is not message:  # a compaction copy: the newest location wins
-            shared.journal_segment = segment_id
-            shared.body_offset = body_offset
-        return True
+    @property
+    def read_ahead_seq(self) -> int:
+        """The last record read ahead (0: none)."""
+        return self._reading.last_seq if self._reading is not None else 0
 
-    def _apply(self, replay: Replay, entries: list[tuple], segment_id: int,
-               offset: int) -> None:
-        where = self._where
-        for entry in entries:
-            kind = entry[0]
-            if kind == disk.ADD:
-                e = entry[1]
-                message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
-                                  e.priority, e.expires, e.body_length + e.meta_length + 64,
-                                  e.order)
-                message.body_offset = offset + e.body_offset
-                message.body_length = e.body_length
-                message.journal_segment = segment_id
-                shared = replay.add(message, e.queues, e.deliveries)
-                if shared is not message:  # a compaction copy: the newest location wins
-                    shared.journal_segment = segment_id
-                    shared.body_offset = message.body_offset
-            elif kind == disk.DEL:
-                replay.remove(entry[1], entry[2])
-            elif kind == disk.DELIVERED:
-                replay.delivered(entry[1], entry[2], entry[3])
-            elif kind == disk.DURABLE:
-                replay.durable(entry[1], entry[2])
-                where[("durable", entry[1])] = segment_id
-            elif kind == disk.UNDURABLE:
-                replay.undurable(entry[1])
-                where.pop(("durable", entry[1]), None)
-            elif kind == disk.DEST:
-                replay.destination(entry[1])
-                where[("dest", entry[1])] = segment_id
-            elif kind == disk.DUP:
-                replay.dup(entry[1], entry[2])
-                where[("dup", entry[1], entry[2])] = segment_id
-            elif kind == disk.DUPS:
-                replay.dup_snapshot(entry[1], entry[2])
-                for dup_id in entry[2]:
-                    where[("dup", entry[1], dup_id)] = segment_id
-            elif kind == disk.EPOCH:
-                where[("epoch", entry[1])] = segment_id
+    def read_ahead(self, dup_cache_size: int = 20000, limit: int = 0) -> int:
+        """Shared store, before holding the lock: read what the active server appended
+        since the last call, at most `limit` records (0 = all; store/reading.py says why
+        nothing is missed), so that `recover` reads only the rest. Never changes a file.
+        Returns the records read by this call. One thread at a time, never during
+        `recover`."""
+        reading = self._reading
+        before = reading.records if reading is not None else 0
+        if reading is None or not reading.advance(final=False, limit=limit):
+            reading = self._reading = JournalReading(self.directory, dup_cache_size,
+                                                     ahead=True)
+            before = 0
+            reading.advance(final=False, limit=limit)
+        return reading.records - before
 
     # ------------------------------------------------------------ serving
 

@@ -1,0 +1,229 @@
+"""Reading a journal back into a `Replay`, resumable.
+
+A start reads the journal once (`advance(final=True)` on a new reading). A backup of the
+shared-store policy reads it ahead while the active server appends to it and compacts it
+(`advance(final=False)`, as often as it likes): when it takes over, only the records
+appended since its last pass are left to read, so failover does not grow with what the
+journal retains.
+
+Why reading ahead misses nothing: the writer appends records with consecutive sequence
+numbers, and compaction re-appends the live objects of the oldest segment at the head
+before it deletes that segment. A reading ahead therefore follows the segments in order
+from where it stopped and requires every record it reads to carry the next sequence
+number (`next_seq`); a segment deleted under it is fine once it was read to its end
+(what was live in it was re-appended at the head, and replaying a copy is idempotent).
+If a record it did not read is gone (it fell behind a compaction), the sequence numbers
+show a gap and the reading says so: the caller starts a new one. A reading ahead never
+changes a file and stops at the first incomplete record, which the writer may still be
+writing; the final pass, under the lock, cuts a torn end as a start does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pairmq.core import Message
+from pairmq.core.replay import Replay
+from pairmq.store import records as disk
+from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
+from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
+from pairmq.store.writer import SegmentInfo
+
+log = logging.getLogger("pairmq.store")
+
+EPOCH_RECORD = 100  # a store-level record kind (not core's): (EPOCH_RECORD, epoch)
+DUPS_RECORD = 101  # (DUPS_RECORD, destination, [dup ids oldest first]): compaction's copy
+
+
+class JournalCorrupt(Exception):
+    """Damage in the middle of the journal: refuse to start rather than lose data silently."""
+
+
+@dataclass
+class SegmentRead:
+    """How far one segment was read, and which records it held."""
+
+    path: Path
+    valid_end: int
+    first_seq: int = 0
+    last_seq: int = 0
+
+
+class JournalReading:
+    def __init__(self, directory: Path, dup_cache_size: int = 20000, rebuild: bool = True,
+                 ahead: bool = False) -> None:
+        self.directory = directory
+        self.rebuild = rebuild  # False: only check the records (tools), do not decode them
+        self.ahead = ahead  # reading ahead of a writer: every record must follow the last
+        self.replay = Replay(dup_cache_size)
+        self.records = 0
+        self.read_ahead = 0  # records read before the final pass
+        self.torn_bytes = 0
+        self.last_seq = 0
+        self.epoch = 0  # the epoch of the newest record
+        self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
+        self.where: dict[tuple, int] = {}  # destination/durable/dup/epoch key -> segment id
+        self.segments: dict[int, SegmentRead] = {}
+
+    def advance(self, final: bool, limit: int = 0) -> bool:
+        """Read what was appended since the last call (reading ahead: at most `limit`
+        records, 0 = all). False when reading ahead cannot go on (records it did not read
+        are gone): start a new reading. With `final`, a torn end of the newest segment is
+        cut and damage elsewhere raises JournalCorrupt, as a start needs."""
+        before = self.records
+        if final:
+            self.read_ahead = self.records
+        found = list_segments(self.directory)
+        present = {segment_id for segment_id, _ in found}
+        for segment_id in [s for s in self.segments if s not in present]:
+            del self.segments[segment_id]  # compacted after what was live moved to the head
+        for index, (segment_id, path) in enumerate(found):
+            newest = index == len(found) - 1
+            known = self.segments.get(segment_id)
+            if known is None and self.segments and segment_id < max(self.segments):
+                return self._lost(f"segment {segment_id} appeared behind the reading")
+            visit = self._visitor(segment_id, path)
+            follows = self.ahead and self.records > 0
+            left = limit - (self.records - before) if limit and not final else 0
+            try:
+                scan = scan_segment(segment_id, path, visit, self.last_seq,
+                                    start=known.valid_end if known else 0,
+                                    next_seq=self.last_seq + 1 if follows else 0, limit=left)
+            except FileNotFoundError:
+                if final:
+                    raise
+                self.segments.pop(segment_id, None)  # compacted since it was listed
+                continue
+            if scan.records:
+                first = known.first_seq if known is not None and known.first_seq \
+                    else scan.first_seq
+                known = SegmentRead(path, scan.valid_end, first, scan.last_seq)
+                self.records += scan.records
+                self.last_seq = scan.last_seq
+            elif known is None:
+                known = SegmentRead(path, scan.valid_end)
+            self.segments[segment_id] = known
+            if left and scan.records == left:
+                return True  # this pass read its share; the next one goes on from here
+            if scan.problem is None:
+                continue
+            if scan.gap:
+                return self._lost(f"journal segment {path.name}: {scan.problem}")
+            if not final:
+                # Reading ahead: the writer may be writing there now; read on from here
+                # next time (damage elsewhere is for the final pass to report).
+                return True
+            if newest and scan.at_tail:
+                self._cut_torn_end(segment_id, path, scan.size, scan.valid_end, scan.problem)
+            else:
+                raise JournalCorrupt(
+                    f"journal segment {path} is damaged at offset {scan.valid_end}: "
+                    f"{scan.problem}. Nothing was changed; inspect it with "
+                    f"`pairmq journal check {self.directory}` and cut the damage "
+                    f"explicitly with `pairmq journal repair {self.directory}`")
+        return True
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        return [SegmentInfo(segment_id, read.path, read.valid_end, read.valid_end,
+                            last_seq=read.last_seq, first_seq=read.first_seq)
+                for segment_id, read in sorted(self.segments.items())]
+
+    def _lost(self, why: str) -> bool:
+        log.info("Reading the journal again from its start: %s", why)
+        return False
+
+    def _cut_torn_end(self, segment_id: int, path: Path, size: int, valid_end: int,
+                      problem: str) -> None:
+        dropped = size - valid_end
+        self.torn_bytes += dropped
+        if valid_end < SEGMENT_HEADER.size:
+            path.unlink()
+            del self.segments[segment_id]
+            log.warning("Journal segment %s held only a torn header: removed it "
+                        "(%d bytes dropped)", path.name, dropped)
+            return
+        os.truncate(path, valid_end)
+        log.warning("Journal segment %s ended with a torn write (%s): dropped %d "
+                    "bytes at offset %d", path.name, problem, dropped, valid_end)
+
+    def _visitor(self, segment_id: int, path: Path):
+        replay, rebuild, adds, apply = self.replay, self.rebuild, _apply_adds, self._apply
+
+        def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
+                  add: int = disk.ADD) -> None:
+            try:
+                if rebuild and (payload[0] != add
+                                or not adds(replay, payload, segment_id, offset)):
+                    apply(decode_entries(payload, load_bodies=False), segment_id, offset)
+            except (CorruptRecord, *BAD_BYTES) as e:
+                raise JournalCorrupt(
+                    f"journal segment {path} has an undecodable record (seq {seq}) at "
+                    f"offset {offset}: {e}") from None
+            if epoch != self.epoch:
+                self.epochs.append((epoch, seq))
+                self.epoch = epoch
+
+        return visit
+
+    def _apply(self, entries: list[tuple], segment_id: int, offset: int) -> None:
+        replay, where = self.replay, self.where
+        for entry in entries:
+            kind = entry[0]
+            if kind == disk.ADD:
+                e = entry[1]
+                message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
+                                  e.priority, e.expires, e.body_length + e.meta_length + 64,
+                                  e.order)
+                message.body_offset = offset + e.body_offset
+                message.body_length = e.body_length
+                message.journal_segment = segment_id
+                shared = replay.add(message, e.queues, e.deliveries)
+                if shared is not message:  # a compaction copy: the newest location wins
+                    shared.journal_segment = segment_id
+                    shared.body_offset = message.body_offset
+            elif kind == disk.DEL:
+                replay.remove(entry[1], entry[2])
+            elif kind == disk.DELIVERED:
+                replay.delivered(entry[1], entry[2], entry[3])
+            elif kind == disk.DURABLE:
+                replay.durable(entry[1], entry[2])
+                where[("durable", entry[1])] = segment_id
+            elif kind == disk.UNDURABLE:
+                replay.undurable(entry[1])
+                where.pop(("durable", entry[1]), None)
+            elif kind == disk.DEST:
+                replay.destination(entry[1])
+                where[("dest", entry[1])] = segment_id
+            elif kind == disk.DUP:
+                replay.dup(entry[1], entry[2])
+                where[("dup", entry[1], entry[2])] = segment_id
+            elif kind == disk.DUPS:
+                replay.dup_snapshot(entry[1], entry[2])
+                for dup_id in entry[2]:
+                    where[("dup", entry[1], dup_id)] = segment_id
+            elif kind == disk.EPOCH:
+                where[("epoch", entry[1])] = segment_id
+
+
+def _apply_adds(replay: Replay, payload: memoryview, segment_id: int, offset: int) -> bool:
+    """The common record, messages added and nothing else, straight into Messages: a
+    million of them are read at every start, and by a shared-store backup. False when the
+    record holds other entries (the general path decodes it then)."""
+    adds = disk.decode_adds(payload)
+    if adds is None:
+        return False
+    add = replay.add
+    for (order, expires, priority, persistent, deliveries, message_id, destination,
+         headers, queues, body_at, body_length, meta_length) in adds:
+        body_offset = offset + body_at
+        message = Message(message_id, destination, headers, None, bool(persistent),
+                          priority, expires, body_length + meta_length + 64, order,
+                          segment_id, None, body_offset, body_length)
+        shared = add(message, queues, deliveries)
+        if shared is not message:  # a compaction copy: the newest location wins
+            shared.journal_segment = segment_id
+            shared.body_offset = body_offset
+    return True

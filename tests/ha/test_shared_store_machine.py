@@ -189,3 +189,39 @@ def test_the_journal_is_read_ahead_only_while_neither_replayed_nor_served() -> N
     assert m.Phase.BACKUP in allowed and m.Phase.WAITING_OUT in allowed
     assert not allowed & {m.Phase.RECOVERING, m.Phase.STANDALONE, m.Phase.ACTIVE,
                           m.Phase.STOPPED}
+
+
+def test_a_replay_that_outlasts_the_proof_verifies_the_lock_again_before_serving() -> None:
+    """A million messages on a busy machine take longer to replay than a proof lasts. The
+    lock is still this server's: it is verified again, and only then does the server serve
+    (before, it served and at its next tick gave the lock up, in a loop of replays)."""
+    n = node()
+    n.step(m.Tick(0.0))
+    acquired(n, 0.0)
+    t = wait_out(0.0, V)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
+    assert m.BecomeActive(None) in n.step(m.Tick(t))
+    late = t + 10 * V  # the replay took this long; no verification result came meanwhile
+    assert m.StateChanged not in kinds(n.step(m.Tick(late)))  # not given up
+    effects = n.step(m.Recovered(3, late + V))
+    assert n.state is State.STARTING and not n.may_confirm(late + V)
+    assert m.VerifyLock in kinds(effects) or n.verifying
+    now = late + 1.5 * V
+    effects = n.step(m.LockResult(m.LockOutcome.CHECKED, now, fresh_proof(now, V)))
+    assert m.StateChanged(State.STARTING, State.STANDALONE,
+                          "journal replayed and the lock verified; epoch 3") in effects
+    assert n.may_confirm(now)
+
+
+def test_a_failed_verification_after_a_long_replay_gives_the_lock_up() -> None:
+    n = node()
+    n.step(m.Tick(0.0))
+    acquired(n, 0.0)
+    t = wait_out(0.0, V)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
+    n.step(m.Tick(t))
+    n.step(m.Recovered(3, t + 10 * V))
+    effects = n.step(m.LockResult(m.LockOutcome.CHECKED, t + 11 * V,
+                                  Proof(0.0, "the holder record is another server's")))
+    assert m.CloseClients in kinds(effects) and not n.may_write(t + 11 * V)
+    assert n.state is State.WAITING

@@ -70,8 +70,8 @@ def test_reading_ahead_then_finishing_rebuilds_what_a_start_rebuilds(tmp_path: P
     read = []
 
     def read_ahead(step: int) -> None:
-        if step % 7 == 0:  # in passes of at most 25 records, as the server reads
-            read.append(reader.read_ahead(limit=25))
+        if step % 7 == 0:  # in passes of about 4 KiB, as the server reads (of 8 MiB)
+            read.append(reader.read_ahead(limit_bytes=4096))
 
     asyncio.run(write_traffic(tmp_path, 600, seed=1, between=read_ahead))
     assert len(list_segments(tmp_path)) > 1
@@ -80,7 +80,7 @@ def test_reading_ahead_then_finishing_rebuilds_what_a_start_rebuilds(tmp_path: P
     assert ahead == fresh
     assert sum(len(q) for q in fresh["queues"].values()) > 100, fresh["queues"].keys()
     assert fresh["durables"] and fresh["dups"]
-    assert max(read) == 25 and report.read_ahead == sum(read)
+    assert max(read) >= 4096 and report.read_ahead > 0  # some passes stopped at their limit
     assert report.records > report.read_ahead
     assert f"{report.read_ahead} of the records read ahead" in report.describe()
 

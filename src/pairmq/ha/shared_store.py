@@ -55,6 +55,7 @@ class Phase(StrEnum):
     DEFERRING = "deferring"  # handed the lock over to the peer: let it take it
     WAITING_OUT = "waiting-out"  # holding the lock; the previous holder's proof may still run
     RECOVERING = "recovering"  # holding the lock, replaying the journal
+    PROVING = "proving"  # replayed, but the proof ran out meanwhile: verify before serving
     STANDALONE = "standalone"  # serving, no backup connected
     ACTIVE = "active"  # serving, backup connected
     STOPPED = "stopped"
@@ -67,10 +68,11 @@ REPORTED: dict[Phase, State] = {
     Phase.FAILBACK_ASKED: State.PASSIVE,
     Phase.HELD_BACK: State.WAITING, Phase.DEFERRING: State.PASSIVE,
     Phase.WAITING_OUT: State.STARTING, Phase.RECOVERING: State.STARTING,
+    Phase.PROVING: State.STARTING,
     Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
     Phase.STOPPED: State.WAITING,
 }
-HOLDING = (Phase.WAITING_OUT, Phase.RECOVERING, Phase.STANDALONE, Phase.ACTIVE)
+HOLDING = (Phase.WAITING_OUT, Phase.RECOVERING, Phase.PROVING, Phase.STANDALONE, Phase.ACTIVE)
 SERVING = (Phase.STANDALONE, Phase.ACTIVE)
 BACKING = (Phase.BACKUP, Phase.FAILBACK_ASKED)  # the serving peer is connected
 TRYING = (Phase.FIRST_LOCK, Phase.LOCKING, Phase.TAKING_OVER)
@@ -116,6 +118,7 @@ class LockResult:
 @dataclass(frozen=True)
 class Recovered:
     epoch: int
+    now: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,7 @@ class SharedStoreNode:
         """The journal may be read ahead of a takeover (store/reading.py) whenever this
         server neither replays nor serves it: a takeover's replay goes on from that reading,
         and waiting out the previous holder's proof is time to read in."""
-        return self.phase not in (Phase.RECOVERING, *SERVING, Phase.STOPPED)
+        return self.phase not in (Phase.RECOVERING, Phase.PROVING, *SERVING, Phase.STOPPED)
 
     def force_refusal(self) -> str | None:
         """`pairmq activate` only makes a WAITING server try the lock now (even after the
@@ -269,10 +272,17 @@ class SharedStoreNode:
             case LockResult():
                 self.now = max(self.now, event.now)
                 self._lock_result(event)
-            case Recovered(epoch):
+            case Recovered(epoch, now):
+                self.now = max(self.now, now)
                 self.epoch = epoch
                 if self.phase is Phase.RECOVERING:
-                    self._serve(f"journal replayed; epoch {epoch}")
+                    if self.proof.valid(self.now):
+                        self._serve(f"journal replayed; epoch {epoch}")
+                    else:
+                        # A long replay outlasted the proof (a million messages, a busy
+                        # machine): the lock is still ours unless a verification says not.
+                        self.phase = Phase.PROVING
+                        self._verify_now()
             case Failback(phase):
                 self._failback(phase)
             case Force():
@@ -304,21 +314,27 @@ class SharedStoreNode:
             self.phase = Phase.FIRST_LOCK
             self._out.append(TryLock())
             return
-        if self.phase in HOLDING and not self.proof.valid(now):
+        if self.phase in SERVING and not self.proof.valid(now):
             reason = self.proof.reason or "no verification succeeded in time"
             self._lose(f"cannot prove it holds the lock any more ({reason})")
             return
+        # Holding the lock but neither serving nor confirming yet (waiting out, replaying,
+        # proving): an expired proof only means verifying again before serving.
         if self.phase is Phase.WAITING_OUT and now >= self.ready_at:
             self._go(Phase.RECOVERING, "holding the lock: replaying the journal")
             self._out.append(BecomeActive(None))
-        if self.phase in HOLDING and not self.verifying and now >= self.verify_due:
-            self.verifying = True
-            self._out.append(VerifyLock())
+        if self.phase in HOLDING and now >= self.verify_due:
+            self._verify_now()
         elif self.phase is Phase.SEEKING and now >= self.next_try and not _serving(self.peer):
             self._try_lock("the lock may be free")
         elif self.phase is Phase.DEFERRING and now >= self.deferred_until:
             self._go(Phase.SEEKING, "the peer did not take the lock over")
         self._heartbeat()
+
+    def _verify_now(self) -> None:
+        if not self.verifying:
+            self.verifying = True
+            self._out.append(VerifyLock())
 
     def _try_lock(self, why: str, phase: Phase = Phase.LOCKING) -> None:
         self._go(phase, why)
@@ -335,6 +351,8 @@ class SharedStoreNode:
                 return
             self.proof = Proof(max(self.proof.until, result.proof.until))
             self.verify_due = result.now + s.heartbeat
+            if self.phase is Phase.PROVING and self.proof.valid(result.now):
+                self._serve(f"journal replayed and the lock verified; epoch {self.epoch}")
             return
         if self.phase not in TRYING:
             if result.outcome is LockOutcome.ACQUIRED:

@@ -244,14 +244,15 @@ class PairmqServer:
     def read_ahead_seq(self) -> int:
         return self._ahead.read_ahead_seq if self._ahead is not None else 0
 
-    async def read_ahead(self, limit: int) -> int:
-        """Shared store, neither replaying nor serving: read at most `limit` more records of
-        the shared journal (in a thread) into the store `take_over_journal` will serve."""
+    async def read_ahead(self, limit_bytes: int) -> int:
+        """Shared store, neither replaying nor serving: read about `limit_bytes` more of the
+        shared journal (in a thread) into the store `take_over_journal` will serve; returns
+        the bytes read."""
         if self._ahead is None:
             self._ahead = self._new_store()
         try:
             return await self.loop.run_in_executor(None, self._ahead.read_ahead,
-                                                   self.config.dup_cache_size, limit)
+                                                   self.config.dup_cache_size, limit_bytes)
         except (OSError, JournalCorrupt) as e:
             self._ahead = None  # a takeover reads it all, and reports what is wrong
             log.warning("Reading the shared journal ahead failed: %s", e)
@@ -268,7 +269,9 @@ class PairmqServer:
             recovered = await self.loop.run_in_executor(None, store.recover,
                                                         self.config.dup_cache_size)
             broker = self._new_broker()
-            self._restore(broker, store, recovered)
+            # In the thread too: a million messages take seconds to restore, and meanwhile
+            # the loop verifies the lock and answers heartbeats (nothing else sees `broker`).
+            await self.loop.run_in_executor(None, self._restore, broker, store, recovered)
         serving = self._new_role(RoleKind.SERVING, broker, store)
         serving.open_for_serving(self.loop)
         store.fence(guard)

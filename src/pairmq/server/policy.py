@@ -139,9 +139,9 @@ class SharedStoreHost(Protocol):
     def read_ahead_seq(self) -> int:
         """The last record of the shared journal read ahead (0: none)."""
 
-    async def read_ahead(self, limit: int) -> int:
-        """Read at most `limit` more records of the shared journal ahead of a takeover;
-        returns how many were read."""
+    async def read_ahead(self, limit_bytes: int) -> int:
+        """Read about `limit_bytes` more of the shared journal ahead of a takeover; returns
+        the bytes read."""
 
     async def stand_by(self, why: str, drain_timeout: float) -> None: ...
 

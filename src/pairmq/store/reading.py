@@ -67,13 +67,14 @@ class JournalReading:
         self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
         self.where: dict[tuple, int] = {}  # destination/durable/dup/epoch key -> segment id
         self.segments: dict[int, SegmentRead] = {}
+        self.bytes_read = 0  # by the last pass
 
-    def advance(self, final: bool, limit: int = 0) -> bool:
-        """Read what was appended since the last call (reading ahead: at most `limit`
-        records, 0 = all). False when reading ahead cannot go on (records it did not read
-        are gone): start a new reading. With `final`, a torn end of the newest segment is
-        cut and damage elsewhere raises JournalCorrupt, as a start needs."""
-        before = self.records
+    def advance(self, final: bool, limit_bytes: int = 0) -> bool:
+        """Read what was appended since the last call (reading ahead: about `limit_bytes`,
+        0 = all). False when reading ahead cannot go on (records it did not read are gone):
+        start a new reading. With `final`, a torn end of the newest segment is cut and
+        damage elsewhere raises JournalCorrupt, as a start needs."""
+        self.bytes_read = 0
         if final:
             self.read_ahead = self.records
         found = list_segments(self.directory)
@@ -87,11 +88,12 @@ class JournalReading:
                 return self._lost(f"segment {segment_id} appeared behind the reading")
             visit = self._visitor(segment_id, path)
             follows = self.ahead and self.records > 0
-            left = limit - (self.records - before) if limit and not final else 0
+            left = limit_bytes - self.bytes_read if limit_bytes and not final else 0
+            start = known.valid_end if known else 0
             try:
-                scan = scan_segment(segment_id, path, visit, self.last_seq,
-                                    start=known.valid_end if known else 0,
-                                    next_seq=self.last_seq + 1 if follows else 0, limit=left)
+                scan = scan_segment(segment_id, path, visit, self.last_seq, start=start,
+                                    next_seq=self.last_seq + 1 if follows else 0,
+                                    limit_bytes=left)
             except FileNotFoundError:
                 if final:
                     raise
@@ -106,7 +108,8 @@ class JournalReading:
             elif known is None:
                 known = SegmentRead(path, scan.valid_end)
             self.segments[segment_id] = known
-            if left and scan.records == left:
+            self.bytes_read += max(0, scan.valid_end - start)
+            if left and self.bytes_read >= limit_bytes:
                 return True  # this pass read its share; the next one goes on from here
             if scan.problem is None:
                 continue

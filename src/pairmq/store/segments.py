@@ -64,14 +64,14 @@ Visitor = Callable[[int, int, int, memoryview, int], None]
 
 def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
                  after_seq: int = 0, start: int = 0, next_seq: int = 0,
-                 limit: int = 0) -> SegmentScan:
+                 limit_bytes: int = 0) -> SegmentScan:
     """Check every record of one segment, handing the good ones to `visit` in order.
 
     `start`: the offset to read from (a record boundary found by an earlier scan; 0 = the
     first record). `next_seq`: the sequence number the first record read must have (0 = any
     above `after_seq`): a reader following a journal that another process appends to and
-    compacts knows that way that it missed nothing. `limit`: stop after that many records
-    (0 = none), at a record boundary, without a problem."""
+    compacts knows that way that it missed nothing. `limit_bytes`: stop at the first record
+    boundary after reading that many bytes (0 = no limit), without a problem."""
     size = path.stat().st_size
     scan = SegmentScan(segment_id, path, size, 0)
     if size == 0:
@@ -81,7 +81,7 @@ def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     view = memoryview(data)
     try:
-        _scan(view, scan, visit, after_seq, start, next_seq, limit)
+        _scan(view, scan, visit, after_seq, start, next_seq, limit_bytes)
     finally:
         view.release()
         data.close()
@@ -89,7 +89,7 @@ def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
 
 
 def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq: int,
-          start: int = 0, next_seq: int = 0, limit: int = 0) -> None:
+          start: int = 0, next_seq: int = 0, limit_bytes: int = 0) -> None:
     import zlib
 
     size = scan.size
@@ -108,6 +108,7 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
         return
     pos = max(SEGMENT_HEADER.size, start)
     scan.valid_end = pos
+    stop_at = pos + limit_bytes if limit_bytes else size
     last_seq = after_seq
     hsize = RECORD_HEADER.size
     unpack = RECORD_HEADER.unpack_from
@@ -116,7 +117,7 @@ def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq:
     records = first_seq = last_epoch = 0
     try:
         while pos < size:
-            if records == limit and limit:
+            if pos >= stop_at:
                 return
             if size - pos < hsize:
                 scan.problem = f"incomplete record header ({size - pos} bytes)"

@@ -137,20 +137,18 @@ class Store(Mirroring):
         """The last record read ahead (0: none)."""
         return self._reading.last_seq if self._reading is not None else 0
 
-    def read_ahead(self, dup_cache_size: int = 20000, limit: int = 0) -> int:
+    def read_ahead(self, dup_cache_size: int = 20000, limit_bytes: int = 0) -> int:
         """Shared store, before holding the lock: read what the active server appended
-        since the last call, at most `limit` records (0 = all; store/reading.py says why
+        since the last call, about `limit_bytes` of it (0 = all; store/reading.py says why
         nothing is missed), so that `recover` reads only the rest. Never changes a file.
-        Returns the records read by this call. One thread at a time, never during
+        Returns the bytes read by this call. One thread at a time, never during
         `recover`."""
         reading = self._reading
-        before = reading.records if reading is not None else 0
-        if reading is None or not reading.advance(final=False, limit=limit):
+        if reading is None or not reading.advance(final=False, limit_bytes=limit_bytes):
             reading = self._reading = JournalReading(self.directory, dup_cache_size,
                                                      ahead=True)
-            before = 0
-            reading.advance(final=False, limit=limit)
-        return reading.records - before
+            reading.advance(final=False, limit_bytes=limit_bytes)
+        return reading.bytes_read
 
     # ------------------------------------------------------------ serving
 

@@ -31,10 +31,8 @@ from pairmq.ha import channel as ch
 from pairmq.ha.activation import ActivationSteps
 from pairmq.ha.election import Standing, elected
 from pairmq.ha.events import (
-    AskWitness,
     BackupAcked,
     BecomePassive,
-    BeginEpoch,
     ConfirmationsChanged,
     Effect,
     Event,
@@ -72,12 +70,13 @@ from pairmq.ha.phases import (
     Settings,
 )
 from pairmq.ha.states import State
+from pairmq.ha.witnessing import WitnessRequests
 
 SERVING_STATES = (State.ACTIVE, State.STANDALONE)
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
-class ReplicationMachine(ActivationSteps, HandOverSteps):
+class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
     def __init__(self, settings: Settings, journal: Journal, started: float = 0.0) -> None:
         self.cfg = settings
         self.journal = journal
@@ -483,92 +482,6 @@ class ReplicationMachine(ActivationSteps, HandOverSteps):
             self.phase = Phase.STANDALONE
         self.sync_done_seq = None
         self._emit(ServeSync(request))
-
-    # ------------------------------------------------------------ the witness
-
-    def _ask(self, purpose: str, fields: dict[str, Any]) -> None:
-        """Queue a witness request; one is out at a time, in order."""
-        if purpose == "renew" and any(p == "renew" for p, _ in self._queue):
-            return
-        self._queue.append((purpose, fields))
-        self._next_request()
-
-    def _next_request(self) -> None:
-        if self._asking is not None or not self._queue:
-            return
-        purpose, fields = self._queue.pop(0)
-        if purpose == "renew":
-            if not self.serving or self.phase is Phase.HANDING_OVER:
-                self._next_request()  # a renewal must never revive a released lease
-                return
-            fields = {"op": "renew", "standby": self._standby()}
-        self._asking = purpose
-        self._requests += 1
-        self._emit(AskWitness(purpose, {"name": self.cfg.identity,
-                                        "order": [self.cfg.boot, self._requests],
-                                        "epoch": self.journal.epoch,
-                                        "ms": self.cfg.activation_ms, **fields}))
-
-    def _standby(self) -> str | None:
-        return self.peer.get("identity") if self.phase is Phase.ACTIVE else None
-
-    def _renew(self) -> None:
-        if self.cfg.witness:
-            self._ask("renew", {})
-
-    def _on_witness(self, purpose: str, reply: dict[str, Any] | None, requested_at: float,
-                    now: float) -> None:
-        if purpose != self._asking:
-            return
-        self._asking = None
-        if reply is not None:
-            self.witness_info = reply
-        if purpose == "activation" and self.activation is not None:
-            self._on_activation_reply(reply, requested_at)
-        elif purpose == "renew" and self.serving and self.phase is not Phase.HANDING_OVER:
-            self._on_renewed(reply, requested_at)
-        elif purpose == "adopt" and self.serving:
-            self._on_adopted(reply, requested_at)
-        elif purpose == "release" and self.hand_over is not None:
-            self._handed_over()
-        elif purpose == "stop":
-            self.phase = Phase.STOPPED
-        self._next_request()
-
-    def _on_renewed(self, reply: dict[str, Any] | None, requested_at: float) -> None:
-        if reply is None:
-            return
-        standby = self._standby()
-        if reply.get("granted"):
-            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
-            if self.phase is Phase.DROPPING_BACKUP and reply.get("standby") is None:
-                self._set_state(Phase.STANDALONE, "backup lost; the witness knows")
-            self._emit(ConfirmationsChanged())
-        elif reply.get("holder") != self.cfg.identity \
-                and reply.get("holder") in (None, standby) and not reply.get("remaining_ms"):
-            # The witness was away (restarted without its memory, or the pair elected this
-            # server while it was unreachable): nobody else holds a lease, and the server
-            # it last knew as active, if any, is this server's in-sync backup.
-            witness_epoch = int(reply.get("epoch", 0))
-            epoch = self.journal.epoch
-            if epoch <= witness_epoch:
-                epoch = self.cfg.next_epoch(witness_epoch)
-                self._emit(BeginEpoch(epoch))
-            self._ask("adopt", {"op": "adopt", "standby": standby, "epoch": epoch})
-        elif int(reply.get("epoch", 0)) > self.journal.epoch:
-            self._emit(Log(ERROR, f"The witness says epoch {reply.get('epoch')} is active "
-                                  f"(mine is {self.journal.epoch}): stepping down"))
-            self._step_down("the pair moved on to a higher epoch")
-
-    def _on_adopted(self, reply: dict[str, Any] | None, requested_at: float) -> None:
-        if reply is not None and reply.get("granted"):
-            self.witness_lease.granted(requested_at, self.cfg.activation_ms)
-            self._emit(Log(INFO, f"The witness knows this server as active again (epoch "
-                                 f"{reply.get('epoch')}, in-sync backup {self._standby()})"))
-            self._emit(ConfirmationsChanged())
-        elif reply is not None:
-            self._emit(Log(INFO, f"The witness does not take this server as active: "
-                                 f"{reply.get('reason')}"))
 
     # ------------------------------------------------------------ backup side
 

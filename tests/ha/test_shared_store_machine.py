@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pairmq.ha import channel as ch
 from pairmq.ha import shared_store as m
 from pairmq.ha.states import State
 from pairmq.store.sharedlock import Proof, fresh_proof, wait_out
@@ -126,13 +127,13 @@ def test_failback_hands_the_lock_over_after_the_drain_and_the_primary_skips_the_
     primary.step(m.Tick(0.0))
     primary.step(m.PeerConnected({**PEER_ACTIVE, "name": "backup", "role": "backup"}))
     effects = primary.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
-    assert m.Send("failback", {"phase": "request"}) in effects
-    effects = backup.step(m.Failback("request"))
+    assert m.Send(ch.FAILBACK, {"phase": "request"}) in effects
+    effects = backup.step(m.FailbackMessage("request"))
     order = kinds(effects)
     assert order.index(m.BecomePassive) < order.index(m.ReleaseLock) < \
-        effects.index(m.Send("failback", {"phase": "go"}))
+        effects.index(m.Send(ch.FAILBACK, {"phase": "go"}))
     assert backup.state is State.PASSIVE and not backup.may_confirm(backup.now)
-    assert m.TryLock() in primary.step(m.Failback("go"))
+    assert m.TryLock() in primary.step(m.FailbackMessage("go"))
     acquired(primary, 5.0)
     assert m.BecomeActive(None) in primary.step(m.Tick(5.0))
 
@@ -142,13 +143,13 @@ def test_a_clean_stop_without_failover_holds_the_backup_back_until_forced() -> N
     serving(active)
     active.step(m.PeerConnected(PEER_BACKUP))
     effects = active.step(m.Shutdown())
-    assert effects.index(m.Send("failback", {"phase": "shutdown"})) < \
+    assert effects.index(m.Send(ch.FAILBACK, {"phase": "shutdown"})) < \
         effects.index(m.ReleaseLock())
     backup = node("backup")
     backup.step(m.Tick(0.0))
     backup.step(m.PeerConnected(PEER_ACTIVE))
     backup.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
-    backup.step(m.Failback("shutdown"))
+    backup.step(m.FailbackMessage("shutdown"))
     backup.step(m.PeerLost("closed"))
     assert backup.state is State.WAITING
     assert m.TryLock() not in backup.step(m.Tick(10.0))
@@ -161,7 +162,7 @@ def test_failover_on_shutdown_hands_over() -> None:
     serving(active)
     active.step(m.PeerConnected(PEER_BACKUP))
     effects = active.step(m.Shutdown())
-    assert m.Send("failback", {"phase": "go"}) in effects
+    assert m.Send(ch.FAILBACK, {"phase": "go"}) in effects
     assert not active.may_confirm(active.now)
 
 

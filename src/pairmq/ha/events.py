@@ -1,8 +1,10 @@
 """What the pair's state machines are fed (inputs) and what they ask for (effects).
 
-The machines (ha/replication.py) are sans-IO: a driver in server/ turns sockets, timers
-and the witness's answers into the inputs below, hands them to `handle(event, now)`, and
-carries out the effects it gets back, in order. Times are seconds on the driver's
+Both policies' machines (ha/replication.py, ha/shared_store.py) speak this vocabulary;
+the shared-store one adds its lock's inputs and effects (and a `Tick` input). The machines
+are sans-IO: a driver in server/ turns sockets, timers and the witness's answers into the
+inputs below, hands them to the machine, and carries out the effects it gets back, in
+order. Times are seconds on the driver's
 monotonic clock; nothing here reads a clock or touches a socket.
 """
 
@@ -95,9 +97,11 @@ class WitnessReplied:
 
 @dataclass(frozen=True)
 class Recovered:
-    """`BecomeActive` is done: the server serves its journal at `epoch`."""
+    """`BecomeActive` is done: the server serves its journal at `epoch`. `now`: when (the
+    shared-store machine is given no other time with it)."""
 
     epoch: int
+    now: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -136,16 +140,19 @@ class AskWitness:
 
 @dataclass(frozen=True)
 class BecomeActive:
-    """Serve this server's journal at `epoch` (a new serving role); `Recovered` follows."""
+    """Serve this server's journal at `epoch` (a new serving role); `Recovered` follows.
+    None (shared store): one above the shared journal's newest, known after the replay."""
 
-    epoch: int
+    epoch: int | None
 
 
 @dataclass(frozen=True)
 class BecomePassive:
-    """Stop serving: a standby role whose journal mirrors the peer's."""
+    """Stop serving: a standby role (replication: whose journal mirrors the peer's).
+    `drain`: let the journal reach the disk first (shared store, while the lock is proven)."""
 
     why: str
+    drain: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ and shutdown notices, and lets each side report its state. No records cross it.
 
 The driver (server/shared.py) feeds `SharedStoreNode.step` with `Tick(now)`,
 `PeerConnected(hello)`, `Heartbeat(hello)`, `PeerLost(reason)`, `LockResult(...)`,
-`Recovered(epoch)`, `Failback(phase)`, `Force()` and `Shutdown()`, and carries out the
+`Recovered(epoch, now)`, `FailbackMessage(phase)`, `Force()` and `Shutdown()` (all but
+`Tick` and the lock's from ha/events.py, as the replication machine), and carries out the
 effects in order: `Send`, `TryLock`, `VerifyLock`, `ReleaseLock`, `BecomeActive`,
 `BecomePassive`, `CloseClients`, `StateChanged`.
 
@@ -37,6 +38,21 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pairmq.ha import channel as ch
+from pairmq.ha.events import (
+    BecomeActive,
+    BecomePassive,
+    CloseClients,
+    FailbackMessage,
+    Force,
+    Heartbeat,
+    PeerConnected,
+    PeerLost,
+    Recovered,
+    Send,
+    Shutdown,
+    StateChanged,
+)
 from pairmq.ha.states import State
 from pairmq.store.sharedlock import NO_PROOF, Proof, wait_out
 
@@ -84,27 +100,12 @@ class LockOutcome(StrEnum):
     CHECKED = "checked"  # a verification of a held lock: see `proof`
 
 
-# ------------------------------------------------------------ inputs
+# ------------------------------------------------------------ inputs (and ha/events.py's)
 
 
 @dataclass(frozen=True)
 class Tick:
     now: float
-
-
-@dataclass(frozen=True)
-class PeerConnected:
-    hello: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    hello: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class PeerLost:
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -115,37 +116,10 @@ class LockResult:
     detail: str = ""  # BUSY: who holds it, or the error
 
 
-@dataclass(frozen=True)
-class Recovered:
-    epoch: int
-    now: float = 0.0
+Input = Tick | PeerConnected | Heartbeat | PeerLost | LockResult | Recovered | FailbackMessage \
+    | Force | Shutdown
 
-
-@dataclass(frozen=True)
-class Failback:
-    phase: str  # "request" | "go" | "shutdown"
-
-
-@dataclass(frozen=True)
-class Force:
-    pass
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    pass
-
-
-Input = Tick | PeerConnected | Heartbeat | PeerLost | LockResult | Recovered | Failback | \
-    Force | Shutdown
-
-# ------------------------------------------------------------ effects
-
-
-@dataclass(frozen=True)
-class Send:
-    kind: str  # "heartbeat" | "failback"
-    payload: dict[str, Any]
+# ------------------------------------------------------------ effects (and ha/events.py's)
 
 
 @dataclass(frozen=True)
@@ -161,30 +135,6 @@ class VerifyLock:
 @dataclass(frozen=True)
 class ReleaseLock:
     pass
-
-
-@dataclass(frozen=True)
-class BecomeActive:
-    epoch: int | None  # None: one above the shared journal's newest, known after replay
-
-
-@dataclass(frozen=True)
-class BecomePassive:
-    why: str
-    drain: bool = False  # let the journal reach the disk first (only while the lock is proven)
-
-
-@dataclass(frozen=True)
-class CloseClients:
-    message: str
-    active: str | None
-
-
-@dataclass(frozen=True)
-class StateChanged:
-    old: State
-    new: State
-    why: str
 
 
 Effect = Send | TryLock | VerifyLock | ReleaseLock | BecomeActive | BecomePassive | \
@@ -272,7 +222,7 @@ class SharedStoreNode:
             case LockResult():
                 self.now = max(self.now, event.now)
                 self._lock_result(event)
-            case Recovered(epoch, now):
+            case Recovered(epoch, now):  # ha/events.py
                 self.now = max(self.now, now)
                 self.epoch = epoch
                 if self.phase is Phase.RECOVERING:
@@ -283,7 +233,7 @@ class SharedStoreNode:
                         # machine): the lock is still ours unless a verification says not.
                         self.phase = Phase.PROVING
                         self._verify_now()
-            case Failback(phase):
+            case FailbackMessage(phase):
                 self._failback(phase)
             case Force():
                 if self.phase in (Phase.SEEKING, Phase.HELD_BACK):
@@ -292,7 +242,7 @@ class SharedStoreNode:
                 self._shutdown()
         if self.phase is Phase.BACKUP and self._wants_failback():
             self.phase = Phase.FAILBACK_ASKED  # reported PASSIVE all the same
-            self._out.append(Send("failback", {"phase": "request"}))
+            self._out.append(Send(ch.FAILBACK, {"phase": "request"}))
         return self._out
 
     # ------------------------------------------------------------ steps
@@ -306,7 +256,7 @@ class SharedStoreNode:
 
     def _heartbeat(self) -> None:
         if self.peer is not None and self.phase is not Phase.STOPPED:
-            self._out.append(Send("heartbeat", self.hello()))
+            self._out.append(Send(ch.HEARTBEAT, self.hello()))
 
     def _tick(self) -> None:
         now = self.now
@@ -427,7 +377,7 @@ class SharedStoreNode:
         self.deferred_until = self.now + 4 * self.settings.activation
         self._go(Phase.DEFERRING, why)
         self._out += [BecomePassive(why, drain=True), ReleaseLock(),
-                      Send("failback", {"phase": "go"})]
+                      Send(ch.FAILBACK, {"phase": "go"})]
 
     def _shutdown(self) -> None:
         was = self.phase
@@ -437,7 +387,7 @@ class SharedStoreNode:
             return
         if was in SERVING and self.peer is not None:
             # Tell the peer first: it must not take the lock released below.
-            self._out.append(Send("failback", {"phase": "shutdown"}))
+            self._out.append(Send(ch.FAILBACK, {"phase": "shutdown"}))
         self._go(Phase.STOPPED, "shutting down")
         if was in SERVING:
             self._out.append(BecomePassive("shutting down", drain=True))

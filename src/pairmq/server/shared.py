@@ -17,6 +17,7 @@ from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import shared_store as m
+from pairmq.ha.events import from_channel
 from pairmq.ha.states import State
 from pairmq.server.halink import Link, accept_link, open_link, split_address
 from pairmq.server.policy import SharedStoreHost
@@ -25,6 +26,7 @@ from pairmq.store.sharedlock import NO_PROOF, SharedLock, fresh_proof, verify
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")
 
+SHARED_KINDS = (ch.HEARTBEAT, ch.FAILBACK)  # no records cross the channel: the journal is shared
 READ_AHEAD_BYTES = 8 << 20  # per pass of reading the journal ahead (~0.1 s of 1 KiB messages)
 
 
@@ -155,10 +157,7 @@ class SharedStorePair:
                 self.server.state_changed(old, new)
             case m.Send(kind, payload):
                 if self.link is not None:
-                    if kind == "heartbeat":
-                        self.link.send_json(ch.HEARTBEAT, self.hello())
-                    else:
-                        self.link.send_json(ch.FAILBACK, payload)
+                    self.link.send_json(kind, self.hello() if kind == ch.HEARTBEAT else payload)
             case m.CloseClients(message, active):
                 self.server.close_clients(message, active)
             case m.VerifyLock():
@@ -290,14 +289,13 @@ class SharedStorePair:
             while True:
                 kind, payload = await link.recv(self.activation)
                 message = ch.decode_json(payload)
+                event = from_channel(kind, message) if kind in SHARED_KINDS else None
+                if event is None:
+                    raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
                 if kind == ch.HEARTBEAT:
                     self.peer.update(message)
                     self._set_peer_state(State(message.get("state", "STARTING")))
-                    self.step(m.Heartbeat(message))
-                elif kind == ch.FAILBACK:
-                    self.step(m.Failback(str(message.get("phase"))))
-                else:
-                    raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
+                self.step(event)
         except TimeoutError:
             reason = f"no heartbeat for {int(self.activation * 1000)} ms"
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:

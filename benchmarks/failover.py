@@ -109,13 +109,18 @@ class TwoServers:
         self.policy = policy
         self.pair: Pair | None = None
 
-    def _pair(self, workdir: Path) -> Pair:
+    def _pair(self, workdir: Path, activation_ms: int = 0) -> Pair:
         self.pair = Pair(workdir, heartbeat_ms=self.heartbeat_ms,
-                         activation_ms=self.activation_ms, policy=self.policy)
+                         activation_ms=activation_ms or self.activation_ms, policy=self.policy)
         return self.pair
 
     def prepare(self, retained: int, size: int) -> None:
-        pair = self._pair(self.template)
+        # Loading a million messages as fast as two producers can, on a shared 2-core
+        # machine, makes garbage collections of the growing heap last up to a second or
+        # more (docs/benchmarks.md): with the default 2 s interval a lease or lock proof
+        # can then lapse mid-load. The template is prepared with a 10 s interval; every
+        # measured run uses the setting's intervals.
+        pair = self._pair(self.template, activation_ms=max(self.activation_ms, 10_000))
         try:
             pair.start_pair(timeout=120)
             if retained:

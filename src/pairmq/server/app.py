@@ -19,7 +19,7 @@ from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
-from pairmq.store.gcpause import gc_paused
+from pairmq.store.gcpause import gc_paused, report_slow_collections
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.sharedlock import JOURNAL_NAME, is_shared_store
 from pairmq.store.store import Store
@@ -32,6 +32,7 @@ class StartupError(Exception):
 
 
 log = logging.getLogger("pairmq.server")
+SLOW_GC_S = 0.2  # a collection longer than this is logged: leases run meanwhile
 
 EXPIRY_SWEEP_S = 1.0
 # The journal thread needs the GIL back after each write and fdatasync; from a busy event
@@ -155,6 +156,9 @@ class PairmqServer:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._lock_data_dir()
+        report_slow_collections(SLOW_GC_S, lambda generation, took: log.warning(
+            "A garbage collection (generation %s) paused the server for %.2f s", generation,
+            took))
         if not self._shared:  # a shared journal is read once its lock is held
             with gc_paused(freeze=True):
                 self._restore(self.role.broker, self.role.store)

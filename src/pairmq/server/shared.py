@@ -231,6 +231,12 @@ class SharedStorePair:
             proof = m.Proof(0.0, f"cannot read the lock file: {e}")
         if proof.reason:
             log.warning("Lock verification failed: %s", proof.reason)
+        took = time.monotonic() - started
+        if took > self.activation / 4:
+            # Each verification proves the lock for the activation interval from its start:
+            # slow ones (a slow shared file system, a stalled process) leave little margin.
+            log.warning("Verifying the shared store's lock took %.2f s (activation interval "
+                        "%.2f s)", took, self.activation)
         self.step(m.LockResult(m.LockOutcome.CHECKED, time.monotonic(), proof))
         self._expire_at(self.node.proof.until)
 

@@ -7,6 +7,7 @@ recovery); after recovery they are frozen, so later collections skip them too.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,3 +24,19 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
             gc.freeze()
         if enabled:
             gc.enable()
+
+
+def report_slow_collections(threshold_s: float, report) -> None:
+    """Call `report(generation, seconds)` after every collection that took longer than
+    `threshold_s`: a pause of the whole process (leases and lock proofs run meanwhile)."""
+    started: dict[str, float] = {}
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            took = time.perf_counter() - started.pop("t")
+            if took > threshold_s:
+                report(info.get("generation"), took)
+
+    gc.callbacks.append(callback)

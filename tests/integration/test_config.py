@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.rawstomp import connect as raw_connect
 from tests.integration.rawstomp import unique
+from tests.serverproc import start_server
 
 GOOD_CONFIG = """
 [server]
@@ -145,6 +146,19 @@ def test_bad_config_is_refused_naming_the_key(tmp_path, case):
     assert result.returncode != 0
     assert key in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_second_server_on_a_data_directory_is_refused_naming_the_first(tmp_path):
+    first = start_server(tmp_path, name="first")
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            start_server(tmp_path, "--data-dir", str(first.data_dir), name="second")
+        message = str(refused.value)
+        assert f"data directory {first.data_dir} is in use by another pairmq server" in message
+        assert f"first (pid {first.proc.pid}" in message and "Traceback" not in message
+        assert first.proc.poll() is None  # the first one serves on
+    finally:
+        first.stop()
 
 
 def test_invalid_toml_is_refused(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import sys
@@ -21,7 +20,7 @@ from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
 from pairmq.store.gcpause import gc_paused, report_slow_collections
 from pairmq.store.reading import JournalCorrupt
-from pairmq.store.sharedlock import JOURNAL_NAME, is_shared_store
+from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
 from pairmq.store.store import Store
 
 DRAIN_TIMEOUT_S = 10.0
@@ -32,6 +31,7 @@ class StartupError(Exception):
 
 
 log = logging.getLogger("pairmq.server")
+DATA_LOCK_NAME = "lock"  # in data_dir: one server process per data directory
 SLOW_GC_S = 0.2  # a collection longer than this is logged: leases run meanwhile
 
 EXPIRY_SWEEP_S = 1.0
@@ -44,7 +44,7 @@ GIL_SWITCH_S = 0.0002
 class PairmqServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self._lock_fd: int | None = None
+        self._data_lock: SharedLock | None = None  # this process's, on its data_dir
         self._conn_seq = 0
         self._generation = 0
         self._server: asyncio.Server | None = None
@@ -135,17 +135,11 @@ class PairmqServer:
                                "shared-store pair: only a server with [ha] policy = "
                                "\"shared-store\" and shared_dir pointing there may use it")
         data_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise StartupError(f"data directory {data_dir} is in use by another pairmq server "
-                               f"(pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+        lock = SharedLock(data_dir, self.config.name, file_name=DATA_LOCK_NAME)
+        if not lock.try_acquire():
+            raise StartupError(f"data directory {data_dir} is in use by another pairmq server: "
+                               f"{lock.holder()}")
+        self._data_lock = lock
 
     def _restore(self, broker: Broker, store: Store, recovered: tuple | None = None) -> None:
         replay, report = recovered or store.recover(self.config.dup_cache_size)
@@ -203,8 +197,8 @@ class PairmqServer:
             log.error("Journal did not reach the disk within %.0f s of stopping: records "
                       "not yet confirmed to clients may be lost", DRAIN_TIMEOUT_S)
         role.store.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        if self._data_lock is not None:
+            self._data_lock.release()
         log.info("pairmq server %s stopped", self.config.name)
 
     # ------------------------------------------------------------ what the pair calls

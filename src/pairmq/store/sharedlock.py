@@ -40,8 +40,8 @@ DRIFT = 0.05  # as ha/lease.py: clocks may run this much apart over one validity
 RECORD_BYTES = 512  # the holder record is rewritten in place, padded to this size
 
 
-def lock_path(shared_dir: Path) -> Path:
-    return Path(shared_dir) / LOCK_NAME
+def lock_path(shared_dir: Path, file_name: str = LOCK_NAME) -> Path:
+    return Path(shared_dir) / file_name
 
 
 def is_shared_store(directory: Path) -> bool:
@@ -102,10 +102,12 @@ def wait_out(acquired: float, validity: float) -> float:
 
 
 class SharedLock:
-    """The lock file of one shared directory, as one server sees it (blocking calls)."""
+    """The lock file of one shared directory, as one server sees it (blocking calls). Also
+    each server's own data directory lock (`file_name="lock"`): one process per directory,
+    and the refusal names the holder."""
 
-    def __init__(self, shared_dir: Path, name: str) -> None:
-        self.path = lock_path(shared_dir)
+    def __init__(self, shared_dir: Path, name: str, file_name: str = LOCK_NAME) -> None:
+        self.path = lock_path(shared_dir, file_name)
         self.name = name
         self.token = ""
         self._fd: int | None = None

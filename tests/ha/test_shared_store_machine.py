@@ -226,3 +226,23 @@ def test_a_failed_verification_after_a_long_replay_gives_the_lock_up() -> None:
                                   Proof(0.0, "the holder record is another server's")))
     assert m.CloseClients in kinds(effects) and not n.may_write(t + 11 * V)
     assert n.state is State.WAITING
+
+
+def test_a_server_does_not_start_serving_on_a_proof_about_to_lapse() -> None:
+    """A verification slowed by a busy process returns a proof with less than a heartbeat
+    left: serving on it would give the lock up at the next tick. Verify once more."""
+    n = node()
+    n.step(m.Tick(0.0))
+    acquired(n, 0.0)
+    t = wait_out(0.0, V)
+    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
+    n.step(m.Tick(t))
+    late = t + 10 * V
+    n.step(m.Recovered(3, late))
+    slow_start = late
+    done = slow_start + V * 0.95 - HB / 2  # the proof has half a heartbeat left
+    effects = n.step(m.LockResult(m.LockOutcome.CHECKED, done, fresh_proof(slow_start, V)))
+    assert n.state is State.STARTING and m.VerifyLock in kinds(effects)
+    effects = n.step(m.LockResult(m.LockOutcome.CHECKED, done + 0.01,
+                                  fresh_proof(done, V)))
+    assert n.state is State.STANDALONE and n.may_confirm(done + 0.01)

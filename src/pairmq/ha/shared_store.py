@@ -226,7 +226,7 @@ class SharedStoreNode:
                 self.now = max(self.now, now)
                 self.epoch = epoch
                 if self.phase is Phase.RECOVERING:
-                    if self.proof.valid(self.now):
+                    if self._proof_lasts(self.now):
                         self._serve(f"journal replayed; epoch {epoch}")
                     else:
                         # A long replay outlasted the proof (a million messages, a busy
@@ -281,6 +281,12 @@ class SharedStoreNode:
             self._go(Phase.SEEKING, "the peer did not take the lock over")
         self._heartbeat()
 
+    def _proof_lasts(self, now: float) -> bool:
+        """Enough proof left to start serving on: until the next verification is due and
+        has had a heartbeat to complete (serving on a proof about to lapse would only
+        give the lock up again at the next tick)."""
+        return self.proof.valid(now + self.settings.heartbeat)
+
     def _verify_now(self) -> None:
         if not self.verifying:
             self.verifying = True
@@ -301,8 +307,11 @@ class SharedStoreNode:
                 return
             self.proof = Proof(max(self.proof.until, result.proof.until))
             self.verify_due = result.now + s.heartbeat
-            if self.phase is Phase.PROVING and self.proof.valid(result.now):
-                self._serve(f"journal replayed and the lock verified; epoch {self.epoch}")
+            if self.phase is Phase.PROVING:
+                if self._proof_lasts(result.now):
+                    self._serve(f"journal replayed and the lock verified; epoch {self.epoch}")
+                else:
+                    self._verify_now()  # it was slow (the process was busy): once more
             return
         if self.phase not in TRYING:
             if result.outcome is LockOutcome.ACQUIRED:

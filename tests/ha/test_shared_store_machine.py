@@ -192,16 +192,23 @@ def test_the_journal_is_read_ahead_only_while_neither_replayed_nor_served() -> N
                           m.Phase.STOPPED}
 
 
-def test_a_replay_that_outlasts_the_proof_verifies_the_lock_again_before_serving() -> None:
-    """A million messages on a busy machine take longer to replay than a proof lasts. The
-    lock is still this server's: it is verified again, and only then does the server serve
-    (before, it served and at its next tick gave the lock up, in a loop of replays)."""
+def replaying() -> tuple[m.SharedStoreNode, float]:
+    """A node that took a free lock, waited out any earlier proof and is replaying the
+    journal; returns it and the time the replay began."""
     n = node()
     n.step(m.Tick(0.0))
     acquired(n, 0.0)
     t = wait_out(0.0, V)
     n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
     assert m.BecomeActive(None) in n.step(m.Tick(t))
+    return n, t
+
+
+def test_a_replay_that_outlasts_the_proof_verifies_the_lock_again_before_serving() -> None:
+    """A million messages on a busy machine take longer to replay than a proof lasts. The
+    lock is still this server's: it is verified again, and only then does the server serve
+    (before, it served and at its next tick gave the lock up, in a loop of replays)."""
+    n, t = replaying()
     late = t + 10 * V  # the replay took this long; no verification result came meanwhile
     assert m.StateChanged not in kinds(n.step(m.Tick(late)))  # not given up
     effects = n.step(m.Recovered(3, late + V))
@@ -215,12 +222,7 @@ def test_a_replay_that_outlasts_the_proof_verifies_the_lock_again_before_serving
 
 
 def test_a_failed_verification_after_a_long_replay_gives_the_lock_up() -> None:
-    n = node()
-    n.step(m.Tick(0.0))
-    acquired(n, 0.0)
-    t = wait_out(0.0, V)
-    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
-    n.step(m.Tick(t))
+    n, t = replaying()
     n.step(m.Recovered(3, t + 10 * V))
     effects = n.step(m.LockResult(m.LockOutcome.CHECKED, t + 11 * V,
                                   Proof(0.0, "the holder record is another server's")))
@@ -231,12 +233,7 @@ def test_a_failed_verification_after_a_long_replay_gives_the_lock_up() -> None:
 def test_a_server_does_not_start_serving_on_a_proof_about_to_lapse() -> None:
     """A verification slowed by a busy process returns a proof with less than a heartbeat
     left: serving on it would give the lock up at the next tick. Verify once more."""
-    n = node()
-    n.step(m.Tick(0.0))
-    acquired(n, 0.0)
-    t = wait_out(0.0, V)
-    n.step(m.LockResult(m.LockOutcome.CHECKED, t, fresh_proof(t, V)))
-    n.step(m.Tick(t))
+    n, t = replaying()
     late = t + 10 * V
     n.step(m.Recovered(3, late))
     slow_start = late

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from pairmq.core import Broker, Message
 from pairmq.store import records as disk
 from pairmq.store.paging import PagedBytes
+from pairmq.store.reading import message_of
 from pairmq.store.records import RECORD_HEADER, decode_entries
 from pairmq.store.segments import list_segments
 from pairmq.store.writer import JournalWriter, SegmentInfo
@@ -123,10 +124,7 @@ class Mirroring:
             kind = entry[0]
             if kind == disk.ADD:
                 e = entry[1]
-                message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
-                                  e.priority, e.expires, e.body_length + e.meta_length + 64,
-                                  e.order)
-                message.body_length = e.body_length
+                message = message_of(e)
                 self._follow_add(message, e.queues, e.deliveries, payload, e.body_offset, seq,
                                  info, offset)
             elif kind == disk.DEL:

@@ -177,11 +177,8 @@ class JournalReading:
             kind = entry[0]
             if kind == disk.ADD:
                 e = entry[1]
-                message = Message(e.message_id, e.destination, e.headers, None, e.persistent,
-                                  e.priority, e.expires, e.body_length + e.meta_length + 64,
-                                  e.order)
+                message = message_of(e)
                 message.body_offset = offset + e.body_offset
-                message.body_length = e.body_length
                 message.journal_segment = segment_id
                 shared = replay.add(message, e.queues, e.deliveries)
                 if shared is not message:  # a compaction copy: the newest location wins
@@ -209,6 +206,14 @@ class JournalReading:
                     where[("dup", entry[1], dup_id)] = segment_id
             elif kind == disk.EPOCH:
                 where[("epoch", entry[1])] = segment_id
+
+
+def message_of(e: disk.AddEntry) -> Message:
+    """The message an ADD entry read back from a journal describes (body left on disk)."""
+    message = Message(e.message_id, e.destination, e.headers, None, e.persistent, e.priority,
+                      e.expires, e.body_length + e.meta_length + 64, e.order)
+    message.body_length = e.body_length
+    return message
 
 
 def _apply_adds(replay: Replay, payload: memoryview, segment_id: int, offset: int) -> bool:

@@ -254,7 +254,10 @@ class PairmqServer:
         except (OSError, JournalCorrupt) as e:
             self._ahead = None  # a takeover reads it all, and reports what is wrong
             log.warning("Reading the shared journal ahead failed: %s", e)
-            return 0
+        except Exception:
+            self._ahead = None
+            log.exception("Reading the shared journal ahead failed")
+        return 0
 
     async def take_over_journal(self, guard) -> int:
         """Shared store, lock held: replay the shared journal (in a thread, heartbeats and

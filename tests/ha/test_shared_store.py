@@ -23,6 +23,8 @@ from tests.ha.clients import (
 )
 from tests.ha.pair import Pair, wait_for
 from tests.ha.test_failover import addresses, missing_report, queue_depth
+from tests.ha.test_takeover import address as takeover_address
+from tests.ha.test_takeover import body, build_mixed_state, read_all
 from tests.serverproc import start_server
 
 QUEUE = "/queue/ha-load"
@@ -164,6 +166,43 @@ def test_the_backup_reads_the_journal_ahead_and_replays_only_the_rest(pair_facto
     got = drain(parse_address(shared.stomp_address("backup")), QUEUE)
     assert sorted(got) == sorted(kept) and set(got.values()) == {1}
     assert drain(parse_address(shared.stomp_address("backup")), "/queue/churn") == {}
+
+
+def test_after_a_kill_the_backup_serves_the_shared_journal_with_redeliveries_marked(
+        pair_factory) -> None:
+    """The state a takeover serves is the one journal's: queues with acked, unacked and
+    never delivered messages, a durable subscription created at run time (and one deleted),
+    committed and open transactions, a dup-id sent twice. Delivered, unacknowledged
+    messages come again marked redelivered; acked ones and the open transaction's never."""
+    shared = pair_factory(policy="shared-store", flags=["--paging-bytes", "20000"])
+    shared.start()
+    shared.wait_formed()
+    expected, unacked, clients = build_mixed_state(takeover_address(shared, "primary"))
+    shared.kill("primary")
+    shared.wait_active(15, "backup")
+    for client in clients:
+        client.close()
+    served = read_all(takeover_address(shared, "backup"))
+    by_destination = {d: {x for dd, x, *_ in served if dd == d} for d in expected}
+    assert by_destination == expected
+    assert len(served) == sum(len(v) for v in expected.values())  # nothing twice
+    for destination, x_id, _, got, count in served:
+        assert got == body(x_id), (destination, x_id)
+        assert count == 1 or destination == "/queue/a", (destination, x_id, count)
+    redelivered = {x for _, x, _, _, count in served if count == 2}
+    assert unacked <= redelivered and len(redelivered) == 11, redelivered
+    # and the frames say so: read_all's deliveries went back unacknowledged, so each comes
+    # again with STOMP's redelivered header and its count one higher
+    counts = {x: count for d, x, _, _, count in served if d == "/queue/a"}
+    client = BlockingConnection(*takeover_address(shared, "backup"), timeout=5.0)
+    client.subscribe("/queue/a", sub_id="r", ack="client-individual")
+    again = {}
+    for _ in counts:
+        frame = client.read_frame(5.0)
+        again[frame.headers["x-id"]] = (frame.headers.get("redelivered"),
+                                        int(frame.headers["delivery-count"]))
+    client.close()
+    assert again == {x: ("true", count + 1) for x, count in counts.items()}
 
 
 def test_a_server_without_the_policy_refuses_the_shared_directory(shared: Pair,

@@ -18,8 +18,24 @@ from tests.ha.clients import (
 from tests.ha.pair import HOST, Pair
 from tests.ha.test_failover import QUEUE, addresses, missing_report
 
+POLICIES = ["replication", "shared-store"]
+# what the stopping active and the backup that takes over log, per policy
+HAND_OVER_LOGS = {"replication": ("Handing over to backup", "handed over"),
+                  "shared-store": ("shutting down (failover_on_shutdown = true)",
+                                   "acquired the lock of the shared store")}
 
-def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair: Pair) -> None:
+
+def formed(pair_factory, policy: str, flags: list[str]) -> Pair:
+    pair = pair_factory(policy=policy, flags=flags)
+    pair.start(parallel=True)
+    pair.wait_formed()
+    return pair
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair_factory, policy: str
+                                                              ) -> None:
+    pair = formed(pair_factory, policy, [])
     sent = send_some(parse_address(pair.stomp_address("primary")), QUEUE, "before", 20)
     assert pair.stop("primary") == 0
     pair.wait_state("backup", "WAITING", 10)
@@ -39,10 +55,10 @@ def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair: Pair) -> None
     assert sorted(got) == sorted(sent) and set(got.values()) == {1}
 
 
-def test_sigterm_with_failover_on_shutdown_hands_over_to_the_backup(pair_factory) -> None:
-    pair = pair_factory(flags=["--failover-on-shutdown"])
-    pair.start(parallel=True)
-    pair.wait_formed()
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sigterm_with_failover_on_shutdown_hands_over_to_the_backup(pair_factory, policy: str
+                                                                     ) -> None:
+    pair = formed(pair_factory, policy, ["--failover-on-shutdown"])
     addrs = addresses(pair)
     consumer = FailoverConsumer(addrs, QUEUE).start()
     load = Load(addrs, QUEUE).start()
@@ -62,5 +78,6 @@ def test_sigterm_with_failover_on_shutdown_hands_over_to_the_backup(pair_factory
         consumer.stop()
     check_exactly_once(receipted, consumer)
     assert load.producer.connected_to[-1] == addrs[1]
-    assert "Handing over to backup" in pair.logs("primary")
-    assert "handed over" in pair.logs("backup")
+    said_by_primary, said_by_backup = HAND_OVER_LOGS[policy]
+    assert said_by_primary in pair.logs("primary")
+    assert said_by_backup in pair.logs("backup")

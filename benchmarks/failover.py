@@ -191,7 +191,13 @@ def one_run(args: argparse.Namespace, deployment: Deployment, retained: int, run
     errors: list[str] = []
     try:
         deployment.start_run(workdir)
+        # Ready once is not ready still: the active may append a record meanwhile (shared
+        # store: the backup then reads it ahead within a heartbeat).
+        ready_by = time.monotonic() + 10
         before = deployment.status_of_taker()
+        while not deployment.ready(before) and time.monotonic() < ready_by:
+            time.sleep(0.05)
+            before = deployment.status_of_taker()
         if not deployment.ready(before):
             raise BenchError(f"before the kill the backup is {ha_state(before)}, not ready "
                              "to take over")

@@ -688,7 +688,7 @@ def server_log_problems(server: ServerProcess, limit: int = 10) -> list[str]:
 
 def wait_serving(server: ServerProcess, timeout: float = 20.0) -> None:
     """Until the server accepts a STOMP client (a pair member serves after taking over)."""
-    from pairmq.client.blocking import BlockingConnection, StompError
+    from pairmq.client.plain import BlockingConnection, StompError
 
     deadline = time.monotonic() + timeout
     while True:

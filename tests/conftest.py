@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import serverproc
+from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 
 serverproc.LOG_LEVEL = "debug"
@@ -68,3 +69,30 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 def server(server_factory) -> ServerProcess:
     """One server with default settings, anonymous access allowed, and a user admin/secret."""
     return server_factory("--user", "admin:secret")
+
+
+@pytest.fixture
+def stomp_client() -> Iterator[Callable[..., Client]]:
+    """`stomp_client(server, version="1.2", login=None, passcode=None, headers=None,
+    heartbeats=(0, 0), connect=True)` -> a CONNECTED stomp.py Client (closed at teardown)."""
+    made: list[Client] = []
+
+    def factory(
+        target: ServerProcess | tuple[str, int],
+        version: str = "1.2",
+        login: str | None = None,
+        passcode: str | None = None,
+        headers: dict[str, str] | None = None,
+        heartbeats: tuple[int, int] = (0, 0),
+        connect: bool = True,
+    ) -> Client:
+        address = target.address if isinstance(target, ServerProcess) else target
+        client = Client(address, version=version, heartbeats=heartbeats)
+        made.append(client)
+        if connect:
+            client.connect(login, passcode, headers=headers)
+        return client
+
+    yield factory
+    for client in made:
+        client.close()

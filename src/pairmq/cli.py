@@ -276,21 +276,21 @@ def journal_repair(directory: Path, yes: bool) -> None:
 def _client_options(func):
     func = click.option("-p", "--passcode", default=None, help="passcode")(func)
     func = click.option("-u", "--login", default=None, help="login")(func)
-    func = click.option("-s", "--server", "address", default="127.0.0.1:61613",
-                        show_default=True, help="server HOST:PORT")(func)
+    func = click.option("-s", "--server", "url", default="127.0.0.1:61613", show_default=True,
+                        help="HOST:PORT, a list HOST:PORT,HOST:PORT, or a failover URL "
+                             "failover:(stomp://H1:P1,stomp://H2:P2)?...")(func)
     return func
 
 
-def _connect(address: str, login: str | None, passcode: str | None):
-    from pairmq.client.blocking import BlockingConnection, StompError
+def _connect(url: str, login: str | None, passcode: str | None):
+    import pairmq.client
 
-    host, _, port = address.rpartition(":")
     try:
-        return BlockingConnection(host, int(port), login, passcode)
-    except StompError as e:
-        raise click.ClickException(f"server refused: {e}") from None
-    except OSError as e:
-        raise click.ClickException(f"cannot reach {address}: {e}") from None
+        return pairmq.client.connect(url, login=login, passcode=passcode,
+                                     initial_connect_attempts=2, retry_interval=200,
+                                     connection_ttl=0)
+    except pairmq.client.ClientError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @main.command()
@@ -298,19 +298,21 @@ def _connect(address: str, login: str | None, passcode: str | None):
 @click.option("--persistent/--no-persistent", default=True, show_default=True)
 @click.argument("destination")
 @click.argument("body")
-def send(address: str, login: str | None, passcode: str | None, persistent: bool,
+def send(url: str, login: str | None, passcode: str | None, persistent: bool,
          destination: str, body: str) -> None:
-    """Send BODY to DESTINATION and wait for the server's receipt."""
-    from pairmq.client.blocking import StompError
+    """Send BODY to DESTINATION; a persistent message waits for the server's confirmation
+    (through a failover of the pair if one happens meanwhile)."""
+    import pairmq.client
 
-    conn = _connect(address, login, passcode)
+    client = _connect(url, login, passcode)
     try:
-        conn.send(destination, body.encode(), {"persistent": "true"} if persistent else {})
-    except StompError as e:
-        raise click.ClickException(f"server refused: {e}") from None
+        client.send(destination, body.encode(), persistent=persistent)
+    except pairmq.client.ClientError as e:
+        raise click.ClickException(str(e)) from None
     finally:
-        conn.close()
-    click.echo(f"sent to {destination}")
+        client.close(timeout=5)
+    click.echo(f"sent to {destination} ({'confirmed' if persistent else 'not persistent'} "
+               f"by {client.server})")
 
 
 @main.command()
@@ -318,24 +320,24 @@ def send(address: str, login: str | None, passcode: str | None, persistent: bool
 @click.option("-n", "--count", default=1, show_default=True, help="messages to receive")
 @click.option("--timeout", default=10.0, show_default=True, help="seconds to wait for each")
 @click.argument("destination")
-def receive(address: str, login: str | None, passcode: str | None, count: int, timeout: float,
+def receive(url: str, login: str | None, passcode: str | None, count: int, timeout: float,
             destination: str) -> None:
-    """Receive COUNT messages from DESTINATION (acknowledged once printed)."""
-    from pairmq.client.blocking import StompError
+    """Receive COUNT messages from DESTINATION (each acknowledged once printed)."""
+    import pairmq.client
 
-    conn = _connect(address, login, passcode)
+    client = _connect(url, login, passcode)
     try:
-        conn.subscribe(destination, ack="client-individual")
+        sub = client.subscribe(destination, ack="client-individual")
         for _ in range(count):
-            message = conn.read_frame(timeout)
+            message = sub.receive(timeout)
+            if message is None:
+                raise click.ClickException(f"no message on {destination} within {timeout} s")
             click.echo(message.body.decode(errors="replace"))
-            conn.ack(message)
-    except StompError as e:
-        raise click.ClickException(f"server refused: {e}") from None
-    except TimeoutError:
-        raise click.ClickException(f"no message on {destination} within {timeout} s") from None
+            client.ack(message)
+    except pairmq.client.ClientError as e:
+        raise click.ClickException(str(e)) from None
     finally:
-        conn.close()
+        client.close(timeout=5)
 
 
 if __name__ == "__main__":

@@ -95,8 +95,9 @@ def run_local_pair(root: Path) -> None:
     console.print(f"  password  {password}   (kept in {root / 'credentials'})")
     console.print(f"  logs      {logs}/")
     console.print("  try it    ", end="")
-    print(f".venv/bin/pairmq send -s 127.0.0.1:61613 -u {login} -p {password} /queue/hello hi "
-          f"&& .venv/bin/pairmq receive -s 127.0.0.1:61613 -u {login} -p {password} "
+    pair = "127.0.0.1:61613,127.0.0.1:61614"  # the client finds the active one
+    print(f".venv/bin/pairmq send -s {pair} -u {login} -p {password} /queue/hello hi "
+          f"&& .venv/bin/pairmq receive -s {pair} -u {login} -p {password} "
           "/queue/hello", file=sys.stderr, flush=True)
     state = ".venv/bin/pairmq status"
     if root.resolve() != LOCAL_DIR.resolve():  # status finds only the default dir by itself

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.client.plain import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
 
 Address = tuple[str, int]

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.client.plain import BlockingConnection, StompError
 from tests.serverproc import ServerProcess, free_port, start_server, wait_for_port
 from tests.support.admin import admin_env, admin_status, admin_user_flags
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.client.plain import BlockingConnection, StompError
 from tests.ha.clients import drain, parse_address
 from tests.ha.pair import HOST, Pair
 from tests.netproxy import NetProxy

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.client.plain import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
 from pairmq.server.config import ConfigError, load_config
 from pairmq.store.segments import list_segments

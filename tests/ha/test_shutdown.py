@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.client.plain import BlockingConnection, StompError
 from tests.ha.clients import (
     FailoverConsumer,
     Load,

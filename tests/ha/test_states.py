@@ -8,7 +8,7 @@ import time
 import pytest
 import stomp
 
-from pairmq.client.blocking import BlockingConnection, StompError
+from pairmq.client.plain import BlockingConnection, StompError
 from tests.ha.pair import HOST, NAMES, Pair, wait_for
 
 

@@ -9,39 +9,12 @@ from typing import Any
 import pytest
 
 from tests.integration import rawstomp
-from tests.integration.clients import Client
 from tests.serverproc import ServerProcess
 from tests.support.disk import loop_filesystem
 
 
 def _address(target: ServerProcess | tuple[str, int]) -> tuple[str, int]:
     return target.address if isinstance(target, ServerProcess) else target
-
-
-@pytest.fixture
-def stomp_client() -> Iterator[Callable[..., Client]]:
-    """`stomp_client(server, version="1.2", login=None, passcode=None, headers=None,
-    heartbeats=(0, 0), connect=True)` -> a CONNECTED stomp.py Client (closed at teardown)."""
-    made: list[Client] = []
-
-    def factory(
-        target: ServerProcess | tuple[str, int],
-        version: str = "1.2",
-        login: str | None = None,
-        passcode: str | None = None,
-        headers: dict[str, str] | None = None,
-        heartbeats: tuple[int, int] = (0, 0),
-        connect: bool = True,
-    ) -> Client:
-        client = Client(_address(target), version=version, heartbeats=heartbeats)
-        made.append(client)
-        if connect:
-            client.connect(login, passcode, headers=headers)
-        return client
-
-    yield factory
-    for client in made:
-        client.close()
 
 
 @pytest.fixture

@@ -1,94 +1,519 @@
-"""A minimal blocking STOMP connection, for the command-line tools and scripts.
+"""The blocking failover client: usable from any number of threads.
 
-The failover client of DESIGN.md (failover URLs, resend with dup-ids, outbox) builds
-on the same protocol layer; this one is deliberately small.
+A thin driver around the sans-IO `Engine`: one I/O thread per client opens connections,
+reads the socket, keeps time (heart-beats, retries) and calls the failover listeners;
+application threads call the engine under one lock and write what it produced. Every wait
+is a `threading.Condition` on that lock, notified after each batch the I/O thread applies.
 """
 
 from __future__ import annotations
 
+import logging
+import select
 import socket
+import threading
 import time
-from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from pairmq.protocol import Frame, FrameParser, serialize
+from pairmq.client.engine import Engine, Link
+from pairmq.client.errors import CallTimeout, ClientClosed, ClientError, ConnectionFailed
+from pairmq.client.options import ClientOptions
+from pairmq.client.outbox import Outbox
+from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.subscriptions import SubscriptionState
+from pairmq.client.waiting import Waiting, outcome_of
+
+log = logging.getLogger("pairmq.client")
+
+Listener = Callable[[FailoverEvent], None]
+READ_BYTES = 256 * 1024
 
 
-class StompError(Exception):
-    """The server answered ERROR; `frame` holds its headers and body."""
+class Subscription:
+    """What `Client.subscribe` returns: receive its messages, or iterate over them."""
 
-    def __init__(self, frame: Frame) -> None:
-        self.frame = frame
-        super().__init__(frame.headers.get("message", "ERROR"))
+    def __init__(self, client: Client, state: SubscriptionState) -> None:
+        self._client = client
+        self._state = state
+
+    @property
+    def id(self) -> str:
+        return self._state.id
+
+    @property
+    def destination(self) -> str:
+        return self._state.destination
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after `timeout` s (None: wait for ever). Raises when
+        the subscription can deliver nothing more (refused, closed, the client gave up)."""
+        return self._client._receive(self._state, timeout)
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            message = self.receive()
+            if message is not None:
+                yield message
+
+    def unsubscribe(self, headers: dict[str, str] | None = None) -> None:
+        self._client._unsubscribe(self._state, headers)
 
 
-class BlockingConnection:
-    def __init__(self, host: str, port: int, login: str | None = None,
-                 passcode: str | None = None, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.parser = FrameParser()
-        self.pending: deque[Frame] = deque()
-        self._receipts = 0
-        headers = {"accept-version": "1.2", "host": host, "heart-beat": "0,0"}
-        if login is not None:
-            headers["login"] = login
-            headers["passcode"] = passcode or ""
-        self._write(Frame("CONNECT", headers))
-        connected = self.read_frame(timeout)
-        if connected.command != "CONNECTED":
-            raise StompError(connected)
-        self.server_headers = connected.headers
+class Client:
+    """A connection to a pair (or one server) that fails over by itself."""
 
-    def _write(self, frame: Frame) -> None:
-        self.sock.sendall(serialize(frame, "1.2"))
+    def __init__(self, options: ClientOptions, name: str | None = None) -> None:
+        self.options = options
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._write_lock = threading.Lock()
+        self._engine = Engine(options, time.monotonic(), name)
+        self._socket: tuple[int, socket.socket] | None = None
+        self._listeners: list[Listener] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._outbox: Outbox | None = None
+        self._outbox_lock = threading.Lock()
+        if options.outbox:
+            self._outbox = Outbox(options.outbox, options.outbox_max_messages,
+                                  options.outbox_max_bytes, options.outbox_full_policy)
+            now = time.monotonic()
+            for stored in self._outbox.stored():
+                result = self._engine.send(stored.destination, stored.body, stored.headers,
+                                           True, now, outbox_id=stored.seq)
+                result.outcome = Outcome.STORED
+        self._io = threading.Thread(target=self._run, name="pairmq-client", daemon=True)
 
-    def read_frame(self, timeout: float | None = None) -> Frame:
-        """Next frame from the server; ERROR frames raise StompError."""
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> Client:
+        """Connect (in the I/O thread) and wait for the first server to accept; with an
+        outbox, return at once: messages wait in it until a server is reachable."""
+        self._io.start()
+        if self._outbox is not None:
+            return self
+        with self._cond:
+            while self._engine.link is Link.CONNECTING:
+                self._cond.wait(0.5)
+            if self._engine.link is not Link.UP:
+                error = self._engine.error
+                raise error if isinstance(error, ConnectionFailed) else \
+                    ConnectionFailed(str(error))
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait (up to `timeout` s, default call_timeout) for the persistent messages sent
+        so far to be confirmed, then DISCONNECT. With an outbox, what is not confirmed by
+        then stays in it for the next client on the same file."""
+        if self._engine.link in (Link.CLOSED, Link.FAILED) and not self._io.is_alive():
+            return
+        if timeout is None:
+            timeout = self.options.call_timeout / 1000
+        try:
+            self.flush(timeout)
+        except ClientError:
+            pass
+        with self._lock:
+            op = self._engine.close(time.monotonic())
+        self._flush()
+        self._wake()
+        try:
+            self._wait(op, min(timeout, 5.0), raise_on_failure=False)
+        except ClientError:
+            pass
+        with self._lock:
+            if self._engine.link is not Link.CLOSED:
+                self._engine.lost("closed by the application", time.monotonic())
+        self._wake()
+        if threading.current_thread() is not self._io:
+            self._io.join(5.0)
+        if self._outbox is not None:
+            self._outbox.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_failover_listener(self, listener: Listener) -> None:
+        """`listener(event)` is called (from the client's I/O thread) after each failover,
+        and once when the client gives up."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------ sending
+
+    def send(self, destination: str, body: bytes | str, headers: dict[str, str] | None = None,
+             persistent: bool = True, timeout: float | None = None) -> SendResult:
+        """Send a message. A persistent one returns once the server confirmed it (or, with
+        an outbox, once it is stored in it); it rides through failovers, resent with its
+        dup-id. Inside a transaction it returns at once (COMMIT confirms it)."""
+        result = self.send_async(destination, body, headers, persistent)
+        if result.outcome is Outcome.PENDING and result.transaction is None:
+            self._wait(result, timeout)
+            if not result.done:
+                raise CallTimeout(f"send: not confirmed within {timeout} s (its outcome "
+                                  "may still come: result.wait())")
+        return result
+
+    def send_async(self, destination: str, body: bytes | str,
+                   headers: dict[str, str] | None = None,
+                   persistent: bool = True) -> SendResult:
+        """Send without waiting for the confirmation: `result.wait()` or `flush()` does.
+        Blocks only while `send_window` persistent messages wait for theirs."""
+        data = body.encode() if isinstance(body, str) else body
+        engine = self._engine
+        if persistent and self._outbox is not None and engine.tx is None:
+            return self._store(destination, data, headers)
+        with self._cond:
+            if persistent and len(engine.unconfirmed) >= self.options.send_window:
+                self._wait_for_window()
+            result = engine.send(destination, data, headers, persistent, time.monotonic())
+        self._flush()
+        result.waiter = self._wait
+        return result
+
+    def _store(self, destination: str, data: bytes, headers: dict[str, str] | None
+               ) -> SendResult:
+        """Durable connection: into the outbox first (on disk when this returns), then on
+        to the server in order."""
+        outbox = self._outbox
+        assert outbox is not None
+        hdrs = dict(headers or {})
+        with self._outbox_lock:
+            with self._lock:
+                hdrs.setdefault("dup-id", self._engine.new_dup_id())
+            seq = outbox.append(destination, hdrs, data)
+            with self._lock:
+                result = self._engine.send(destination, data, hdrs, True, time.monotonic(),
+                                           outbox_id=seq)
+                if not result.done:
+                    result.outcome = Outcome.STORED
+        self._flush()
+        result.waiter = self._wait
+        return result
+
+    def _wait_for_window(self) -> None:
+        engine = self._engine
+        waiting = Waiting(self.options, None, "send (window full)", time.monotonic())
+        while len(engine.unconfirmed) >= self.options.send_window:
+            self._check_usable()
+            self._cond.wait(waiting.next_wait(engine, time.monotonic()))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every persistent message sent so far is confirmed (with `timeout`, at
+        most that many seconds in all; what is still unconfirmed then keeps its outcome)."""
+        with self._lock:
+            waiting = list(self._engine.unconfirmed.values())
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.pending:
-            if deadline is not None:
+        for result in waiting:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._wait(result, left)
+
+    # ------------------------------------------------------------ receiving
+
+    def subscribe(self, destination: str, ack: str = "client-individual",
+                  headers: dict[str, str] | None = None, id: str | None = None
+                  ) -> Subscription:
+        """Subscribe (waiting for the server's receipt). The subscription is re-created
+        after every failover, with the same id and headers."""
+        with self._lock:
+            state, op = self._engine.subscribe(destination, ack, headers, id, time.monotonic())
+        self._flush()
+        self._wait(op, None)
+        return Subscription(self, state)
+
+    def _unsubscribe(self, state: SubscriptionState, headers: dict[str, str] | None) -> None:
+        with self._lock:
+            op = self._engine.unsubscribe(state.id, headers, time.monotonic())
+        self._flush()
+        self._wait(op, None, raise_on_failure=False)
+
+    def _receive(self, state: SubscriptionState, timeout: float | None) -> Message | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        engine = self._engine
+        with self._cond:
+            while True:
+                message = engine.take_message(state)
+                if message is not None:
+                    return message
+                error = engine.subscription_error(state)
+                if error is not None:
+                    raise error
+                if deadline is None:
+                    self._cond.wait(1.0)
+                    continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError("no frame from the server in time")
-                self.sock.settimeout(remaining)
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("the server closed the connection")
-            self.pending.extend(self.parser.feed(data))
-        frame = self.pending.popleft()
-        if frame.command == "ERROR":
-            raise StompError(frame)
-        return frame
+                    return None
+                self._cond.wait(remaining)
 
-    def request(self, frame: Frame, timeout: float = 10.0) -> list[Frame]:
-        """Send a frame with a receipt and wait for it; returns frames that arrived before."""
-        self._receipts += 1
-        receipt = str(self._receipts)
-        frame.headers["receipt"] = receipt
-        self._write(frame)
-        before = []
-        while True:
-            reply = self.read_frame(timeout)
-            if reply.command == "RECEIPT" and reply.headers.get("receipt-id") == receipt:
-                return before
-            before.append(reply)
+    def ack(self, message: Message) -> None:
+        """Acknowledge a message (client-ack modes). AckFailed if it was received before a
+        failover: the server has put it back, and it will come again."""
+        with self._lock:
+            self._engine.ack(message, time.monotonic())
+        self._flush()
 
-    def send(self, destination: str, body: bytes, headers: dict[str, str] | None = None) -> None:
-        """Send and wait for the server's receipt."""
-        early = self.request(Frame("SEND", {"destination": destination, **(headers or {})},
-                                   body))
-        self.pending.extendleft(reversed(early))
+    def nack(self, message: Message) -> None:
+        """Give a message back to its queue (it comes again, redelivered)."""
+        with self._lock:
+            self._engine.ack(message, time.monotonic(), nack=True)
+        self._flush()
 
-    def subscribe(self, destination: str, sub_id: str = "0", ack: str = "auto") -> None:
-        early = self.request(Frame("SUBSCRIBE", {"destination": destination, "id": sub_id,
-                                                 "ack": ack}))
-        self.pending.extendleft(reversed(early))
+    # ------------------------------------------------------------ transactions
 
-    def ack(self, message: Frame) -> None:
-        self._write(Frame("ACK", {"id": message.headers["ack"]}))
+    def begin(self) -> None:
+        """Start the client's transaction: sends and acks go in it until commit()/abort()."""
+        with self._lock:
+            op = self._engine.begin(time.monotonic())
+        self._flush()
+        self._wait(op, None)
 
-    def close(self) -> None:
+    def commit(self) -> None:
+        """Apply the transaction. TransactionRolledBack if a failover voided it,
+        TransactionOutcomeUnknown if the failover cut the COMMIT itself off."""
+        with self._lock:
+            op = self._engine.end_transaction(True, time.monotonic())
+        self._flush()
+        self._wait(op, None)
+
+    def abort(self) -> None:
+        with self._lock:
+            op = self._engine.end_transaction(False, time.monotonic())
+        self._flush()
+        self._wait(op, None, raise_on_failure=False)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Client]:
+        """`with client.transaction():` commits at the end, aborts on an exception."""
+        self.begin()
         try:
-            self.request(Frame("DISCONNECT"), timeout=2.0)
-        except (OSError, TimeoutError, StompError):
+            yield self
+        except BaseException:
+            self.abort()
+            raise
+        self.commit()
+
+    # ------------------------------------------------------------ what the client knows
+
+    @property
+    def server(self) -> str | None:
+        """HOST:PORT of the server the client is (or was last) connected to."""
+        return self._engine.server
+
+    @property
+    def connected(self) -> bool:
+        return self._engine.link is Link.UP
+
+    def stats(self) -> dict[str, Any]:
+        """Failovers, resends and the like; with an outbox, its depth, the age of its oldest
+        message and how many it forwarded."""
+        with self._lock:
+            engine = self._engine
+            stats: dict[str, Any] = {**engine.stats, "unconfirmed": len(engine.unconfirmed),
+                                     "link": engine.link.value, "server": engine.server}
+        if self._outbox is not None:
+            stats["outbox"] = self._outbox.stats()
+        return stats
+
+    # ------------------------------------------------------------ waiting
+
+    def _wait(self, op: Op, timeout: float | None, raise_on_failure: bool = True) -> Outcome:
+        """Until `op` is final (see client/waiting.py for how long)."""
+        engine = self._engine
+        with self._cond:
+            if not op.done:
+                waiting = Waiting(self.options, timeout, op.kind, time.monotonic())
+                while not op.done:
+                    pause = waiting.next_wait(engine, time.monotonic())
+                    if pause is None:
+                        return op.outcome
+                    self._cond.wait(pause)
+        return outcome_of(op, raise_on_failure)
+
+    def _check_usable(self) -> None:
+        if self._engine.link in (Link.CLOSED, Link.FAILED, Link.CLOSING):
+            raise self._engine.closed_error()
+
+    # ------------------------------------------------------------ I/O
+
+    def _flush(self, block: bool = True) -> None:
+        """Write what the engine produced, in order, on its current socket."""
+        engine = self._engine
+        while True:
+            if not self._write_lock.acquire(blocking=block):
+                return
+            try:
+                while True:
+                    with self._lock:
+                        socket_id, data = engine.take_output()
+                        current = self._socket
+                    if not data:
+                        break
+                    if current is None or current[0] != socket_id:
+                        continue  # that socket is gone: the engine writes again as needed
+                    try:
+                        current[1].sendall(data)
+                    except OSError as e:
+                        with self._cond:
+                            if engine.wants_socket(socket_id):
+                                engine.lost(f"write failed: {e}", time.monotonic())
+                            self._cond.notify_all()
+                        self._wake()
+            finally:
+                self._write_lock.release()
+            with self._lock:
+                if not engine.has_output():
+                    return
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
             pass
-        self.sock.close()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:
+            log.exception("pairmq client I/O thread failed")
+            with self._cond:
+                self._engine.give_up(ClientError(f"internal client error: {e!r}"),
+                                     time.monotonic())
+                self._cond.notify_all()
+        finally:
+            self._close_socket()
+            with self._cond:
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
+        engine = self._engine
+        while True:
+            now = time.monotonic()
+            with self._cond:
+                engine.tick(now)
+                if self._socket is not None and not engine.wants_socket(self._socket[0]):
+                    self._close_socket()
+                plan = None if self._socket is not None else engine.next_attempt(now)
+                link = engine.link
+                deadline = engine.next_deadline()
+                forwarded = engine.take_forwarded()
+                events = engine.take_events()
+                self._cond.notify_all()
+            self._after_batch(forwarded, events)
+            if link in (Link.CLOSED, Link.FAILED):
+                return
+            self._flush(block=False)
+            if self._socket is None:
+                if plan is not None:
+                    self._attempt(*plan)
+                else:
+                    self._sleep(0.05)
+                continue
+            self._read(deadline)
+
+    def _after_batch(self, forwarded: list[int], events: list[FailoverEvent]) -> None:
+        if forwarded and self._outbox is not None:
+            self._outbox.remove(forwarded)
+        for event in events:
+            log.info("pairmq client: %s from %s to %s after %.2f s (%s)", event.kind,
+                     event.old_server, event.new_server, event.seconds, event.reason)
+            for listener in list(self._listeners):
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("failover listener %r failed", listener)
+
+    def _attempt(self, address: tuple[str, int], at: float) -> None:
+        delay = at - time.monotonic()
+        if delay > 0:
+            self._sleep(delay)
+            return  # decided again: the client may have been closed meanwhile
+        with self._lock:
+            self._engine.trying(address)
+        try:
+            sock = socket.create_connection(address, timeout=self.options.connect_timeout / 1000)
+        except OSError as e:
+            with self._cond:
+                self._engine.attempt_failed(address, str(e) or type(e).__name__,
+                                            time.monotonic())
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.options.call_timeout / 1000)
+        with self._cond:
+            if self._engine.link is not Link.CONNECTING:
+                sock.close()
+                return
+            self._engine.opened(address, time.monotonic())
+            self._socket = (self._engine.socket_id, sock)
+        self._flush()
+
+    def _read(self, deadline: float | None) -> None:
+        assert self._socket is not None
+        socket_id, sock = self._socket
+        timeout = 1.0 if deadline is None else max(0.0, min(deadline - time.monotonic(), 1.0))
+        try:
+            readable, _, _ = select.select([sock, self._wake_r], [], [], timeout)
+        except (OSError, ValueError):
+            readable = [sock]
+        if self._wake_r in readable:
+            try:
+                self._wake_r.recv(4096)
+            except OSError:
+                pass
+        if sock not in readable:
+            return
+        try:
+            data = sock.recv(READ_BYTES)
+            why = "the server closed the connection"
+        except OSError as e:
+            data = b""
+            why = f"connection error: {e}"
+        with self._cond:
+            if self._engine.wants_socket(socket_id):
+                if data:
+                    self._engine.receive(data, time.monotonic())
+                else:
+                    self._engine.lost(why, time.monotonic())
+            self._cond.notify_all()
+
+    def _sleep(self, seconds: float) -> None:
+        try:
+            select.select([self._wake_r], [], [], min(seconds, 1.0))
+            self._wake_r.recv(4096)
+        except (OSError, BlockingIOError):
+            pass
+
+    def _close_socket(self) -> None:
+        current = self._socket
+        self._socket = None
+        if current is not None:
+            try:
+                current[1].close()
+            except OSError:
+                pass
+
+
+def connect(url: str | list[str] | tuple[str, ...], *,
+            failover_listener: Listener | None = None, name: str | None = None,
+            **options: Any) -> Client:
+    """Connect to a pair: `connect("failover:(stomp://h1:61613,stomp://h2:61614)")`.
+
+    Options are keyword arguments or URL parameters (the Artemis names): see
+    `pairmq.client.options.OPTIONS` and docs/clients.md."""
+    from pairmq.client.options import parse_options
+
+    client = Client(parse_options(url, options), name=name)
+    if failover_listener is not None:
+        client.add_failover_listener(failover_listener)
+    try:
+        return client.start()
+    except BaseException:
+        client.close(0)
+        raise
+
+
+__all__ = ["Client", "ClientClosed", "Subscription", "connect"]

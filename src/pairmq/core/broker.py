@@ -7,7 +7,8 @@ whether the journal is full) as inputs too, and everything a command causes is l
 resumed) for the server to act on; a SEND's fate is its returned `Outcome`. The journal
 can therefore record commands and replay them into the same state. The SEND path, with
 flow control, is in core/intake.py; how a backup's broker follows the active's journal
-entry by entry, in core/follow.py.
+entry by entry, in core/follow.py; how a session outlives its connection, in
+core/resume.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.replay import Replay
+from pairmq.core.resume import Resume
 from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Subscription
@@ -41,7 +43,7 @@ class Delivery(NamedTuple):
     delivery_count: int
 
 
-class Broker(Intake, Follow):
+class Broker(Intake, Follow, Resume):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix

@@ -3,17 +3,21 @@
 from .errors import ProtocolError
 from .escaping import escape_header, unescape_header
 from .frame import Frame
-from .heartbeat import negotiate_heart_beat, parse_heart_beat
+from .heartbeat import HeartbeatClock, negotiate_heart_beat, parse_heart_beat
 from .parser import FrameParser
 from .serializer import HEARTBEAT, serialize
+from .session import ClientSession, SessionState
 from .versions import SUPPORTED_VERSIONS, negotiate_version
 
 __all__ = [
     "HEARTBEAT",
     "SUPPORTED_VERSIONS",
+    "ClientSession",
     "Frame",
     "FrameParser",
+    "HeartbeatClock",
     "ProtocolError",
+    "SessionState",
     "escape_header",
     "negotiate_heart_beat",
     "negotiate_version",

@@ -79,6 +79,10 @@ KEYS: tuple[Key, ...] = (
         "get a message twice"),
     Key("server", "admin", str, "", "management HTTP HOST:PORT (status, metrics); empty = off",
         _optional_address),
+    Key("server", "connection_ttl_max_ms", int, 60000,
+        "longest a client may ask (CONNECT header connection-ttl) that its session be kept "
+        "after its connection breaks, to resume it on reconnecting (ms, 0 = never kept)",
+        _at_least(0)),
     Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
         _at_least(256)),
     Key("limits", "max_headers", int, 1000, "most headers in one frame", _at_least(1)),

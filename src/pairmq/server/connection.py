@@ -12,28 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
 
-from pairmq import __version__
 from pairmq.core import CoreError, Delivery
 from pairmq.core.admission import Admission, Cause, Outcome
 from pairmq.core.queue import Address
-from pairmq.protocol import (
-    Frame,
-    FrameParser,
-    ProtocolError,
-    negotiate_heart_beat,
-    negotiate_version,
-    parse_heart_beat,
-    serialize,
-)
+from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
 from pairmq.server import wire
-from pairmq.server.auth import check_login, is_hashed, verify_password
 from pairmq.server.config import ServerConfig
+from pairmq.server.connecting import Connecting, now_ms
 from pairmq.server.held import HeldOutput
+from pairmq.server.parking import SessionRequest
 from pairmq.server.role import Role, RolePhase, Ticket
 
 log = logging.getLogger("pairmq.connection")
@@ -41,11 +32,6 @@ log = logging.getLogger("pairmq.connection")
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
 WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
-SUPPORTED = "1.0,1.1,1.2"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Stall(StrEnum):
@@ -55,7 +41,7 @@ class Stall(StrEnum):
     HELD = "held"  # too many bytes wait for their records to be confirmed
 
 
-class StompConnection(asyncio.Protocol):
+class StompConnection(Connecting, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     def __init__(self, config: ServerConfig, role: Role, conn_id: int,
@@ -86,8 +72,15 @@ class StompConnection(asyncio.Protocol):
         self.out: list[bytes] = []
         self.blocked_on: set[Address] = set()
         self.sub_lines: dict[str, bytes] = {}
-        self.last_read = self.last_write = 0.0
+        self.clock = HeartbeatClock(0, 0, 0.0)  # the negotiated heart-beats, once CONNECTED
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        # the session's life beyond this socket (server/parking.py)
+        self.asked = SessionRequest()
+        self.ttl_ms = 0  # granted: the session is parked this long if the socket breaks
+        self.frames = 0  # frames of the session applied (what a resumed session reports)
+        self.login: str | None = None
+        self.client_id: str | None = None
+        self.token = ""
 
     # ------------------------------------------------------------ asyncio callbacks
 
@@ -96,7 +89,7 @@ class StompConnection(asyncio.Protocol):
         self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.last_read = self.last_write = self.loop.time()
+        self.clock = HeartbeatClock(0, 0, self.loop.time())
         self.role.attach(self)
         self._timers["connect"] = self.loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
         log.debug("Connection %d opened from %s (role %d)", self.conn_id, self.peer,
@@ -105,7 +98,7 @@ class StompConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_read = self.loop.time()
+        self.clock.read(self.loop.time())
         try:
             frames = self.parser.feed(data)
         except ProtocolError as e:
@@ -135,6 +128,7 @@ class StompConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         log.debug("Connection %d from %s closed%s", self.conn_id, self.peer,
                   f" ({exc})" if exc else "")
+        broken = not self.closing  # the peer or the network ended it, not this server
         self.closing = True
         for timer in self._timers.values():
             timer.cancel()
@@ -142,7 +136,11 @@ class StompConnection(asyncio.Protocol):
         self.role.detach(self)
         self.blocked_on.clear()
         if self.connected:
-            self.broker.close_session(self.conn_id, now_ms())
+            if broken and self.ttl_ms:
+                self._park()
+            else:
+                self.role.parking.gone(self.token)
+                self.broker.close_session(self.conn_id, now_ms())
         self.role.flush()
 
     def pause_writing(self) -> None:
@@ -202,6 +200,8 @@ class StompConnection(asyncio.Protocol):
             return
         if held is HELD:
             return
+        if command != "CONNECT" and command != "STOMP":
+            self.frames += 1
         # A RECEIPT says this frame and every earlier one of the connection were taken, so
         # it waits for the newest record this connection wrote: this frame's own (or, for a
         # dup-id hit, the original's) or, if it wrote none, that of an earlier frame (an
@@ -244,59 +244,6 @@ class StompConnection(asyncio.Protocol):
         if self.disconnecting and not held:
             self.close()
 
-    def on_connect(self, frame: Frame) -> None:
-        if self.connected or self.waiting:
-            raise CoreError("already connected")
-        h = frame.headers
-        version = negotiate_version(h.get("accept-version"))
-        if version is None:
-            self.fail("no common STOMP version: this server supports 1.0, 1.1 and 1.2", frame,
-                      extra={"version": SUPPORTED})
-            return
-        self.version = version
-        refusal = self.role.refusal()
-        if refusal is not None:
-            self.fail(refusal.message, frame, extra=refusal.extra)
-            return
-        cx, cy = parse_heart_beat(h.get("heart-beat", "0,0"))
-        client_id = h.get("client-id")
-        login = h.get("login")
-        if login is None:
-            if self.config.allow_anonymous:
-                self.finish_connect(version, cx, cy, client_id, None)
-            else:
-                self.fail("authentication failed", frame,
-                          detail="this server requires a login and passcode")
-            return
-        passcode = h.get("passcode", "")
-        users = self.config.users
-        user = users.get(login)
-        if user is not None and not is_hashed(user.password):
-            if verify_password(user.password, passcode):
-                self.finish_connect(version, cx, cy, client_id, login)
-            else:
-                self._auth_failed(login, frame)
-            return
-        # A hash takes tens of ms to check: do it in a thread and hold later frames meanwhile.
-        self.waiting = True
-        assert self.transport is not None
-        self.transport.pause_reading()
-        future = self.loop.run_in_executor(None, check_login, users, login, passcode)
-        future.add_done_callback(
-            lambda f: self._auth_done(f, version, cx, cy, client_id, login, frame))
-
-    def _auth_done(self, future: asyncio.Future, version: str, cx: int, cy: int,
-                   client_id: str | None, login: str, frame: Frame) -> None:
-        self.waiting = False
-        if self.closing:
-            return
-        ok = not future.cancelled() and future.exception() is None and future.result()
-        if ok:
-            self.finish_connect(version, cx, cy, client_id, login)
-        else:
-            self._auth_failed(login, frame)
-        self.release_backlog()
-
     def hold(self, frame: Frame, address: Address | None = None,
              until: Ticket | None = None) -> object:
         """Keep this frame and those after it until there is room: in `address` (a full
@@ -327,36 +274,6 @@ class StompConnection(asyncio.Protocol):
             self.backlog.clear()
             self.process(frames)
         self.role.flush()
-
-    def _auth_failed(self, login: str, frame: Frame) -> None:
-        log.warning("Refused login %r from %s: bad login or passcode", login, self.peer)
-        self.fail("authentication failed", frame, detail="bad login or passcode")
-
-    def finish_connect(self, version: str, cx: int, cy: int, client_id: str | None,
-                       login: str | None) -> None:
-        try:
-            session = self.broker.open_session(self.conn_id, version, client_id)
-        except CoreError as e:
-            self.fail(str(e))
-            return
-        self.connected = True
-        self.parser.version = version
-        beat = self.config.heartbeat_ms
-        outgoing, incoming = negotiate_heart_beat(beat, beat, cx, cy)
-        headers = {"version": version, "heart-beat": f"{beat},{beat}",
-                   "session": session.token, "server": f"pairmq/{__version__}"}
-        topology = self.role.topology()
-        if topology is not None:
-            headers["topology"] = topology
-        self.out.append(serialize(Frame("CONNECTED", headers), version))
-        self.role.mark_dirty(self)
-        loop = self.loop
-        if outgoing:
-            self._timers["beat"] = loop.call_later(outgoing / 1000, self._beat, outgoing / 1000)
-        if incoming:
-            self._timers["watch"] = loop.call_later(incoming / 1000, self._watch, incoming / 1000)
-        log.debug("Connection %d from %s logged in as %r (STOMP %s, heart-beat out %d ms, "
-                  "in %d ms)", self.conn_id, self.peer, login, version, outgoing, incoming)
 
     def on_send(self, frame: Frame) -> object:
         h = frame.headers
@@ -517,7 +434,7 @@ class StompConnection(asyncio.Protocol):
             data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
             self.out.clear()
             self.transport.write(data)
-            self.last_write = self.loop.time()
+            self.clock.wrote(self.loop.time())
 
     def fail(self, message: str, frame: Frame | None = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None:
@@ -555,29 +472,29 @@ class StompConnection(asyncio.Protocol):
                      self.peer, CONNECT_TIMEOUT_S)
             self.close()
 
-    def _beat(self, interval: float) -> None:
+    def _beat(self) -> None:
         if self.closing or self.transport is None:
             return
-        loop = self.loop
-        idle = loop.time() - self.last_write
-        if idle >= interval * 0.95:
+        now = self.loop.time()
+        clock = self.clock
+        if clock.beat_due(now):
             self.transport.write(b"\n")
-            self.last_write = loop.time()
-            idle = 0.0
-        self._timers["beat"] = loop.call_later(interval - idle, self._beat, interval)
+            clock.wrote(now)
+        due = clock.next_beat()
+        assert due is not None
+        self._timers["beat"] = self.loop.call_later(due - now, self._beat)
 
-    def _watch(self, interval: float) -> None:
+    def _watch(self) -> None:
         if self.closing:
             return
-        loop = self.loop
-        silent = loop.time() - self.last_read
-        if silent > 2 * interval:
-            log.info("Closing connection %d from %s: no heart-beat for %.0f ms", self.conn_id,
-                     self.peer, silent * 1000)
-            self.close()
+        now = self.loop.time()
+        clock = self.clock
+        if clock.peer_silent(now):
+            self.drop(f"no heart-beat for {clock.silent_for(now) * 1000:.0f} ms")
             return
-        self._timers["watch"] = loop.call_later(max(2 * interval - silent, 0.01), self._watch,
-                                                interval)
+        due = clock.next_check()
+        assert due is not None
+        self._timers["watch"] = self.loop.call_later(max(due - now, 0.01), self._watch)
 
 
 def _int_header(headers: dict[str, str], name: str) -> int | None:

@@ -25,7 +25,9 @@ from typing import Protocol
 
 from pairmq.core import Broker, BrokerEvent, Delivery, Message
 from pairmq.core.queue import Address
+from pairmq.server.parking import Parking
 from pairmq.server.policy import PairPolicy
+from pairmq.server.tickets import Ticket
 from pairmq.store.store import Store
 
 log = logging.getLogger("pairmq.server")
@@ -39,15 +41,6 @@ class RoleKind(StrEnum):
 class RolePhase(StrEnum):
     CURRENT = "current"
     RETIRED = "retired"  # a newer role took over: its connections are closed
-
-
-class Ticket:
-    """The journal sequence number a RECEIPT waits for (None until the record is appended)."""
-
-    __slots__ = ("seq",)
-
-    def __init__(self, seq: int | None = None) -> None:
-        self.seq = seq
 
 
 @dataclass(frozen=True)
@@ -102,6 +95,8 @@ class Role:
             collections.deque()
         self._batch: Ticket | None = None  # the ticket of the record the next flush writes
         self._gate: Ticket | None = None  # the last delivery gate handed out (shared by seq)
+        # sessions kept for clients whose connection broke (connection TTL)
+        self.parking = Parking(broker, self.flush)
 
     def __repr__(self) -> str:
         return f"<Role {self.generation} {self.kind} {self.phase}>"
@@ -139,6 +134,7 @@ class Role:
             return
         self.phase = RolePhase.RETIRED
         self.close_clients(message, active)
+        self.parking.close_all()
         self._confirm_waiters.clear()
         self._batch = None
 

@@ -1,0 +1,559 @@
+"""The failover client's decisions, without I/O: the blocking and the asyncio clients are
+thin drivers around one `Engine` (in the manner of etcd raft's `Step`/`tick`).
+
+The driver tells the engine what happened (a socket opened or failed, bytes read, the
+socket lost, time passed) and what the application asked (send, subscribe, ack, ...), then
+drains what the engine decided: bytes to write on the current socket (`take_output`),
+operations finished (their `outcome` set), messages buffered per subscription, failover
+events for the listeners. Time is always a parameter (`now`, monotonic seconds).
+
+The link is one explicit state (client/link.py).
+
+Every persistent SEND outside a transaction carries a `dup-id` and a receipt, and stays in
+`unconfirmed` until its RECEIPT, whatever happens to the connection. What a failover does
+to the rest is client/recovery.py's part of the engine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict, deque
+
+from pairmq.client.errors import AckFailed, ClientClosed, ClientError, ConnectionFailed, ServerError
+from pairmq.client.link import LINK, Link
+from pairmq.client.options import Address, ClientOptions
+from pairmq.client.recovery import Recovery
+from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.subscriptions import AckKey, SubOp, SubscriptionState, SubState
+from pairmq.client.topology import Attempts, Servers
+from pairmq.client.transactions import Transacting, Transaction, TxOp, TxState
+from pairmq.protocol import ClientSession, Frame, ProtocolError, SessionState
+
+# Refusals that no other server, and no waiting, will change.
+_FATAL = ("authentication failed", "no common STOMP version")
+
+
+class Engine(Recovery, Transacting):
+    """One failover client's state; not thread-safe (the drivers serialise calls)."""
+
+    def __init__(self, options: ClientOptions, now: float, name: str | None = None) -> None:
+        self.options = options
+        self.name = name or uuid.uuid4().hex[:12]
+        self.link = Link.CONNECTING
+        self.servers = Servers(options.servers)
+        rounds = -1 if options.outbox else options.initial_connect_attempts
+        self.attempts: Attempts | None = Attempts(self.servers, options, rounds, now)
+        self.error: ClientError | None = None  # why the client FAILED
+        # the current socket
+        self.session: ClientSession | None = None
+        self.address: Address | None = None
+        self.socket_id = 0
+        self._connect_deadline = 0.0
+        self._out: list[bytes] = []
+        # the current session (a resume keeps it, a fresh one replaces it)
+        self.generation = 0  # 0 until the first CONNECTED
+        self._resume: dict[str, str] | None = None  # token and key, when the server grants
+        self._last_ack = 0  # highest ack id received on this session
+        # what the server owes
+        self._seq = 0
+        self.unconfirmed: dict[str, SendResult] = {}  # persistent, outside transactions
+        self._awaiting: dict[str, tuple[int, Op]] = {}  # receipt -> (frame index, op)
+        self._log: deque[tuple[int, Frame, Op | None]] = deque()  # may be written again
+        self._pending: deque[tuple[Frame, Op | None, bool]] = deque()  # waiting for UP
+        self._resend: list[SendResult] = []  # after recovery, before the pending frames
+        self._ack_keys: dict[str, list[AckKey]] = {}  # ACK receipt -> messages it acks
+        self.in_doubt: OrderedDict[AckKey, None] = OrderedDict()
+        self.subscriptions: dict[str, SubscriptionState] = {}
+        self._recovering: dict[str, SubscriptionState] = {}  # resubscribe receipt -> subscription
+        self._granted: dict[str, str] | None = None  # resume token and key, until UP
+        self.tx: Transaction | None = None
+        self.forwarded: list[int] = []  # outbox rows confirmed since the driver last looked
+        # failover bookkeeping
+        self._failed_at: float | None = None
+        self._failed_server: str | None = None
+        self._failure: str = ""
+        self._rolled_back: tuple[str, ...] = ()
+        self.events: list[FailoverEvent] = []
+        self.stats = {"failovers": 0, "resumed": 0, "resent": 0, "in_doubt_acked": 0,
+                      "rolled_back": 0}
+
+    def take_forwarded(self) -> list[int]:
+        forwarded, self.forwarded = self.forwarded, []
+        return forwarded
+
+    def wants_socket(self, socket_id: int) -> bool:
+        """Whether the driver's socket `socket_id` is still the engine's (else close it)."""
+        return self.session is not None and socket_id == self.socket_id
+
+    # ------------------------------------------------------------ small helpers
+
+    def _move(self, event: str) -> None:
+        next_link = LINK.get((self.link, event))
+        if next_link is None:
+            raise ClientError(f"internal: {event} while the link is {self.link}")
+        self.link = next_link
+
+    def _next_id(self, prefix: str) -> str:
+        self._seq += 1
+        return f"{prefix}{self._seq}"
+
+    def new_dup_id(self) -> str:
+        self._seq += 1
+        return f"{self.name}-{self._seq}"
+
+    @property
+    def server(self) -> str | None:
+        """HOST:PORT of the server the client is connected to (or last was)."""
+        address = self.servers.current
+        return f"{address[0]}:{address[1]}" if address else None
+
+    def failing_since(self) -> float | None:
+        """When the current failover began (None: not failing over)."""
+        return self._failed_at if self.link in (Link.CONNECTING, Link.RECOVERING) \
+            and self.generation else None
+
+    def has_output(self) -> bool:
+        return bool(self._out)
+
+    def take_output(self) -> tuple[int, bytes]:
+        """What to write on socket `socket_id` (drop it if that socket is gone)."""
+        out = self._out
+        if not out:
+            return self.socket_id, b""
+        self._out = []
+        return self.socket_id, out[0] if len(out) == 1 else b"".join(out)
+
+    def take_events(self) -> list[FailoverEvent]:
+        events, self.events = self.events, []
+        return events
+
+    # ------------------------------------------------------------ connecting (the driver)
+
+    def next_attempt(self, now: float) -> tuple[Address, float] | None:
+        """The server to try next and when; None when no attempt is wanted (connected,
+        closed, an attempt under way) or the client just gave up."""
+        if self.link is not Link.CONNECTING or self.session is not None:
+            return None
+        assert self.attempts is not None
+        plan = self.attempts.next(now)
+        if plan is None:
+            self.give_up(ConnectionFailed(
+                f"no server of {self._server_list()} accepted the client: "
+                f"{self.attempts.summary()}"), now)
+        return plan
+
+    def trying(self, address: Address) -> None:
+        assert self.attempts is not None
+        self.attempts.began(address)
+
+    def attempt_failed(self, address: Address, why: str, now: float) -> None:
+        """The TCP connection to `address` could not be made."""
+        if self.attempts is not None:
+            self.attempts.refused(address, why)
+
+    def opened(self, address: Address, now: float) -> None:
+        """A TCP connection to `address` is open: CONNECT goes out on it."""
+        o = self.options
+        headers = {"host": address[0]}
+        if o.login is not None:
+            headers["login"] = o.login
+            headers["passcode"] = o.passcode or ""
+        if o.client_id is not None:
+            headers["client-id"] = o.client_id
+        if o.connection_ttl:
+            headers["connection-ttl"] = str(o.connection_ttl)
+        if self._resume is not None:
+            headers["resume-session"] = self._resume["session"]
+            headers["resume-key"] = self._resume["key"]
+            headers["resume-last-ack"] = str(self._last_ack)
+        self.session = ClientSession(headers, now, heart_beat=o.heart_beat)
+        self.address = address
+        self.socket_id += 1
+        self._connect_deadline = now + o.connect_timeout / 1000
+        self._out = [self.session.connect_bytes(now)]
+
+    def _server_list(self) -> str:
+        return ", ".join(f"{h}:{p}" for h, p in self.servers.known)
+
+    # ------------------------------------------------------------ input (the driver)
+
+    def receive(self, data: bytes, now: float) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            for frame in session.receive(data, now):
+                command = frame.command
+                if command == "MESSAGE":
+                    self._message(frame, now)
+                elif command == "RECEIPT":
+                    self._receipt(frame.headers["receipt-id"], now)
+                elif command == "CONNECTED":
+                    self._connected(frame, now)
+                elif command == "ERROR":
+                    self._error(frame, now)
+                if self.session is not session:
+                    return  # an ERROR or a fatal refusal ended it: the rest is moot
+        except ProtocolError as e:
+            if self.session is session:
+                self.lost(f"the server broke the protocol: {e}", now)
+
+    def tick(self, now: float) -> None:
+        """Heart-beats out, a silent server or a late CONNECTED detected."""
+        session = self.session
+        if session is None:
+            return
+        if session.state is SessionState.CONNECTING:
+            if now >= self._connect_deadline:
+                self.lost(f"no CONNECTED within {self.options.connect_timeout} ms", now)
+            return
+        beat = session.tick(now)
+        if beat:
+            self._out.append(beat)
+        if session.peer_silent(now):
+            self.lost(f"nothing from the server for {session.silent_for(now):.1f} s "
+                      "(heart-beats missed)", now)
+
+    def next_deadline(self) -> float | None:
+        session = self.session
+        if session is None:
+            return None
+        if session.state is SessionState.CONNECTING:
+            return self._connect_deadline
+        return session.next_deadline()
+
+    def lost(self, reason: str, now: float) -> None:
+        """The current socket is gone (closed, reset, silent, or ended by an ERROR)."""
+        session = self.session
+        if session is None:
+            return
+        session.lost()
+        self.session = None
+        self._out = []
+        address = self.address
+        if self.link is Link.CLOSING:
+            self._move("lost")
+            self._finish_all(ClientClosed("the client was closed"))
+            return
+        if self.link is Link.CONNECTING:  # an attempt that did not get as far as serving
+            assert self.attempts is not None and address is not None
+            self.attempts.refused(address, reason)
+            return
+        # UP or RECOVERING: the connection failed
+        if self._failed_at is None:
+            self._failed_at = now
+            self._failed_server = self.server
+        self._failure = reason
+        self.attempts = Attempts(self.servers, self.options,
+                                 -1 if self.options.outbox else self.options.reconnect_attempts,
+                                 now)
+        self._move("lost")
+
+    def _error(self, frame: Frame, now: float) -> None:
+        headers = frame.headers
+        hint = self.servers.named(headers.get("active-server"))
+        message = headers.get("message", "ERROR")
+        receipt = headers.get("receipt-id")
+        if self.link is Link.CONNECTING:
+            if message.startswith(_FATAL):
+                self.give_up(ConnectionFailed(f"{self.address}: {message}"), now)
+                return
+            assert self.attempts is not None and self.address is not None
+            self.session = None
+            self.attempts.refused(self.address, message, hint)
+            return
+        if receipt is not None and receipt in self._awaiting:
+            _, op = self._awaiting.pop(receipt)
+            self._refused(op, ServerError(frame, f"{op.kind} refused"))
+        self.lost(f"ERROR from the server: {message}", now)
+
+    # ------------------------------------------------------------ the server's answers
+
+    def _connected(self, frame: Frame, now: float) -> None:
+        headers = frame.headers
+        assert self.address is not None
+        self.servers.current = self.address
+        self.servers.hint = None
+        topology = headers.get("topology")
+        if topology:
+            self.servers.learn(topology)
+        resumed = self._resume is not None and headers.get("resumed") == "true"
+        key = headers.get("resume-key")
+        # Resuming is offered only once the session serves: a session still re-creating
+        # subscriptions when it fails is replaced, and recovery starts over.
+        self._granted = {"session": headers.get("session", ""), "key": key} if key else None
+        self._resume = None
+        self.attempts = None
+        if resumed:
+            self._resumed(int(headers.get("resume-frames", "0")), now)
+            return
+        self._last_ack = 0
+        self.generation += 1
+        if self.generation == 1:
+            self._up(now)
+            return
+        self._fresh_after_failure(now)
+
+    def _up(self, now: float) -> None:
+        self._move("up")
+        self._resume = self._granted
+        self._write_pending(now)
+
+    def _receipt(self, receipt: str, now: float) -> None:
+        sub = self._recovering.pop(receipt, None)
+        if sub is not None:
+            self._awaiting.pop(receipt, None)
+            if sub.op is not None:
+                sub.op.finish(Outcome.CONFIRMED)
+                sub.op = None
+            if not self._recovering and self.link is Link.RECOVERING:
+                self._recovered(now)
+            return
+        entry = self._awaiting.pop(receipt, None)
+        if entry is None:
+            return
+        index, op = entry
+        log = self._log
+        while log and log[0][0] <= index:
+            log.popleft()
+        self._done(receipt, op, now)
+
+    def _done(self, receipt: str, op: Op, now: float) -> None:
+        """What a RECEIPT (or a resumed session) confirms."""
+        kind = op.kind
+        if kind == "send":
+            self.unconfirmed.pop(receipt, None)
+            op.finish(Outcome.CONFIRMED)
+            outbox_id = op.outbox_id  # type: ignore[attr-defined]
+            if outbox_id is not None:
+                self.forwarded.append(outbox_id)
+            return
+        if kind == "ack":
+            self._ack_keys.pop(receipt, None)
+        elif kind in ("commit", "abort"):
+            assert isinstance(op, TxOp)
+            outcome = Outcome.CONFIRMED if kind == "commit" else Outcome.ROLLED_BACK
+            for result in op.tx.sends:
+                result.finish(outcome)
+        elif kind == "subscribe":
+            assert isinstance(op, SubOp)
+            sub = self.subscriptions.get(op.sub_id)
+            if sub is not None and sub.op is op:
+                sub.op = None
+        elif kind == "disconnect" and self.link is Link.CLOSING:
+            op.finish(Outcome.CONFIRMED)
+            self._move("closed")
+            self.session = None
+            self._finish_all(ClientClosed("the client was closed"))
+            return
+        op.finish(Outcome.CONFIRMED)
+
+    def _refused(self, op: Op, error: ServerError) -> None:
+        """The server answered this operation with ERROR: it is not tried again."""
+        if op.kind == "send":
+            self.unconfirmed.pop(op.receipt or "", None)
+        elif isinstance(op, SubOp) and op.kind in ("subscribe", "resubscribe"):
+            self._recovering.pop(op.receipt or "", None)
+            sub = self.subscriptions.pop(op.sub_id, None)
+            if sub is not None:
+                sub.state = SubState.FAILED
+                sub.error = error
+                if sub.op is not None and sub.op is not op:
+                    sub.op.finish(Outcome.FAILED, error)
+        elif isinstance(op, TxOp) and op.kind == "commit":
+            for result in op.tx.sends:
+                result.finish(Outcome.ROLLED_BACK)
+        op.finish(Outcome.FAILED, error)
+
+    def _message(self, frame: Frame, now: float) -> None:
+        headers = frame.headers
+        sub = self.subscriptions.get(headers.get("subscription", ""))
+        if sub is None:
+            return  # unsubscribed meanwhile: the server takes it back
+        ack_id = headers.get("ack")
+        if ack_id is not None and ack_id.isdigit():
+            number = int(ack_id)
+            if number > self._last_ack:
+                self._last_ack = number
+        if ack_id is not None and self.in_doubt:
+            key = (sub.id, headers.get("message-id", ""))
+            if key in self.in_doubt:
+                # The application acknowledged it on a connection that failed before the
+                # ack was confirmed: it has it already. Acknowledge it again instead of
+                # handing it out twice (mode client: the next cumulative ACK covers it).
+                del self.in_doubt[key]
+                self.stats["in_doubt_acked"] += 1
+                if sub.ack == "client":
+                    sub.unacked[ack_id] = key[1]
+                else:
+                    self._ack_frame([key], ack_id, None, "ACK", now)
+                return
+        sub.buffer.append(Message(frame.body, headers, sub.id, self.generation))
+
+    # ------------------------------------------------------------ writing
+
+    def _emit(self, frame: Frame, op: Op | None, log: bool, now: float) -> None:
+        link = self.link
+        if link is Link.UP:
+            self._write(frame, op, log, now)
+        elif link is Link.CONNECTING or link is Link.RECOVERING:
+            self._pending.append((frame, op, log))
+        else:
+            raise self.closed_error()
+
+    def _write(self, frame: Frame, op: Op | None, log: bool, now: float) -> None:
+        session = self.session
+        assert session is not None
+        self._out.append(session.send(frame, now))
+        index = session.frames_sent
+        headers = frame.headers
+        if op is not None:
+            op.written = index
+            receipt = headers.get("receipt")
+            if receipt is not None:
+                self._awaiting[receipt] = (index, op)
+            elif op.kind == "send" and "transaction" not in headers:
+                op.finish(Outcome.SENT)
+        if log:
+            self._log.append((index, frame, op))
+
+    def _write_pending(self, now: float) -> None:
+        pending = self._pending
+        while pending and self.link is Link.UP:
+            frame, op, log = pending.popleft()
+            self._write(frame, op, log, now)
+
+    def closed_error(self) -> ClientError:
+        if self.link is Link.FAILED and self.error is not None:
+            return ClientClosed(f"the client gave up: {self.error}")
+        return ClientClosed("the client is closed")
+
+    # ------------------------------------------------------------ the application's calls
+
+    def send(self, destination: str, body: bytes, headers: dict[str, str] | None,
+             persistent: bool, now: float, outbox_id: int | None = None) -> SendResult:
+        """A SEND: persistent ones get a dup-id (unless the application gave one) and,
+        outside a transaction, a receipt; they stay in `unconfirmed` until it comes."""
+        hdrs = {**headers, "destination": destination} if headers else \
+            {"destination": destination}
+        dup_id = None
+        if persistent:
+            hdrs["persistent"] = "true"
+            dup_id = hdrs.get("dup-id") or self.new_dup_id()
+            hdrs["dup-id"] = dup_id
+        tx = self.tx
+        result = SendResult(destination, body, hdrs, persistent, dup_id,
+                            tx.id if tx is not None else None)
+        result.outbox_id = outbox_id
+        if tx is not None:
+            hdrs["transaction"] = tx.id
+            tx.sends.append(result)
+            if tx.state is TxState.OPEN:
+                self._emit(Frame("SEND", hdrs, body), result, True, now)
+            else:
+                result.finish(Outcome.ROLLED_BACK)  # COMMIT will say so
+        elif persistent:
+            receipt = self._next_id("r")
+            result.receipt = receipt
+            self.unconfirmed[receipt] = result
+            self._emit(Frame("SEND", {**hdrs, "receipt": receipt}, body), result, True, now)
+        else:
+            self._emit(Frame("SEND", hdrs, body), result, False, now)
+        return result
+
+    def subscribe(self, destination: str, ack: str, headers: dict[str, str] | None,
+                  sub_id: str | None, now: float) -> tuple[SubscriptionState, Op]:
+        if ack not in ("auto", "client", "client-individual"):
+            raise ClientError(f"ack must be auto, client or client-individual, got {ack!r}")
+        sub_id = sub_id or self._next_id("sub-")
+        if sub_id in self.subscriptions:
+            raise ClientError(f"subscription id {sub_id!r} is in use")
+        sub = SubscriptionState(sub_id, destination, ack, dict(headers or {}))
+        receipt = self._next_id("s")
+        op = SubOp("subscribe", receipt, sub_id)
+        sub.op = op
+        self.subscriptions[sub_id] = sub
+        self._emit(sub.frame(receipt), op, True, now)
+        return sub, op
+
+    def unsubscribe(self, sub_id: str, headers: dict[str, str] | None, now: float) -> Op:
+        sub = self.subscriptions.pop(sub_id, None)
+        if sub is None:
+            raise ClientError(f"no subscription {sub_id!r}")
+        sub.state = SubState.CLOSED
+        sub.buffer.clear()
+        receipt = self._next_id("s")
+        op = SubOp("unsubscribe", receipt, sub_id)
+        self._emit(Frame("UNSUBSCRIBE", {**(headers or {}), "id": sub_id, "receipt": receipt}),
+                   op, True, now)
+        return op
+
+    def take_message(self, sub: SubscriptionState) -> Message | None:
+        """The next buffered message of a subscription, if the application may have it now:
+        a client-ack message waits while the link is down, since a failover may void it."""
+        if sub.client_ack and self.link is not Link.UP:
+            return None
+        return sub.take()
+
+    def subscription_error(self, sub: SubscriptionState) -> ClientError | None:
+        """Why `sub` will deliver nothing more (None: it may)."""
+        if sub.state is SubState.FAILED:
+            return sub.error
+        if self.link in (Link.CLOSED, Link.FAILED, Link.CLOSING):
+            return self.closed_error()
+        if sub.state is SubState.CLOSED:
+            return ClientClosed(f"subscription {sub.id} was closed")
+        return None
+
+    def ack(self, message: Message, now: float, nack: bool = False) -> Op:
+        tx = self.tx
+        if tx is not None and tx.state is TxState.ROLLED_BACK:
+            done = Op("nack" if nack else "ack")
+            done.finish(Outcome.ROLLED_BACK)  # COMMIT will say so; the message comes again
+            return done
+        if message.generation != self.generation:
+            if nack:
+                done = Op("nack")
+                done.finish(Outcome.CONFIRMED)  # back in its queue already
+                return done
+            raise AckFailed(
+                f"message {message.message_id} was received before a failover; the server "
+                "has put it back in its queue and will deliver it again (redelivered): this "
+                "acknowledgement was not applied", Outcome.ROLLED_BACK)
+        ack_id = message.headers.get("ack")
+        if ack_id is None:
+            raise ClientError("this message needs no acknowledgement (ack mode auto)")
+        sub = self.subscriptions.get(message.subscription)
+        if sub is None:
+            raise ClientError(f"subscription {message.subscription} is closed: its "
+                              "unacknowledged messages went back to the server")
+        keys = sub.acked(message)
+        return self._ack_frame(keys, ack_id, tx, "NACK" if nack else "ACK", now)
+
+    def _ack_frame(self, keys: list[AckKey], ack_id: str, tx: Transaction | None,
+                   command: str, now: float) -> Op:
+        op = Op(command.lower())
+        if tx is not None:
+            self._emit(Frame(command, {"id": ack_id, "transaction": tx.id}), op, True, now)
+            return op
+        receipt = self._next_id("a")
+        op.receipt = receipt
+        if command == "ACK":
+            self._ack_keys[receipt] = keys
+        self._emit(Frame(command, {"id": ack_id, "receipt": receipt}), op, True, now)
+        return op
+
+    def close(self, now: float) -> Op:
+        """DISCONNECT when connected (CLOSED once it is receipted), else close at once."""
+        op = Op("disconnect", self._next_id("d"))
+        if self.link is Link.UP and self.session is not None:
+            self._move("close")
+            self._out.append(self.session.disconnect(op.receipt or "", now))
+            self._awaiting[op.receipt or ""] = (self.session.frames_sent, op)
+            return op
+        if self.link not in (Link.CLOSED, Link.CLOSING):
+            self._move("close")
+            self.session = None
+            self._finish_all(ClientClosed("the client was closed"))
+        op.finish(Outcome.CONFIRMED)
+        return op

@@ -1,0 +1,137 @@
+"""The client's value types: what an operation became, a received message, a failover event.
+
+They hold no I/O. The blocking and asyncio clients give an operation's `wait()` its meaning
+(`waiter`), and the engine completes operations by setting their outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pairmq.client.errors import ClientError
+
+
+class Outcome(StrEnum):
+    """What became of an operation, as far as the client knows."""
+
+    PENDING = "pending"  # written (or waiting to be), no answer yet
+    STORED = "stored"  # in the durable connection's outbox, to be forwarded
+    SENT = "sent"  # a non-persistent message, written: nothing confirms it
+    CONFIRMED = "confirmed"  # the server confirmed it (on disk, and on the backup in a pair)
+    ROLLED_BACK = "rolled-back"  # it did not happen (its transaction was lost or aborted)
+    UNKNOWN = "unknown"  # it may have happened or not (a COMMIT the failover cut off)
+    FAILED = "failed"  # the server refused it: `error` says why
+
+
+FINAL = frozenset({Outcome.SENT, Outcome.CONFIRMED, Outcome.ROLLED_BACK, Outcome.UNKNOWN,
+                   Outcome.FAILED})
+
+
+class Op:
+    """One operation waiting for the server's answer (a RECEIPT, mostly)."""
+
+    __slots__ = ("error", "kind", "outcome", "receipt", "waiter", "written")
+
+    def __init__(self, kind: str, receipt: str | None = None) -> None:
+        self.kind = kind  # "send", "subscribe", "unsubscribe", "ack", "begin", "commit", ...
+        self.receipt = receipt
+        self.outcome = Outcome.PENDING
+        self.written = 0  # the index of its frame on the session it was last written on
+        self.error: ClientError | None = None
+        # set by the client that made it: (op, timeout in s or None) -> Outcome
+        self.waiter: Callable[[Op, float | None], Outcome] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.outcome in FINAL
+
+    def finish(self, outcome: Outcome, error: ClientError | None = None) -> None:
+        if self.outcome not in FINAL:
+            self.outcome = outcome
+            self.error = error
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """Block until the outcome is final (or `timeout` s pass); returns the outcome."""
+        if self.done or self.waiter is None:
+            return self.outcome
+        return self.waiter(self, timeout)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.kind} {self.outcome}>"
+
+
+class SendResult(Op):
+    """A message sent: `dup_id` names it to the server, whatever happens to the connection.
+
+    `outcome` is CONFIRMED once the server has it for good. A send the client could not
+    settle (UNKNOWN after it gave up) can be sent again with the same dup-id, harmlessly."""
+
+    __slots__ = ("body", "destination", "dup_id", "headers", "outbox_id", "persistent",
+                 "transaction")
+
+    def __init__(self, destination: str, body: bytes, headers: dict[str, str],
+                 persistent: bool, dup_id: str | None, transaction: str | None) -> None:
+        super().__init__("send")
+        self.destination = destination
+        self.body = body
+        self.headers = headers
+        self.persistent = persistent
+        self.dup_id = dup_id
+        self.transaction = transaction
+        self.outbox_id: int | None = None
+
+
+@dataclass(slots=True)
+class Message:
+    """A MESSAGE received; acknowledge it with `client.ack(message)` (client-ack modes)."""
+
+    body: bytes
+    headers: dict[str, str]
+    subscription: str  # the id of the subscription it came on
+    generation: int = 0  # the connection it came on: a failover starts a new one
+
+    @property
+    def destination(self) -> str:
+        return self.headers.get("destination", "")
+
+    @property
+    def message_id(self) -> str:
+        return self.headers.get("message-id", "")
+
+    @property
+    def redelivered(self) -> bool:
+        """Delivered before (to this consumer or another) and not acknowledged then."""
+        return self.headers.get("redelivered") == "true"
+
+    @property
+    def dup_id(self) -> str | None:
+        return self.headers.get("dup-id")
+
+    @property
+    def ack_id(self) -> str | None:
+        return self.headers.get("ack")
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+
+class EventKind(StrEnum):
+    FAILOVER = "FAILOVER"  # the connection failed and the client is connected again
+    DISCONNECT = "DISCONNECT"  # the connection failed and the client gave up
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverEvent:
+    """Told to failover listeners once per failover (and once when the client gives up)."""
+
+    kind: EventKind
+    old_server: str | None  # HOST:PORT the failed connection was to
+    new_server: str | None  # HOST:PORT connected to now (None for DISCONNECT)
+    reason: str  # why the old connection ended
+    resumed: bool = False  # the same server still held the session: nothing was lost
+    seconds: float = 0.0  # from the failure to the new connection (or to giving up)
+    resent: int = 0  # persistent messages sent again (with their dup-ids)
+    rolled_back: tuple[str, ...] = field(default_factory=tuple)  # transactions lost

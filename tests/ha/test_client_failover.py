@@ -1,0 +1,184 @@
+"""The pairmq client through real failovers of a real pair (kill -9 of the active server):
+an application that sends and consumes all along sees no error but the documented ones,
+and consumes exactly what was sent."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import pytest
+
+import pairmq.client
+from pairmq.client import (
+    AckFailed,
+    Client,
+    EventKind,
+    FailoverEvent,
+    Outcome,
+    TransactionRolledBack,
+)
+from tests.ha.pair import NAMES, Pair
+
+CYCLES = 10  # each: a failover (kill -9 of the active) and a failback (the primary back)
+
+
+def pair_url(pair: Pair) -> str:
+    servers = ",".join(f"stomp://{pair.stomp_address(n)}" for n in NAMES)
+    return f"failover:({servers})?retryInterval=50&maxRetryInterval=200"
+
+
+class Application:
+    """A producer thread and a consumer thread, as an application would write them."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.events: list[FailoverEvent] = []
+        self.producer = pairmq.client.connect(url, failover_listener=self.events.append)
+        self.consumer = pairmq.client.connect(url, failover_listener=self.events.append)
+        self.sub = self.consumer.subscribe(queue, headers={"prefetch-count": "50"})
+        self.queue = queue
+        self.sent: list[str] = []
+        self.consumed: collections.Counter[str] = collections.Counter()
+        self.ack_failed = 0
+        self.errors: list[BaseException] = []  # anything undocumented
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._produce),
+                        threading.Thread(target=self._consume)]
+
+    def start(self) -> Application:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def _produce(self) -> None:
+        n = 0
+        try:
+            while not self.stop.is_set():
+                body = f"m-{n}"
+                result = self.producer.send(self.queue, body)
+                assert result.outcome is Outcome.CONFIRMED
+                self.sent.append(body)
+                n += 1
+        except BaseException as e:
+            self.errors.append(e)
+
+    def _consume(self) -> None:
+        try:
+            while True:
+                message = self.sub.receive(1.0)
+                if message is None:
+                    if self.stop.is_set() and set(self.sent) <= set(self.consumed):
+                        return
+                    continue
+                try:
+                    self.consumer.ack(message)
+                except AckFailed:
+                    self.ack_failed += 1  # documented: it comes again, redelivered
+                    continue
+                self.consumed[message.text] += 1
+        except BaseException as e:
+            self.errors.append(e)
+
+    def finish(self, timeout: float = 60.0) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout)
+        assert not any(t.is_alive() for t in self.threads), \
+            f"the application did not finish: sent {len(self.sent)}, consumed " \
+            f"{len(self.consumed)}, missing {sorted(set(self.sent) - set(self.consumed))[:5]}"
+
+    def close(self) -> None:
+        self.stop.set()
+        self.producer.close(timeout=2)
+        self.consumer.close(timeout=2)
+
+
+@pytest.mark.slow
+def test_ten_failovers_and_failbacks_nothing_lost_nothing_doubled(pair: Pair) -> None:
+    app = Application(pair_url(pair), "/queue/campaign").start()
+    try:
+        for cycle in range(CYCLES):
+            before = len(app.sent)
+            deadline = time.monotonic() + 20
+            while len(app.sent) < before + 200 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not app.errors, app.errors
+            pair.kill("primary")
+            pair.wait_active(15, "backup")
+            pair.start_server("primary")
+            pair.wait_formed(30)  # failback: the primary is ACTIVE again
+            assert not app.errors, f"cycle {cycle}: {app.errors}"
+        app.finish()
+    finally:
+        app.close()
+    assert not app.errors, app.errors
+    duplicates = {body: n for body, n in app.consumed.items() if n > 1}
+    assert not duplicates, f"consumed twice: {list(duplicates)[:10]}"
+    missing = set(app.sent) - set(app.consumed)
+    assert not missing, f"{len(missing)} confirmed messages never consumed: {sorted(missing)[:10]}"
+    assert set(app.consumed) == set(app.sent)
+    failovers = [e for e in app.events if e.kind is EventKind.FAILOVER]
+    # each client saw each failover and each failback (a failback may count twice: the
+    # active hands over, and a client that reconnected to it meanwhile goes again)
+    assert len(failovers) >= 4 * CYCLES
+    assert {e.new_server for e in failovers} == {pair.stomp_address(n) for n in NAMES}
+    assert len(app.sent) > CYCLES * 200
+
+
+def test_a_transaction_open_across_a_failover_is_rolled_back_and_done_again(
+        pair: Pair) -> None:
+    url = pair_url(pair)
+    with pairmq.client.connect(url) as client:
+        client.send("/queue/tx-in", b"request")
+        sub = client.subscribe("/queue/tx-in")
+        request = sub.receive(5)
+        client.begin()
+        client.send("/queue/tx-out", b"reply", headers={"dup-id": "reply-1"})
+        client.ack(request)
+        pair.kill("primary")
+        pair.wait_active(15, "backup")
+        with pytest.raises(TransactionRolledBack):
+            client.commit()
+        again = sub.receive(10)  # the request comes again: its ack was rolled back
+        assert again.body == b"request" and again.redelivered
+        with client.transaction():
+            client.send("/queue/tx-out", b"reply", headers={"dup-id": "reply-1"})
+            client.ack(again)
+        out = client.subscribe("/queue/tx-out")
+        replies = []
+        while (message := out.receive(1)) is not None:
+            replies.append(message.body)
+            client.ack(message)
+        assert replies == [b"reply"]
+        assert sub.receive(0.5) is None
+
+
+def test_the_listener_hears_each_failover_with_the_old_and_the_new_server(pair: Pair) -> None:
+    events: list[FailoverEvent] = []
+    client: Client = pairmq.client.connect(pair_url(pair), failover_listener=events.append)
+    try:
+        assert client.server == pair.stomp_address("primary")
+        pair.kill("primary")
+        pair.wait_active(15, "backup")
+        client.send("/queue/listen", b"x")
+        (event,) = events
+        assert event.kind is EventKind.FAILOVER
+        assert event.old_server == pair.stomp_address("primary")
+        assert event.new_server == pair.stomp_address("backup") == client.server
+        assert "closed" in event.reason and not event.resumed
+        assert 0 < event.seconds < 10
+    finally:
+        client.close()
+
+
+def test_pairmq_send_and_receive_find_the_active_server_from_a_failover_url(
+        pair: Pair) -> None:
+    backup_first = f"failover:(stomp://{pair.stomp_address('backup')}," \
+                   f"stomp://{pair.stomp_address('primary')})"
+    sent = pair.cli("send", "-s", backup_first, "/queue/cli", "hello")
+    assert sent.returncode == 0, sent.stderr
+    assert f"confirmed by {pair.stomp_address('primary')}" in sent.stdout
+    got = pair.cli("receive", "-s", pair.stomp_address("backup"), "/queue/cli")
+    assert got.returncode == 0, got.stderr  # the PASSIVE backup's refusal named the primary
+    assert got.stdout.strip() == "hello"

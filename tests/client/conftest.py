@@ -9,6 +9,8 @@ import pytest
 
 import pairmq.client
 from pairmq.client import Client
+from tests.netproxy import NetProxy
+from tests.serverproc import ServerProcess
 
 
 @pytest.fixture
@@ -28,3 +30,11 @@ def client_factory() -> Iterator[Callable[..., Client]]:
     yield factory
     for client in made:
         client.close(timeout=1.0)
+
+
+@pytest.fixture
+def proxy(server: ServerProcess) -> Iterator[NetProxy]:
+    """A TCP proxy to `server` that can lose answers and drop connections
+    (tests/netproxy.py)."""
+    with NetProxy(f"{server.host}:{server.port}") as p:
+        yield p

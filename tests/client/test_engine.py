@@ -17,7 +17,8 @@ from pairmq.client import (
 from pairmq.client.link import Link
 from tests.support.scripted import Scripted
 
-URL = "failover:(stomp://a:1,stomp://b:2)?retryInterval=100&maxRetryInterval=400"
+URL = ("failover:(stomp://a:1,stomp://b:2)?retryInterval=100&retryIntervalMultiplier=2"
+       "&maxRetryInterval=400")
 
 
 def up(**options) -> Scripted:
@@ -322,3 +323,34 @@ def test_a_transaction_ended_while_the_client_reconnects_is_rolled_back_whole():
     assert {first.outcome, second.outcome} == {Outcome.ROLLED_BACK}
     assert commit.outcome is Outcome.ROLLED_BACK
     assert isinstance(commit.error, TransactionRolledBack)
+
+
+def test_one_ack_receipt_per_round_trip_and_any_receipt_confirms_earlier_acks():
+    run = up()
+    state = subscribe(run)
+    for n in range(1, 4):
+        run.message("s", f"m{n}", ack=str(n))
+    for _ in range(3):
+        run.engine.ack(run.engine.take_message(state), run.now)
+    acks = run.written()
+    assert ["receipt" in f.headers for f in acks] == [True, False, False]
+    later = send(run)  # its receipt confirms the three ACKs written before it
+    (frame,) = run.written()
+    run.reply("RECEIPT", receipt_id=frame.headers["receipt"])
+    assert later.outcome is Outcome.CONFIRMED
+    fail_over(run)
+    run.receipt_all(run.written())
+    assert not run.engine.in_doubt  # nothing was left unconfirmed
+
+
+def test_acks_without_receipt_are_in_doubt_after_a_failure():
+    run = up()
+    state = subscribe(run)
+    for n in range(1, 3):
+        run.message("s", f"m{n}", ack=str(n))
+    for _ in range(2):
+        run.engine.ack(run.engine.take_message(state), run.now)
+    run.written()
+    fail_over(run)
+    run.receipt_all(run.written())
+    assert set(run.engine.in_doubt) == {("s", "m1"), ("s", "m2")}

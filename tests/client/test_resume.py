@@ -9,17 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from pairmq.client import Outcome
 from tests.integration import rawstomp
 from tests.netproxy import NetProxy
-
-
-@pytest.fixture
-def proxy(server):
-    with NetProxy(f"{server.host}:{server.port}") as p:
-        yield p
 
 
 def url_of(proxy: NetProxy) -> str:

@@ -5,6 +5,7 @@ and consumes exactly what was sent."""
 from __future__ import annotations
 
 import collections
+import signal
 import threading
 import time
 
@@ -182,3 +183,68 @@ def test_pairmq_send_and_receive_find_the_active_server_from_a_failover_url(
     got = pair.cli("receive", "-s", pair.stomp_address("backup"), "/queue/cli")
     assert got.returncode == 0, got.stderr  # the PASSIVE backup's refusal named the primary
     assert got.stdout.strip() == "hello"
+
+
+def test_a_frozen_active_is_left_when_its_heart_beats_stop(pair_factory) -> None:
+    """SIGSTOP: the server's sockets stay open, only heart-beats tell it is gone."""
+    pair = pair_factory(flags=["--heartbeat-ms", "200"])
+    pair.start(parallel=True)
+    pair.wait_formed()
+    events: list[FailoverEvent] = []
+    client = pairmq.client.connect(pair_url(pair), client_failure_check_period=1000,
+                                   connect_timeout=1000, failover_listener=events.append)
+    primary = pair.servers["primary"]
+    assert primary is not None
+    try:
+        client.send("/queue/frozen", b"before")
+        primary.proc.send_signal(signal.SIGSTOP)
+        result = client.send("/queue/frozen", b"after")  # rides through the failover
+        assert result.outcome is Outcome.CONFIRMED
+        (event,) = events
+        assert "heart-beats missed" in event.reason
+        assert event.new_server == pair.stomp_address("backup") == client.server
+        sub = client.subscribe("/queue/frozen")
+        bodies = [sub.receive(5).body, sub.receive(5).body]
+        assert bodies == [b"before", b"after"]
+    finally:
+        primary.proc.send_signal(signal.SIGCONT)
+        client.close(timeout=2)
+
+
+def test_a_temporary_queue_is_created_again_on_the_new_server(pair: Pair) -> None:
+    with pairmq.client.connect(pair_url(pair)) as client:
+        replies = client.subscribe("/temp-queue/replies")
+        client.send("/temp-queue/replies", b"one")
+        assert replies.receive(5).body == b"one"
+        pair.kill("primary")
+        pair.wait_active(15, "backup")
+        client.send("/temp-queue/replies", b"two")
+        message = replies.receive(5)
+        assert message is not None and message.body == b"two"
+        client.ack(message)
+
+
+def test_the_asyncio_client_fails_over_too(pair: Pair) -> None:
+    import asyncio
+
+    async def main() -> tuple[list[str], list[FailoverEvent], list[bytes]]:
+        events: list[FailoverEvent] = []
+        async with await pairmq.client.connect_async(
+                pair_url(pair), failover_listener=events.append) as client:
+            sent = []
+            for n in range(400):
+                if n == 200:
+                    pair.kill("primary")  # the sends after it wait for the backup
+                result = await client.send("/queue/aio-failover", f"m-{n}")
+                assert result.outcome is Outcome.CONFIRMED
+                sent.append(f"m-{n}")
+            sub = await client.subscribe("/queue/aio-failover")
+            bodies = []
+            while (message := await sub.receive(1)) is not None:
+                bodies.append(message.body)
+                await client.ack(message)
+            return sent, events, bodies
+
+    sent, events, bodies = asyncio.run(main())
+    assert [b.decode() for b in bodies] == sent
+    assert [e.new_server for e in events] == [pair.stomp_address("backup")]

@@ -168,7 +168,7 @@ class AsyncClient:
                     raise engine.closed_error()
                 await self._changed(waiting.next_wait(engine, time.monotonic()))
         result = engine.send(destination, data, headers, persistent, time.monotonic())
-        self._after()
+        self._after(write=not engine.may_wait_to_write())
         return result
 
     async def _store(self, destination: str, data: bytes, headers: dict[str, str] | None
@@ -219,12 +219,22 @@ class AsyncClient:
             await self._changed(remaining)
 
     async def ack(self, message: Message) -> None:
+        await self._wait_connected("ack")
         self._engine.ack(message, time.monotonic())
-        self._after()
+        self._after(write=not self._engine.may_wait_to_write())
 
     async def nack(self, message: Message) -> None:
+        await self._wait_connected("nack")
         self._engine.ack(message, time.monotonic(), nack=True)
         self._after()
+
+    async def _wait_connected(self, what: str) -> None:
+        engine = self._engine
+        if engine.failing_since() is None:
+            return
+        waiting = Waiting(self.options, None, what, time.monotonic())
+        while engine.failing_since() is not None:
+            await self._changed(waiting.next_wait(engine, time.monotonic()))
 
     async def begin(self) -> None:
         await self._after_call(self._engine.begin(time.monotonic()))
@@ -276,6 +286,7 @@ class AsyncClient:
     async def _wait(self, op: Op, timeout: float | None, raise_on_failure: bool = True
                     ) -> Outcome:
         if not op.done:
+            self._after()  # whatever the engine held back for the reader goes out now
             waiting = Waiting(self.options, timeout, op.kind, time.monotonic())
             while not op.done:
                 pause = waiting.next_wait(self._engine, time.monotonic())
@@ -294,12 +305,14 @@ class AsyncClient:
 
     # ------------------------------------------------------------ I/O
 
-    def _after(self) -> None:
-        """Write what the engine produced, hand events on, wake the waiters."""
+    def _after(self, write: bool = True) -> None:
+        """Write what the engine produced (unless the next read may do it, in one go with
+        what else came meanwhile), hand events on, wake the waiters."""
         engine = self._engine
-        socket_id, data = engine.take_output()
-        if data and self._transport is not None and self._transport[0] == socket_id:
-            self._transport[1].write(data)
+        if write:
+            socket_id, data = engine.take_output()
+            if data and self._transport is not None and self._transport[0] == socket_id:
+                self._transport[1].write(data)
         forwarded = engine.take_forwarded()
         if forwarded and self._outbox is not None:
             asyncio.get_running_loop().run_in_executor(None, self._outbox.remove, forwarded)

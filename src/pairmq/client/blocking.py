@@ -151,6 +151,7 @@ class Client:
         an outbox, once it is stored in it); it rides through failovers, resent with its
         dup-id. Inside a transaction it returns at once (COMMIT confirms it)."""
         result = self.send_async(destination, body, headers, persistent)
+        self._flush()  # this call waits: nothing of it may wait for another answer
         if result.outcome is Outcome.PENDING and result.transaction is None:
             self._wait(result, timeout)
             if not result.done:
@@ -171,7 +172,9 @@ class Client:
             if persistent and len(engine.unconfirmed) >= self.options.send_window:
                 self._wait_for_window()
             result = engine.send(destination, data, headers, persistent, time.monotonic())
-        self._flush()
+            later = engine.may_wait_to_write()
+        if not later:
+            self._flush()
         result.waiter = self._wait
         return result
 
@@ -252,16 +255,30 @@ class Client:
 
     def ack(self, message: Message) -> None:
         """Acknowledge a message (client-ack modes). AckFailed if it was received before a
-        failover: the server has put it back, and it will come again."""
-        with self._lock:
+        failover: the server has put it back, and it will come again. During a failover it
+        waits to know which (a resumed session keeps the message's ack id valid)."""
+        with self._cond:
+            self._wait_connected("ack")
             self._engine.ack(message, time.monotonic())
-        self._flush()
+            later = self._engine.may_wait_to_write()
+        if not later:
+            self._flush()
 
     def nack(self, message: Message) -> None:
         """Give a message back to its queue (it comes again, redelivered)."""
-        with self._lock:
+        with self._cond:
+            self._wait_connected("nack")
             self._engine.ack(message, time.monotonic(), nack=True)
         self._flush()
+
+    def _wait_connected(self, what: str) -> None:
+        """While a failover is under way (lock held): until it ends, by the usual rules."""
+        engine = self._engine
+        if engine.failing_since() is None:
+            return
+        waiting = Waiting(self.options, None, what, time.monotonic())
+        while engine.failing_since() is not None:
+            self._cond.wait(waiting.next_wait(engine, time.monotonic()))
 
     # ------------------------------------------------------------ transactions
 
@@ -324,6 +341,8 @@ class Client:
     def _wait(self, op: Op, timeout: float | None, raise_on_failure: bool = True) -> Outcome:
         """Until `op` is final (see client/waiting.py for how long)."""
         engine = self._engine
+        if not op.done:
+            self._flush()  # whatever the engine holds back for the reader goes out now
         with self._cond:
             if not op.done:
                 waiting = Waiting(self.options, timeout, op.kind, time.monotonic())

@@ -24,7 +24,7 @@ from pairmq.client.link import LINK, Link
 from pairmq.client.options import Address, ClientOptions
 from pairmq.client.recovery import Recovery
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
-from pairmq.client.subscriptions import AckKey, SubOp, SubscriptionState, SubState
+from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState, SubState
 from pairmq.client.topology import Attempts, Servers
 from pairmq.client.transactions import Transacting, Transaction, TxOp, TxState
 from pairmq.protocol import ClientSession, Frame, ProtocolError, SessionState
@@ -61,7 +61,8 @@ class Engine(Recovery, Transacting):
         self._log: deque[tuple[int, Frame, Op | None]] = deque()  # may be written again
         self._pending: deque[tuple[Frame, Op | None, bool]] = deque()  # waiting for UP
         self._resend: list[SendResult] = []  # after recovery, before the pending frames
-        self._ack_keys: dict[str, list[AckKey]] = {}  # ACK receipt -> messages it acks
+        self._acks: deque[AckOp] = deque()  # ACKs written on this session, unconfirmed
+        self._ack_receipt: str | None = None  # the one ACK receipt asked for, if any
         self.in_doubt: OrderedDict[AckKey, None] = OrderedDict()
         self.subscriptions: dict[str, SubscriptionState] = {}
         self._recovering: dict[str, SubscriptionState] = {}  # resubscribe receipt -> subscription
@@ -114,6 +115,12 @@ class Engine(Recovery, Transacting):
 
     def has_output(self) -> bool:
         return bool(self._out)
+
+    def may_wait_to_write(self) -> bool:
+        """True when what waits to be written may wait for the next answer of the server
+        (one is owed on a serving session, and not much waits): a driver then lets its
+        reader write it, in one go with what else came meanwhile."""
+        return self.link is Link.UP and bool(self._awaiting) and len(self._out) < 128
 
     def take_output(self) -> tuple[int, bytes]:
         """What to write on socket `socket_id` (drop it if that socket is gone)."""
@@ -316,6 +323,9 @@ class Engine(Recovery, Transacting):
         log = self._log
         while log and log[0][0] <= index:
             log.popleft()
+        acks = self._acks  # a receipt confirms every earlier frame of its session
+        while acks and acks[0].written <= index:
+            acks.popleft().finish(Outcome.CONFIRMED)
         self._done(receipt, op, now)
 
     def _done(self, receipt: str, op: Op, now: float) -> None:
@@ -329,7 +339,7 @@ class Engine(Recovery, Transacting):
                 self.forwarded.append(outbox_id)
             return
         if kind == "ack":
-            self._ack_keys.pop(receipt, None)
+            self._ack_receipt = None
         elif kind in ("commit", "abort"):
             assert isinstance(op, TxOp)
             outcome = Outcome.CONFIRMED if kind == "commit" else Outcome.ROLLED_BACK
@@ -414,6 +424,8 @@ class Engine(Recovery, Transacting):
                 self._awaiting[receipt] = (index, op)
             elif op.kind == "send" and "transaction" not in headers:
                 op.finish(Outcome.SENT)
+            if isinstance(op, AckOp) and op.kind == "ack" and "transaction" not in headers:
+                self._acks.append(op)
         if log:
             self._log.append((index, frame, op))
 
@@ -532,15 +544,18 @@ class Engine(Recovery, Transacting):
 
     def _ack_frame(self, keys: list[AckKey], ack_id: str, tx: Transaction | None,
                    command: str, now: float) -> Op:
-        op = Op(command.lower())
+        """An ACK or NACK. Outside a transaction an ACK asks for a receipt only when no
+        other ACK's is awaited: any receipt confirms every earlier frame, so one per round
+        trip tells which acknowledgements a failure may have lost."""
+        op = AckOp(command.lower(), keys)
+        headers = {"id": ack_id}
         if tx is not None:
-            self._emit(Frame(command, {"id": ack_id, "transaction": tx.id}), op, True, now)
-            return op
-        receipt = self._next_id("a")
-        op.receipt = receipt
-        if command == "ACK":
-            self._ack_keys[receipt] = keys
-        self._emit(Frame(command, {"id": ack_id, "receipt": receipt}), op, True, now)
+            headers["transaction"] = tx.id
+        elif command == "NACK" or self._ack_receipt is None:
+            op.receipt = headers["receipt"] = self._next_id("a")
+            if command == "ACK":
+                self._ack_receipt = op.receipt
+        self._emit(Frame(command, headers), op, True, now)
         return op
 
     def close(self, now: float) -> Op:

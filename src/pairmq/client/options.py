@@ -45,11 +45,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("initial_connect_attempts", "initialConnectAttempts", int, 1,
            "rounds over the servers at connect() before it raises ConnectionFailed "
            "(-1: for ever)", _at_least(-1)),
-    Option("retry_interval", "retryInterval", int, 200,
+    Option("retry_interval", "retryInterval", int, 100,
            "ms to wait after a round in which every server refused", _at_least(0)),
-    Option("retry_interval_multiplier", "retryIntervalMultiplier", float, 2.0,
+    Option("retry_interval_multiplier", "retryIntervalMultiplier", float, 1.5,
            "each further wait is the last one times this", _at_least(1)),
-    Option("max_retry_interval", "maxRetryInterval", int, 2000,
+    Option("max_retry_interval", "maxRetryInterval", int, 500,
            "longest wait between two rounds (ms)", _at_least(0)),
     Option("client_failure_check_period", "clientFailureCheckPeriod", int, 10000,
            "ms of silence from the server after which the connection counts as failed "

@@ -29,7 +29,7 @@ from pairmq.client.errors import (
 )
 from pairmq.client.link import Link
 from pairmq.client.results import EventKind, FailoverEvent, Op, Outcome, SendResult
-from pairmq.client.subscriptions import AckKey, SubOp, SubscriptionState
+from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState
 from pairmq.client.transactions import Transaction, TxOp, TxState, rolled_back_error
 from pairmq.protocol import ClientSession, Frame
 
@@ -62,7 +62,8 @@ class Recovery:
     _log: deque[tuple[int, Frame, Op | None]]
     _pending: deque[tuple[Frame, Op | None, bool]]
     _resend: list[SendResult]
-    _ack_keys: dict[str, list[AckKey]]
+    _acks: deque[AckOp]
+    _ack_receipt: str | None
     _recovering: dict[str, SubscriptionState]
     _resume: dict[str, str] | None
     _granted: dict[str, str] | None
@@ -92,6 +93,11 @@ class Recovery:
                 self._done(op.receipt, op, now)
         self._log.clear()
         self._awaiting.clear()
+        acks = self._acks  # those applied are confirmed; the others are written again
+        while acks and acks[0].written <= applied:
+            acks.popleft().finish(Outcome.CONFIRMED)
+        acks.clear()
+        self._ack_receipt = None
         self.session.frames_sent = applied
         self._move("up")
         self._resume = self._granted
@@ -106,6 +112,11 @@ class Recovery:
         """A new session replaces a failed one (another server, or the old session gone)."""
         for _, op in list(self._awaiting.values()):
             self._settle_after_failover(op)
+        for ack in self._acks:  # written, never confirmed: the server may not have them
+            self._doubt(ack.keys)
+            ack.finish(Outcome.UNKNOWN)
+        self._acks.clear()
+        self._ack_receipt = None
         self._log.clear()
         self._awaiting.clear()
         self._rolled_back = self._roll_back_transactions()
@@ -161,8 +172,6 @@ class Recovery:
                 "been applied; doing the transaction again with the same dup-ids is harmless",
                 Outcome.UNKNOWN))
             return
-        if kind == "ack":
-            self._doubt(self._ack_keys.pop(op.receipt or "", []))
         op.finish(_AFTER_FAILOVER.get(kind, Outcome.UNKNOWN))
 
     def _doubt(self, keys: Iterable[AckKey]) -> None:
@@ -199,8 +208,8 @@ class Recovery:
             elif op is not None:
                 op.finish(Outcome.ROLLED_BACK)
             return False
-        if op is not None and op.kind == "ack":  # a message of the failed session
-            self._doubt(self._ack_keys.pop(op.receipt or "", []))
+        if isinstance(op, AckOp) and op.kind == "ack":  # a message of the failed session
+            self._doubt(op.keys)
             op.finish(Outcome.UNKNOWN)
             return False
         if op is not None and op.kind in ("nack", "unsubscribe"):

@@ -91,3 +91,14 @@ class SubOp(Op):
     def __init__(self, kind: str, receipt: str | None, sub_id: str) -> None:
         super().__init__(kind, receipt)
         self.sub_id = sub_id
+
+
+class AckOp(Op):
+    """An ACK or NACK: the messages it acknowledges, in doubt if its session fails before
+    the server confirmed it (an ACK is confirmed by any later receipt of its session)."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, kind: str, keys: list[AckKey]) -> None:
+        super().__init__(kind)
+        self.keys = keys

@@ -52,14 +52,16 @@ def parse_header_block(text: str, version: str, max_headers: int) -> tuple[str, 
 
 
 def _unescaped(lines: list[str], version: str) -> dict[str, str]:
-    """The slow path, taken only when a backslash appears in the section."""
+    """The slower path, taken only when a backslash appears in the section: only the lines
+    that hold one are unescaped (a MESSAGE's `message-id:ID\\cserver-...` is the usual one)."""
     headers: dict[str, str] = {}
     for line in lines:
         name, colon, value = line.partition(":")
         if not colon:
             raise _no_colon([line])
-        name = unescape_header(name, version)
-        value = unescape_header(value, version)
+        if "\\" in line:
+            name = unescape_header(name, version)
+            value = unescape_header(value, version)
         if name not in headers:
             headers[name] = value
     return headers

@@ -343,6 +343,23 @@ def test_one_ack_receipt_per_round_trip_and_any_receipt_confirms_earlier_acks():
     assert not run.engine.in_doubt  # nothing was left unconfirmed
 
 
+def test_output_waits_for_an_answer_only_when_one_is_owed_for_a_written_frame():
+    """A frame whose own receipt is the only one awaited must be written at once: the
+    server owes nothing yet, so waiting for its answer would stall (a consumer whose
+    prefetch is used up gets nothing more until its ACK goes out)."""
+    run = up()
+    state = subscribe(run)
+    run.message("s", "m1", ack="1")
+    run.engine.ack(run.engine.take_message(state), run.now)
+    assert not run.engine.may_wait_to_write()  # the ACK's own receipt: write it now
+    (ack,) = run.written()
+    assert "receipt" in ack.headers
+    send(run)
+    assert run.engine.may_wait_to_write()  # the ACK's receipt is owed: the SEND may wait
+    run.reply("RECEIPT", receipt_id=ack.headers["receipt"])
+    assert not run.engine.may_wait_to_write()  # only the SEND's own receipt is awaited
+
+
 def test_acks_without_receipt_are_in_doubt_after_a_failure():
     run = up()
     state = subscribe(run)

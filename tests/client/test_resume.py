@@ -46,6 +46,7 @@ def test_a_send_whose_receipt_was_lost_is_confirmed_by_the_resume_not_sent_again
     time.sleep(0.3)  # the SEND went up, its RECEIPT into the void
     proxy.heal(drop=True)
     assert result.wait(10) is Outcome.CONFIRMED
+    wait_failover(events)  # listeners are told after the waiters wake
     (event,) = events
     assert event.resumed and event.resent == 0
     assert event.old_server == event.new_server == proxy.address

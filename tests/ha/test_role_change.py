@@ -210,6 +210,7 @@ def test_no_receipt_before_its_record_is_in_the_journal_through_role_changes(pai
     finally:
         stop.set()
         thread.join(60)
+        producer.close()
     assert not errors, f"the producer failed: {errors[0]!r}"
     assert len(producer.receipted) > 100, "too few receipts to say anything"
     assert not missing, (f"{len(missing)} RECEIPTs came before their record was in the "

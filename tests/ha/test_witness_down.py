@@ -162,6 +162,7 @@ def test_a_witness_that_granted_a_higher_epoch_adopts_the_active_at_a_new_epoch(
     finally:
         stop.set()
         thread.join(60)
+        producer.close()
     assert not errors, f"the producer failed: {errors[0]!r}"
     assert pair.state("primary") == "ACTIVE" and pair.state("backup") == "PASSIVE"
     assert "knows this server as active again (epoch 51" in pair.logs("primary")

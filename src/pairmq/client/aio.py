@@ -148,10 +148,11 @@ class AsyncClient:
                    timeout: float | None = None) -> SendResult:
         result = await self.send_async(destination, body, headers, persistent)
         if result.outcome is Outcome.PENDING and result.transaction is None:
-            await self._wait(result, timeout)
+            await self._wait(result, timeout, raise_on_failure=False)
             if not result.done:
                 raise CallTimeout(f"send: not confirmed within {timeout} s (its outcome "
                                   "may still come)")
+        outcome_of(result)  # refused, rolled back or unknown: raise, however fast it came
         return result
 
     async def send_async(self, destination: str, body: bytes | str,

@@ -153,10 +153,11 @@ class Client:
         result = self.send_async(destination, body, headers, persistent)
         self._flush()  # this call waits: nothing of it may wait for another answer
         if result.outcome is Outcome.PENDING and result.transaction is None:
-            self._wait(result, timeout)
+            self._wait(result, timeout, raise_on_failure=False)
             if not result.done:
                 raise CallTimeout(f"send: not confirmed within {timeout} s (its outcome "
                                   "may still come: result.wait())")
+        outcome_of(result)  # refused, rolled back or unknown: raise, however fast it came
         return result
 
     def send_async(self, destination: str, body: bytes | str,

@@ -50,6 +50,7 @@ class Engine(Recovery, Transacting):
         self.socket_id = 0
         self._connect_deadline = 0.0
         self._out: list[bytes] = []
+        self._handed = 0  # frames of this socket the driver has taken to write
         # the current session (a resume keeps it, a fresh one replaces it)
         self.generation = 0  # 0 until the first CONNECTED
         self._resume: dict[str, str] | None = None  # token and key, when the server grants
@@ -118,9 +119,14 @@ class Engine(Recovery, Transacting):
 
     def may_wait_to_write(self) -> bool:
         """True when what waits to be written may wait for the next answer of the server
-        (one is owed on a serving session, and not much waits): a driver then lets its
-        reader write it, in one go with what else came meanwhile."""
-        return self.link is Link.UP and bool(self._awaiting) and len(self._out) < 128
+        (one is owed for a frame already written, on a serving session, and not much
+        waits): a driver then lets its reader write it, in one go with what else came
+        meanwhile. A receipt asked for by a frame not yet written is owed nothing: that
+        frame must go now, or reader and writer would wait for each other."""
+        if self.link is not Link.UP or not self._awaiting or len(self._out) >= 128:
+            return False
+        oldest, _ = next(iter(self._awaiting.values()))  # the server answers in order
+        return oldest <= self._handed
 
     def take_output(self) -> tuple[int, bytes]:
         """What to write on socket `socket_id` (drop it if that socket is gone)."""
@@ -128,6 +134,8 @@ class Engine(Recovery, Transacting):
         if not out:
             return self.socket_id, b""
         self._out = []
+        if self.session is not None:
+            self._handed = self.session.frames_sent
         return self.socket_id, out[0] if len(out) == 1 else b"".join(out)
 
     def take_events(self) -> list[FailoverEvent]:
@@ -178,6 +186,7 @@ class Engine(Recovery, Transacting):
         self.socket_id += 1
         self._connect_deadline = now + o.connect_timeout / 1000
         self._out = [self.session.connect_bytes(now)]
+        self._handed = 0
 
     def _server_list(self) -> str:
         return ", ".join(f"{h}:{p}" for h, p in self.servers.known)

@@ -59,6 +59,7 @@ class Recovery:
     stats: dict[str, int]
     error: ClientError | None
     _awaiting: dict[str, tuple[int, Op]]
+    _handed: int
     _log: deque[tuple[int, Frame, Op | None]]
     _pending: deque[tuple[Frame, Op | None, bool]]
     _resend: list[SendResult]
@@ -99,6 +100,7 @@ class Recovery:
         acks.clear()
         self._ack_receipt = None
         self.session.frames_sent = applied
+        self._handed = applied  # at the server already
         self._move("up")
         self._resume = self._granted
         for frame, op in again:

@@ -371,3 +371,21 @@ def test_acks_without_receipt_are_in_doubt_after_a_failure():
     fail_over(run)
     run.receipt_all(run.written())
     assert set(run.engine.in_doubt) == {("s", "m1"), ("s", "m2")}
+
+
+# ---------------------------------------------------------------- streams
+
+
+def test_a_receipt_s_headers_stay_with_its_operation_for_stream_offsets():
+    from pairmq.client.streams import info_headers, offsets_from_receipt
+
+    run = up()
+    _, op = run.engine.subscribe("/stream/orders", "auto", info_headers(True), None, run.now)
+    (frame,) = run.written()
+    assert frame.headers["x-stream-must-exist"] == "true"
+    run.reply("RECEIPT", receipt_id=frame.headers["receipt"], x_stream_first_offset="3",
+              x_stream_next_offset="10")
+    assert op.outcome is Outcome.CONFIRMED
+    assert offsets_from_receipt("/stream/orders", op.receipt_headers) == (3, 10)
+    with pytest.raises(ClientError, match="did not report the offsets"):
+        offsets_from_receipt("/stream/orders", {"receipt-id": "x"})

@@ -20,6 +20,7 @@ from pairmq.client.errors import CallTimeout, ClientError, ConnectionFailed
 from pairmq.client.options import ClientOptions, parse_options
 from pairmq.client.outbox import Outbox
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
 from pairmq.client.waiting import Waiting, outcome_of
 
@@ -199,6 +200,18 @@ class AsyncClient:
         state, op = self._engine.subscribe(destination, ack, headers, id, time.monotonic())
         await self._after_call(op)
         return AsyncSubscription(self, state)
+
+    async def stream_info(self, stream: str, must_exist: bool = True) -> tuple[int, int]:
+        """(first offset still stored, next offset to be appended) of a stream: see
+        `Client.stream_info`."""
+        destination = stream_destination(stream)
+        state, op = self._engine.subscribe(destination, "auto", info_headers(must_exist),
+                                           None, time.monotonic())
+        await self._after_call(op)
+        offsets = offsets_from_receipt(destination, op.receipt_headers)
+        unsubscribed = self._engine.unsubscribe(state.id, None, time.monotonic())
+        await self._after_call(unsubscribed, raise_on_failure=False)
+        return offsets
 
     async def _receive(self, state: SubscriptionState, timeout: float | None
                        ) -> Message | None:

@@ -22,6 +22,7 @@ from pairmq.client.errors import CallTimeout, ClientClosed, ClientError, Connect
 from pairmq.client.options import ClientOptions
 from pairmq.client.outbox import Outbox
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
 from pairmq.client.waiting import Waiting, outcome_of
 
@@ -228,6 +229,20 @@ class Client:
         self._flush()
         self._wait(op, None)
         return Subscription(self, state)
+
+    def stream_info(self, stream: str, must_exist: bool = True) -> tuple[int, int]:
+        """(first offset still stored, next offset to be appended) of a stream, from the
+        active server. With `must_exist`, an unknown stream raises `ServerError` (`unknown
+        stream /stream/NAME`) instead of being created."""
+        destination = stream_destination(stream)
+        with self._lock:
+            state, op = self._engine.subscribe(destination, "auto", info_headers(must_exist),
+                                               None, time.monotonic())
+        self._flush()
+        self._wait(op, None)
+        offsets = offsets_from_receipt(destination, op.receipt_headers)
+        self._unsubscribe(state, None)
+        return offsets
 
     def _unsubscribe(self, state: SubscriptionState, headers: dict[str, str] | None) -> None:
         with self._lock:

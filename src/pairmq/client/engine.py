@@ -203,7 +203,7 @@ class Engine(Recovery, Transacting):
                 if command == "MESSAGE":
                     self._message(frame, now)
                 elif command == "RECEIPT":
-                    self._receipt(frame.headers["receipt-id"], now)
+                    self._receipt(frame.headers["receipt-id"], now, frame.headers)
                 elif command == "CONNECTED":
                     self._connected(frame, now)
                 elif command == "ERROR":
@@ -315,11 +315,13 @@ class Engine(Recovery, Transacting):
         self._resume = self._granted
         self._write_pending(now)
 
-    def _receipt(self, receipt: str, now: float) -> None:
+    def _receipt(self, receipt: str, now: float, headers: dict[str, str] | None = None
+                 ) -> None:
         sub = self._recovering.pop(receipt, None)
         if sub is not None:
             self._awaiting.pop(receipt, None)
             if sub.op is not None:
+                sub.op.receipt_headers = dict(headers or {})
                 sub.op.finish(Outcome.CONFIRMED)
                 sub.op = None
             if not self._recovering and self.link is Link.RECOVERING:
@@ -329,6 +331,8 @@ class Engine(Recovery, Transacting):
         if entry is None:
             return
         index, op = entry
+        if not op.done:
+            op.receipt_headers = dict(headers or {})
         log = self._log
         while log and log[0][0] <= index:
             log.popleft()

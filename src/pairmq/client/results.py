@@ -32,7 +32,7 @@ FINAL = frozenset({Outcome.SENT, Outcome.CONFIRMED, Outcome.ROLLED_BACK, Outcome
 class Op:
     """One operation waiting for the server's answer (a RECEIPT, mostly)."""
 
-    __slots__ = ("error", "kind", "outcome", "receipt", "waiter", "written")
+    __slots__ = ("error", "kind", "outcome", "receipt", "receipt_headers", "waiter", "written")
 
     def __init__(self, kind: str, receipt: str | None = None) -> None:
         self.kind = kind  # "send", "subscribe", "unsubscribe", "ack", "begin", "commit", ...
@@ -40,6 +40,9 @@ class Op:
         self.outcome = Outcome.PENDING
         self.written = 0  # the index of its frame on the session it was last written on
         self.error: ClientError | None = None
+        # the headers of the RECEIPT that confirmed it (a stream SUBSCRIBE's carry the
+        # stream's offsets); empty until then
+        self.receipt_headers: dict[str, str] = {}
         # set by the client that made it: (op, timeout in s or None) -> Outcome
         self.waiter: Callable[[Op, float | None], Outcome] | None = None
 

@@ -1,0 +1,103 @@
+"""The reader's and writer's decisions, pure: where a query starts, how far a micro-batch
+goes, how it is split into tasks, which delivered offsets a task keeps, and the dup-id of
+each written row. The Spark classes (reader.py, writer.py) only do the I/O around these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def initial_offset(position: str, first: int, next_offset: int) -> int:
+    """The first offset a new query reads: `earliest`, `latest` or a number (a number
+    below what retention kept starts at the first offset kept, as the server would)."""
+    if position == "earliest":
+        return first
+    if position == "latest":
+        return next_offset
+    return max(int(position), first)
+
+
+def ending_offset(position: str, next_offset: int) -> int:
+    """A batch read's end (exclusive): `latest` or a number, never past the stream's end."""
+    if position == "latest":
+        return next_offset
+    return min(int(position), next_offset)
+
+
+def batch_end(start: int, first: int, next_offset: int, max_rows: int | None,
+              cap: int | None = None) -> int:
+    """The end (exclusive) of the next micro-batch that starts at `start`.
+
+    `max_rows` (maxRecordsPerBatch) counts offsets that still exist: when retention removed
+    the start of the range, the batch counts from the first offset kept. `cap` is the end
+    fixed by Trigger.AvailableNow. Never before `start` (offsets only go forward)."""
+    end = next_offset if cap is None else min(next_offset, cap)
+    if max_rows is not None:
+        end = min(end, max(start, first) + max_rows)
+    return max(start, end)
+
+
+@dataclass(frozen=True)
+class Range:
+    """Offsets [start, end) of one stream: one task's share of a micro-batch."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+def split(start: int, end: int, partitions: int, max_per_partition: int) -> list[Range]:
+    """[start, end) in contiguous ranges of near-equal size: at least `partitions` of them
+    (when there are that many offsets), none longer than `max_per_partition`.
+
+    Deterministic in its arguments, so a micro-batch replayed from the checkpoint's offset
+    log is split exactly as the first time."""
+    total = end - start
+    if total <= 0:
+        return []
+    count = min(total, max(partitions, -(-total // max_per_partition)))
+    size, extra = divmod(total, count)
+    ranges = []
+    at = start
+    for i in range(count):
+        length = size + (1 if i < extra else 0)
+        ranges.append(Range(at, at + length))
+        at += length
+    return ranges
+
+
+class RangeCursor:
+    """What one task has yielded of its range, so a delivery that starts over (the client
+    re-creates the subscription on the new server after a failover, from the range's start)
+    yields every offset once."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.next = start  # the next offset to yield
+        self.end = end
+        self.done = start >= end
+
+    def accept(self, offset: int) -> bool:
+        """Whether a delivered offset is new; offsets jump forward past what retention
+        removed."""
+        if self.done or offset < self.next or offset >= self.end:
+            return False
+        self.next = offset + 1
+        if self.next >= self.end:
+            self.done = True
+        return True
+
+    def ended(self, marker_offset: int) -> bool:
+        """The server's end marker came. True: the range is complete. False: it is a marker
+        of an earlier delivery (before a failover) for less than the range: ignore it."""
+        if marker_offset >= self.end:
+            self.done = True
+        return self.done
+
+
+def dup_id(query_id: str, batch_id: int | str, partition: int, row: int) -> str:
+    """The dup-id of a written row: the same for every attempt of the same task and every
+    replay of the same micro-batch, different for every other row."""
+    return f"{query_id}:{batch_id}:{partition}:{row}"

@@ -1,0 +1,97 @@
+"""Rows: the reader's schema and the Arrow record batches that carry it, and what the
+writer takes from its input's rows. Pure (pyarrow only), so tested without Spark.
+
+Arrow batches handed to Spark must match the schema exactly (names, int64, `string` not
+`large_string`, timestamps in microseconds, UTC), or Spark refuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_DDL = ("stream string, offset bigint, timestamp timestamp, message_id string, "
+              "headers map<string,string>, body binary")
+
+ARROW_SCHEMA = pa.schema([
+    ("stream", pa.string()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("message_id", pa.string()),
+    ("headers", pa.map_(pa.string(), pa.string())),
+    ("body", pa.binary()),
+])
+
+# headers that are columns of their own, or belong to one delivery rather than the message
+NOT_IN_HEADERS = frozenset({"x-stream-offset", "timestamp", "message-id", "destination",
+                            "subscription", "ack", "content-length", "redelivered"})
+
+Record = tuple[int, int | None, str, dict[str, str], bytes]  # offset, ms, id, headers, body
+
+
+def record_of(headers: Mapping[str, str], body: bytes) -> Record:
+    """A stream MESSAGE's frame headers and body -> the values of one row (but `stream`)."""
+    stamp = headers.get("timestamp")
+    return (int(headers["x-stream-offset"]),
+            int(stamp) if stamp is not None and stamp.isdigit() else None,
+            headers.get("message-id", ""),
+            {k: v for k, v in headers.items() if k not in NOT_IN_HEADERS},
+            body)
+
+
+def record_batch(stream: str, records: list[Record]) -> pa.RecordBatch:
+    """Rows of one stream as one Arrow record batch of ARROW_SCHEMA."""
+    return pa.RecordBatch.from_arrays([
+        pa.array([stream] * len(records), pa.string()),
+        pa.array([r[0] for r in records], pa.int64()),
+        pa.array([None if r[1] is None else r[1] * 1000 for r in records],
+                 pa.timestamp("us", tz="UTC")),
+        pa.array([r[2] for r in records], pa.string()),
+        pa.array([list(r[3].items()) for r in records], pa.map_(pa.string(), pa.string())),
+        pa.array([r[4] for r in records], pa.binary()),
+    ], schema=ARROW_SCHEMA)
+
+
+class InputSchemaError(ValueError):
+    """The DataFrame written cannot be sent: the message says which column is wrong."""
+
+
+def check_input(fields: Iterable[tuple[str, str]]) -> None:
+    """(column name, Spark type name) of the written DataFrame: `body` (binary or string) is
+    required, `headers` (map<string,string>) optional; other columns are ignored."""
+    types = {name.lower(): type_name for name, type_name in fields}
+    body = types.get("body")
+    if body is None:
+        raise InputSchemaError("format pairmq writes a column 'body' (binary or string); "
+                               f"the DataFrame has {', '.join(types) or 'no columns'}")
+    if body not in ("binary", "string"):
+        raise InputSchemaError(f"column body must be binary or string, not {body}")
+    headers = types.get("headers")
+    if headers is not None and headers != "map<string,string>":
+        raise InputSchemaError(f"column headers must be map<string,string>, not {headers}")
+
+
+def body_bytes(value: Any) -> bytes:
+    """A body cell: binary as is, a string in UTF-8, null as empty."""
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+# headers a row may not set: the writer and the client own them
+RESERVED_HEADERS = frozenset({"dup-id", "receipt", "destination", "content-length",
+                              "transaction", "persistent"})
+
+
+def row_headers(value: Any, dup: str) -> dict[str, str]:
+    """A headers cell (a map as a list of pairs, a dict, or null) -> the SEND's headers,
+    with the row's dup-id; reserved headers of the row are dropped."""
+    pairs = value.items() if isinstance(value, Mapping) else (value or [])
+    headers = {str(k): str(v) for k, v in pairs
+               if k is not None and v is not None and str(k).lower() not in RESERVED_HEADERS}
+    headers["dup-id"] = dup
+    return headers

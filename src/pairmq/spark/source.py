@@ -1,0 +1,62 @@
+"""The data source `pairmq`: `spark.dataSource.register(PairmqDataSource)`, then
+`spark.readStream.format("pairmq")`, `spark.read`, `df.writeStream` and `df.write`.
+
+Options are checked here, when the query is defined (in a planning process on the driver),
+so a wrong one fails at once, named, instead of in every task.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from pairmq.spark.options import PairmqOptionError, parse
+from pairmq.spark.reader import PairmqBatchReader, PairmqStreamReader, check_reader_options
+from pairmq.spark.rows import SCHEMA_DDL, InputSchemaError, check_input
+from pairmq.spark.writer import PairmqBatchWriter, PairmqStreamWriter
+
+
+class PairmqDataSource(DataSource):
+    """Streams of a pairmq pair as a Spark source; queues, topics and streams as a sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pairmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = parse(self.options)
+        check_reader_options(options)
+        return PairmqStreamReader(options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse(self.options, batch=True)
+        check_reader_options(options)
+        return PairmqBatchReader(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = parse(self.options)
+        _check_writer(options, schema)
+        return PairmqStreamWriter(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options = parse(self.options)
+        _check_writer(options, schema)
+        return PairmqBatchWriter(options)
+
+
+def _check_writer(options, schema: StructType) -> None:
+    options.require("servers")
+    options.require("destination")
+    try:
+        check_input((f.name, f.dataType.simpleString()) for f in schema.fields)
+    except InputSchemaError as e:
+        raise PairmqOptionError(str(e)) from None

@@ -1,0 +1,78 @@
+"""The writer against a real server: batch and streaming, a headers column, every kind of
+destination, and one dup-id per row."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.support.spark import drain, server_url
+
+import pairmq.client
+
+
+def test_batch_write_sends_each_row_once_with_its_headers_and_a_dup_id(spark, server):
+    url = server_url(server)
+    rows = [(f"row-{i}".encode(), {"k": str(i), "dup-id": "mine"}) for i in range(300)]
+    df = spark.createDataFrame(rows, "body binary, headers map<string,string>")
+    (df.repartition(3).write.format("pairmq").option("servers", url)
+     .option("destination", "/queue/batch-out").mode("append").save())
+    with pairmq.client.connect(url) as client:
+        sub = client.subscribe("/queue/batch-out", headers={"prefetch-count": "500"})
+        got = {}
+        while len(got) < 300:
+            message = sub.receive(10)
+            assert message is not None, f"only {len(got)} of 300 arrived"
+            client.ack(message)
+            got[message.body] = message.headers
+        assert sub.receive(0.5) is None
+    assert set(got) == {body for body, _ in rows}
+    headers = got[b"row-7"]
+    assert headers["k"] == "7"
+    query, batch, _partition, _row = headers["dup-id"].rsplit(":", 3)
+    assert query.startswith("write-") and batch == "0"  # the row's "mine" is overridden
+    assert len({h["dup-id"] for h in got.values()}) == 300
+
+
+def test_streaming_write_of_string_bodies_to_a_topic(spark, server, tmp_path: Path):
+    url = server_url(server)
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.txt").write_text("\n".join(f"line-{i}" for i in range(50)) + "\n")
+    with pairmq.client.connect(url) as client:
+        sub = client.subscribe("/topic/lines", ack="auto")
+        query = (spark.readStream.format("text").load(str(source))
+                 .selectExpr("value AS body")
+                 .writeStream.format("pairmq").option("servers", url)
+                 .option("destination", "/topic/lines")
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(60)
+        assert query.exception() is None, query.exception()
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 50 and time.monotonic() < deadline:
+            message = sub.receive(1)
+            if message is not None:
+                got.append(message)
+    assert sorted(m.text for m in got) == sorted(f"line-{i}" for i in range(50))
+    dup = got[0].headers["dup-id"]
+    assert dup.startswith(f"{query.id}:0:"), dup  # the query's id, batch 0
+
+
+def test_streaming_write_to_a_queue_counts_every_row_once(spark, server, tmp_path: Path):
+    url = server_url(server)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(3):
+        (source / f"{f}.txt").write_text("".join(f"f{f}-{i}\n" for i in range(100)))
+    query = (spark.readStream.format("text").option("maxFilesPerTrigger", 1)
+             .load(str(source)).selectExpr("value AS body")
+             .writeStream.format("pairmq").option("servers", url)
+             .option("destination", "/queue/lines")
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(90)
+    assert query.exception() is None, query.exception()
+    got = drain(url, "/queue/lines", 300)
+    assert sum(got.values()) == 300 and set(got.values()) == {1}

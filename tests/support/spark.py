@@ -1,0 +1,101 @@
+"""Helpers of the Spark tests: a local SparkSession as the notes on this machine advise,
+and what a test reads back from the broker to count copies."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pairmq.client
+
+INSTALL = "pip install -e '.[dev,spark]' (make test does it)"
+
+
+def spark_session(master: str = "local[2,3]") -> Any:
+    """A local SparkSession for tests: UI off, 2 shuffle partitions, a quick JIT; its Python
+    workers run this interpreter (the package must be installed in it, as `pip install -e`
+    does: workers do not see sys.path edits). `local[N,F]` retries a failed task F-1 times.
+
+    Fails (never skips) with how to install what is missing."""
+    java = shutil.which("java", path=os.environ.get("JAVA_HOME", "") + "/bin:"
+                        + os.environ.get("PATH", ""))
+    if java is None:
+        raise RuntimeError("the Spark tests need a Java 17+ runtime on PATH (or JAVA_HOME): "
+                           "apt-get install openjdk-17-jre-headless")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise RuntimeError(f"the Spark tests need pyspark: {INSTALL}") from None
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master(master)
+               .appName("pairmq-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               .config("spark.sql.streaming.stopTimeout", "30s")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    from pairmq.spark import PairmqDataSource
+
+    session.dataSource.register(PairmqDataSource)
+    return session
+
+
+def drain(url: str, destination: str, expected: int, timeout: float = 30.0,
+          quiet: float = 1.0) -> collections.Counter[bytes]:
+    """Consume a queue until `expected` messages came and then nothing for `quiet` s (so
+    that a duplicate would be seen too); body -> copies."""
+    got: collections.Counter[bytes] = collections.Counter()
+    with pairmq.client.connect(url) as client:
+        sub = client.subscribe(destination, headers={"prefetch-count": "500"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = sub.receive(quiet if sum(got.values()) >= expected else 0.5)
+            if message is None:
+                if sum(got.values()) >= expected:
+                    break
+                continue
+            client.ack(message)
+            got[message.body] += 1
+    return got
+
+
+def delete_last_commit(checkpoint: Path) -> int:
+    """Make the last micro-batch logged but not committed, as a crash between the two would:
+    its offsets stay in offsets/, its entry in commits/ goes. Returns its batch id."""
+    commits = [p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+    last = max(commits, key=lambda p: int(p.name))
+    last.unlink()
+    crc = last.with_name(f".{last.name}.crc")
+    if crc.exists():
+        crc.unlink()
+    return int(last.name)
+
+
+def last_batch(checkpoint: Path, log: str = "commits") -> int | None:
+    """The highest batch id in the checkpoint's offsets/ or commits/."""
+    folder = checkpoint / log
+    ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.exists() else []
+    return max(ids) if ids else None
+
+
+def url_of(*addresses: str) -> str:
+    """A failover URL that retries fast (tests)."""
+    servers = ",".join(f"stomp://{a}" for a in addresses)
+    return f"failover:({servers})?retryInterval=50&maxRetryInterval=200"
+
+
+def server_url(server: Any) -> str:
+    return url_of(f"{server.host}:{server.port}")
+
+
+def pair_url(pair: Any) -> str:
+    return url_of(*(pair.stomp_address(n) for n in ("primary", "backup")))

@@ -14,12 +14,11 @@ core/resume.py.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
 
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
-from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
+from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.follow import Follow
 from pairmq.core.intake import BrokerEvent, Intake
@@ -29,27 +28,23 @@ from pairmq.core.replay import Replay
 from pairmq.core.resume import Resume
 from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
-from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Subscription
+from pairmq.core.stream import StreamLog
+from pairmq.core.streaming import Streams
+from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Delivery, Subscription
 
 __all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/intake.py
 
 _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.py)
 
 
-class Delivery(NamedTuple):
-    subscription: Subscription
-    entry: Entry
-    ack_id: str | None  # None for ack:auto
-    delivery_count: int
-
-
-class Broker(Intake, Follow, Resume):
+class Broker(Intake, Follow, Resume, Streams):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
         self.addresses: dict[str, Address] = {}
         self.queues: dict[str, Queue] = {}  # "/queue/NAME" -> queue
         self.durables: dict[str, Queue] = {}  # durable subscription key -> its queue
+        self.streams: dict[str, StreamLog] = {}  # "/stream/NAME" -> its log (core/streaming.py)
         self.sessions: dict[int, Session] = {}
         self.client_ids: dict[str, int] = {}
         self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
@@ -75,7 +70,10 @@ class Broker(Intake, Follow, Resume):
         """Load what the journal replay rebuilt; only on an empty broker, before clients."""
         assert not self.sessions and not self.addresses, "restore needs an empty broker"
         for destination in replay.destinations:
-            self._plain_queue(destination)
+            if destination.startswith(STREAM_PREFIX):
+                self._stream(destination)
+            else:
+                self._plain_queue(destination)
         for key, topic in replay.durables.items():
             address = self._address(topic, TOPIC)
             q = Queue(f"durable:{key}", address, topic[len("/topic/"):])
@@ -83,8 +81,10 @@ class Broker(Intake, Follow, Resume):
             q.key = f"durable:{key}"
             address.queues.append(q)
             self.durables[key] = q
-        top = 0
+        top = self._restore_streams(replay)
         for queue_key, held in replay.queues.items():
+            if queue_key.startswith(STREAM_PREFIX):
+                continue
             if queue_key.startswith("durable:"):
                 q = self.durables.get(queue_key[len("durable:"):])
                 if q is None:
@@ -102,8 +102,7 @@ class Broker(Intake, Follow, Resume):
             self.capacity.memory += held + len(entries) * INDEX_BYTES
             top = max(top, entries[-1].message.order)
         for destination, ids in replay.dups.items():
-            self._address(destination, QUEUE if destination.startswith("/queue/") else TOPIC)
-            self.addresses[destination].dups.update(ids)
+            self._dup_address(destination).dups.update(ids)
         self._order_seq = max(self._order_seq, top)
         for address in self.addresses.values():
             self._check_full(address)
@@ -134,6 +133,7 @@ class Broker(Intake, Follow, Resume):
         for sub in list(session.subs.values()):
             self._detach(sub, now, delete=False)
         session.subs.clear()
+        self._drop_cursors(session)
         for name, q in session.temp_queues.items():
             self.reply_queues.pop(f"{session.token}.{name}", None)
             self._delete_queue(q)
@@ -148,6 +148,7 @@ class Broker(Intake, Follow, Resume):
         if writable:
             for sub in list(session.subs.values()):
                 self._dispatch(sub.queue, now)
+            self._feed_streams(session)
 
     def take_capped(self, conn_id: int) -> bool:
         """True (once) when this connection's auto-ack deliveries stopped at the per-turn
@@ -175,7 +176,7 @@ class Broker(Intake, Follow, Resume):
                   ack: str = "auto", prefetch: int | None = None,
                   durable_name: str | None = None) -> Subscription:
         session = self._session(conn_id)
-        if sub_id in session.subs:
+        if sub_id in session.subs or sub_id in session.cursors:
             raise CoreError(f"subscription id {sub_id!r} is already in use on this connection")
         ack_mode = ACK_MODES.get(ack)
         if ack_mode is None:
@@ -234,6 +235,8 @@ class Broker(Intake, Follow, Resume):
                     delete_durable: bool = False, durable_name: str | None = None) -> None:
         """Remove a subscription; with delete_durable, also the durable subscription behind it."""
         session = self._session(conn_id)
+        if self._stream_unsubscribe(session, sub_id):
+            return
         sub = session.subs.pop(sub_id, None) if sub_id is not None else None
         if sub is not None:
             self._detach(sub, now, delete=delete_durable)
@@ -292,6 +295,8 @@ class Broker(Intake, Follow, Resume):
     def ack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
         session = self._session(conn_id)
         tx = self._tx(session, transaction) if transaction is not None else None
+        if self._stream_acked(session, ack_id):
+            return
         sub, entries = self._take_acked(session, ack_id)
         if tx is not None:
             tx.acked.extend((sub.queue, e) for e in entries)
@@ -304,6 +309,8 @@ class Broker(Intake, Follow, Resume):
     def nack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
         session = self._session(conn_id)
         tx = self._tx(session, transaction) if transaction is not None else None
+        if self._stream_acked(session, ack_id):
+            return
         sub, entries = self._take_acked(session, ack_id)
         if tx is not None:
             tx.nacked.extend((sub.queue, e) for e in entries)
@@ -416,7 +423,9 @@ class Broker(Intake, Follow, Resume):
     # ----------------------------------------------------------------- expiry
 
     def sweep_expired(self, now: int) -> int:
-        """Expire waiting messages past their `expires`; returns how many."""
+        """Expire waiting messages past their `expires` (and apply the streams' retention);
+        returns how many expired."""
+        self.retain_streams(now)
         count = 0
         queues = [q for a in self.addresses.values() for q in a.queues]
         queues += [q for s in self.sessions.values() for q in s.temp_queues.values()]

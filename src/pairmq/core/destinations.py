@@ -8,9 +8,11 @@ QUEUE = "queue"
 TOPIC = "topic"
 TEMP = "temp-queue"
 REPLY = "reply-queue"
+STREAM = "stream"
+STREAM_PREFIX = "/stream/"
 
 _PREFIXES = (("/queue/", QUEUE), ("/topic/", TOPIC), ("/temp-queue/", TEMP),
-             ("/reply-queue/", REPLY))
+             ("/reply-queue/", REPLY), (STREAM_PREFIX, STREAM))
 
 
 _parsed: dict[str, tuple[str, str]] = {}
@@ -38,5 +40,5 @@ def _parse(destination: str) -> tuple[str, str]:
             return kind, name
     raise CoreError(
         f"unknown destination {destination!r}: it must start with /queue/, /topic/, "
-        "/temp-queue/ or /reply-queue/"
+        "/stream/, /temp-queue/ or /reply-queue/"
     )

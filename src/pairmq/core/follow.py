@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pairmq.core.capacity import INDEX_BYTES, Capacity
-from pairmq.core.destinations import QUEUE, TOPIC
+from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
 from pairmq.core.message import Entry, Message
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
+from pairmq.core.stream import StreamLog
 
 DURABLE_PREFIX = "durable:"
 
@@ -31,6 +32,7 @@ class Follow:
     addresses: dict[str, Address]
     queues: dict[str, Queue]
     durables: dict[str, Queue]
+    streams: dict[str, StreamLog]
     records: list[tuple]
     events: list
     capacity: Capacity
@@ -44,6 +46,10 @@ class Follow:
         def _check_full(self, address: Address) -> None: ...
         def _consumed(self, q: Queue, entry: Entry) -> None: ...
         def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
+        def _stream(self, destination: str) -> StreamLog: ...
+        def _follow_stream_add(self, key: str, message: Message) -> Message: ...
+        def _follow_stream_remove(self, key: str, message_id: str) -> Message | None: ...
+        def _settle_streams(self) -> list[Message]: ...
 
     @property
     def following(self) -> bool:
@@ -67,6 +73,7 @@ class Follow:
         orphans = [e.message for key, held in index.items()
                    if key.startswith(DURABLE_PREFIX) and key[len(DURABLE_PREFIX):]
                    not in self.durables for e in held.values()]
+        orphans.extend(self._settle_streams())
         for q in self._unsorted:
             q.sort()
         self._index = None
@@ -79,6 +86,7 @@ class Follow:
         self.addresses.clear()
         self.queues.clear()
         self.durables.clear()
+        self.streams.clear()
         self.capacity = Capacity(self.settings)
         self.records.clear()
         self.events.clear()
@@ -93,6 +101,8 @@ class Follow:
         destination, so it never stands for the original."""
         index = self._index
         assert index is not None, "not following"
+        if queue_keys[0].startswith(STREAM_PREFIX):  # a stream's message has no other
+            return self._follow_stream_add(queue_keys[0], message)
         message_id = message.message_id
         shared = message
         for key in queue_keys:
@@ -123,6 +133,8 @@ class Follow:
         """The message left the queue (acked, expired, moved); None if it was not there."""
         index = self._index
         assert index is not None, "not following"
+        if queue_key.startswith(STREAM_PREFIX):
+            return self._follow_stream_remove(queue_key, message_id)
         held = index.get(queue_key)
         entry = held.pop(message_id, None) if held is not None else None
         if entry is None:
@@ -176,7 +188,10 @@ class Follow:
         return [entry.message for entry in held.values()]
 
     def follow_destination(self, name: str) -> None:
-        self._plain_queue(name)
+        if name.startswith(STREAM_PREFIX):
+            self._stream(name)
+        else:
+            self._plain_queue(name)
 
     def follow_dup(self, destination: str, dup_id: str) -> str | None:
         """A dup-id is remembered; returns the one the cache evicted for it, if any."""
@@ -200,6 +215,8 @@ class Follow:
     # ----------------------------------------------------------------- internals
 
     def _dup_address(self, destination: str) -> Address:
+        if destination.startswith(STREAM_PREFIX):
+            return self._stream(destination).address
         return self._address(destination, QUEUE if destination.startswith("/queue/") else TOPIC)
 
     def _followed_queue(self, key: str, create: bool) -> Queue | None:

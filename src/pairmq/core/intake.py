@@ -24,14 +24,14 @@ from pairmq.core.admission import (
     refusal,
 )
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
-from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
+from pairmq.core.destinations import QUEUE, REPLY, STREAM, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.session import PendingSend, Session, Transaction
 from pairmq.core.settings import CoreSettings
 
-_NAMED = (QUEUE, TOPIC)  # kinds whose address is found by the destination's name
+_NAMED = (QUEUE, TOPIC, STREAM)  # kinds whose address is found by the destination's name
 # Enum members as module constants: the SEND path tests them for every message, and a
 # member looked up on its class costs about 90 ns each time (Python 3.11).
 _OPEN = AddressState.OPEN
@@ -77,6 +77,8 @@ class Intake:
         def _temp_queue(self, session: Session, name: str) -> Queue: ...
         def _address(self, name: str, kind: str) -> Address: ...
         def _dispatch(self, q: Queue, now: int) -> None: ...
+        def _stream_route(self, destination: str, stored: dict[str, str], body: bytes,
+                          now: int) -> Outcome: ...
 
     def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
              now: int, transaction: str | None = None,
@@ -107,7 +109,7 @@ class Intake:
             shortages = shortages | {Shortage.JOURNAL}
         if not (duplicate or full or shortages):
             return Admission.ACCEPTED, Cause.NONE, address
-        persistent = headers.get("persistent") == "true"
+        persistent = headers.get("persistent") == "true" or kind == STREAM
         pageable = (persistent and full and address is not None and bool(address.queues)
                     and all(q.key is not None for q in address.queues))
         admission, cause = decide(
@@ -157,6 +159,8 @@ class Intake:
             if temp_name:
                 self._temp_queue(session, temp_name)
                 stored["reply-to"] = f"/reply-queue/{session.token}.{temp_name}"
+        if kind == STREAM:  # core/streaming.py
+            return self._stream_route(destination, stored, body, now)
         if kind == TOPIC:
             address = self._address(destination, TOPIC)
             targets = address.queues
@@ -212,7 +216,7 @@ class Intake:
 
     def _existing_address(self, session: Session, destination: str, kind: str,
                           name: str) -> Address | None:
-        if kind in (QUEUE, TOPIC):
+        if kind in _NAMED:
             return self.addresses.get(destination)
         q = session.temp_queues.get(name) if kind == TEMP else self.reply_queues.get(name)
         return q.address if q is not None else None

@@ -12,3 +12,4 @@ UNDURABLE = 5  # (UNDURABLE, key)                     ... or deleted
 DEST = 6  # (DEST, destination)                       a queue is created
 DUP = 7  # (DUP, destination, dup id)                 a duplicate id is remembered
 DUP_EVICT = 8  # (DUP_EVICT, destination, dup id)    ... and forgotten (bookkeeping, not written)
+GROUP = 9  # (GROUP, stream, group, offset)            a stream's consumer group processed < offset

@@ -20,6 +20,7 @@ class Replay:
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
     destinations: dict[str, None] = field(default_factory=dict)
     dups: dict[str, dict[str, None]] = field(default_factory=dict)
+    groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset
 
     def add(self, message: Message, queue_keys: list[str], deliveries: int) -> Message:
         """Returns the message object the queues now share: an earlier copy if a queue still
@@ -86,3 +87,9 @@ class Replay:
     def dup_snapshot(self, destination: str, dup_ids: list[str]) -> None:
         """Compaction rewrote the whole cache: it replaces what came before, order kept."""
         self.dups[destination] = dict.fromkeys(dup_ids[-self.dup_cache_size:])
+
+    def group(self, stream: str, group: str, offset: int) -> None:
+        """A consumer group's committed offset (only ever moves forward)."""
+        groups = self.groups.setdefault(stream, {})
+        if offset > groups.get(group, -1):
+            groups[group] = offset

@@ -9,6 +9,7 @@ from pairmq.core.message import Entry
 
 if TYPE_CHECKING:
     from pairmq.core.queue import Queue
+    from pairmq.core.stream import StreamCursor
     from pairmq.core.subscription import Subscription
 
 
@@ -29,8 +30,8 @@ class Transaction:
 
 
 class Session:
-    __slots__ = ("ack_seq", "acks", "client_id", "id", "legacy_index", "subs", "temp_queues",
-                 "token", "txs", "version", "writable")
+    __slots__ = ("ack_seq", "acks", "client_id", "cursors", "id", "legacy_index", "subs",
+                 "temp_queues", "token", "txs", "version", "writable")
 
     def __init__(self, conn_id: int, token: str, version: str, client_id: str | None) -> None:
         self.id = conn_id
@@ -39,6 +40,7 @@ class Session:
         self.client_id = client_id
         self.writable = True
         self.subs: dict[str, Subscription] = {}
+        self.cursors: dict[str, StreamCursor] = {}  # stream subscriptions, by id
         self.acks: dict[str, Subscription] = {}  # ack id -> subscription holding it
         # STOMP 1.0/1.1 acknowledge by message-id: (subscription id or "", message id) -> ack id
         self.legacy_index: dict[tuple[str, str], str] | None = None if version == "1.2" else {}

@@ -90,6 +90,17 @@ def _match_words(pattern: list[str], words: list[str]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """What a stream keeps (`[streams]`): whole messages are removed from its head while it
+    holds more than `max_bytes` or they are older than `max_age_ms` (0: no such limit),
+    never the newest one, and never one the protecting `group` has not passed."""
+
+    max_bytes: int = 1024 * 1024 * 1024
+    max_age_ms: int = 0
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CoreSettings:
     default_prefetch: int = 1000
     max_delivery_attempts: int = 10  # 0 = unlimited
@@ -105,6 +116,15 @@ class CoreSettings:
     global_max_size_bytes: int = 1024 * 1024 * 1024
     max_disk_usage: int = 90  # percent of the data directory's file system; 100 = no check
     full_policy: str = "fail"  # past a server-wide guard: "fail" or "block"
+    stream_retention: Retention = Retention()  # every stream's, unless named below
+    stream_overrides: tuple[tuple[str, Retention], ...] = ()  # (stream name, its retention)
+
+    def retention_for(self, stream_name: str) -> Retention:
+        """The retention of `/stream/NAME` (NAME given)."""
+        for name, retention in self.stream_overrides:
+            if name == stream_name:
+                return retention
+        return self.stream_retention
 
     def rule_for(self, destination: str) -> AddressRule:
         """The policy and limit of one destination: per setting, the most specific override

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core.message import Entry
 
 if TYPE_CHECKING:
     from pairmq.core.queue import Queue
     from pairmq.core.session import Session
+    from pairmq.core.stream import StreamCursor
 
 ACK_AUTO = 0
 ACK_CLIENT = 1
@@ -36,3 +37,10 @@ class Subscription:
         if not self.session.writable:
             return False
         return self.ack_mode == ACK_AUTO or len(self.unacked) < self.prefetch
+
+
+class Delivery(NamedTuple):
+    subscription: Subscription | StreamCursor  # who gets it (`.id` names it on the wire)
+    entry: Entry
+    ack_id: str | None  # None for ack:auto
+    delivery_count: int

@@ -45,6 +45,7 @@ def server_status(server: PairmqServer) -> dict[str, Any]:
         "destinations": {name: destination_status(a, store.paged.by_destination.get(name, 0))
                          for name, a in server.broker.addresses.items()},
         "capacity": capacity_status(server),
+        "streams": server.broker.stream_status(),  # name -> first/next offset, count, bytes
     }
     pair = server.pair.status()
     if pair is not None:

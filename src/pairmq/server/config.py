@@ -15,6 +15,7 @@ from pairmq.core.settings import (
     AddressFullPolicy,
     CoreSettings,
     DestinationOverride,
+    Retention,
     pattern_problem,
     sorted_overrides,
 )
@@ -107,6 +108,12 @@ KEYS: tuple[Key, ...] = (
         "limit)", _at_least(-1)),
     Key("destinations", "dup_cache_size", int, 20000,
         "dup-ids remembered per destination", _at_least(1)),
+    Key("streams", "max_bytes", int, 1024 * 1024 * 1024,
+        "bytes each stream keeps (bodies, headers, 64 per message); past it the oldest "
+        "messages are removed (0 = unlimited)", _at_least(0)),
+    Key("streams", "max_age_ms", int, 0,
+        "age past which a stream's messages are removed (ms, 0 = kept forever)",
+        _at_least(0)),
     Key("store", "segment_bytes", int, 64 * 1024 * 1024, "journal segment file size",
         _at_least(64 * 1024)),
     Key("store", "max_journal_bytes", int, 0,
@@ -171,6 +178,7 @@ class ServerConfig:
     users: Mapping[str, User] = field(default_factory=dict)
     source: str = "defaults"
     overrides: tuple[DestinationOverride, ...] = ()  # [destinations.overrides."PATTERN"]
+    retention: tuple[tuple[str, Retention], ...] = ()  # [streams.retention.NAME]
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -192,6 +200,8 @@ class ServerConfig:
             global_max_size_bytes=memory_budget(v["global_max_size_bytes"]),
             max_disk_usage=v["max_disk_usage"],
             full_policy=v["full_policy"],
+            stream_retention=Retention(v["max_bytes"], v["max_age_ms"]),
+            stream_overrides=self.retention,
         )
 
     def store_settings(self) -> StoreSettings:
@@ -295,12 +305,48 @@ def _overrides(table: Any, source: str) -> list[DestinationOverride]:
     return found
 
 
+RETENTION_KEYS = ("max_bytes", "max_age_ms", "group")  # what [streams.retention.NAME] sets
+
+
+def _retention(table: Any, source: str) -> dict[str, dict[str, Any]]:
+    """`[streams.retention.NAME]` tables (or `retention = {NAME = {...}}`), checked like the
+    keys they set; applied over [streams] defaults once all flags are in."""
+    where = f"{source}: [streams.retention]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table of stream names, e.g. "
+                          "[streams.retention.orders] max_bytes = 1073741824")
+    found: dict[str, dict[str, Any]] = {}
+    for name, spec in table.items():
+        here = f"{source}: [streams.retention.{name}]"
+        if not name or "/" in name:
+            raise ConfigError(f"{here}: name the stream without /stream/, got {name!r}")
+        if not isinstance(spec, dict) or not spec:
+            raise ConfigError(f"{here} must be a table setting {', '.join(RETENTION_KEYS)}")
+        unknown = sorted(set(spec) - set(RETENTION_KEYS))
+        if unknown:
+            raise ConfigError(f"{here} has unknown key {unknown[0]!r}: a stream's retention "
+                              f"may set {', '.join(RETENTION_KEYS)}")
+        keys = KEYS_BY_SECTION["streams"]
+        values: dict[str, Any] = {}
+        for key, value in spec.items():
+            if key == "group":
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"{here} group must be a non-empty string (the consumer "
+                                      f"group whose offset protects the stream), got {value!r}")
+                values[key] = value
+            else:
+                values[key] = _typed(keys[key], value, f"{here} {key}")
+        found[name] = values
+    return found
+
+
 def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
                 extra_users: Mapping[str, str] | None = None) -> ServerConfig:
     """Read the TOML file (if any), apply flag overrides, validate everything."""
     values = {key.name: key.default for key in KEYS}
     users: dict[str, User] = {}
     patterns: list[DestinationOverride] = []  # [destinations.overrides."PATTERN"]
+    retention: dict[str, dict[str, Any]] = {}  # [streams.retention.NAME]
     source = "defaults"
     if path is not None:
         source = str(path)
@@ -324,6 +370,9 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
                 if section == "destinations" and name == "overrides":
                     patterns = _overrides(value, source)
                     continue
+                if section == "streams" and name == "retention":
+                    retention = _retention(value, source)
+                    continue
                 key = known.get(name)
                 if key is None:
                     raise ConfigError(f"{source}: unknown key {name!r} in [{section}]")
@@ -337,7 +386,11 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     for name, password in (extra_users or {}).items():
         users[name] = User(name, password, ("admin",))
     _check_ha(values, source)
-    return ServerConfig(values, users, source, sorted_overrides(patterns))
+    streams = tuple((name, Retention(spec.get("max_bytes", values["max_bytes"]),
+                                     spec.get("max_age_ms", values["max_age_ms"]),
+                                     spec.get("group")))
+                    for name, spec in retention.items())
+    return ServerConfig(values, users, source, sorted_overrides(patterns), streams)
 
 
 def _check_ha(v: dict[str, Any], source: str) -> None:

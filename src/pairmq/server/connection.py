@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from pairmq.core import CoreError, Delivery
 from pairmq.core.admission import Admission, Cause, Outcome
+from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.queue import Address
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
 from pairmq.server import wire
@@ -200,6 +201,7 @@ class StompConnection(Connecting, asyncio.Protocol):
             return
         if held is HELD:
             return
+        extra = held if isinstance(held, dict) else None  # headers for this frame's RECEIPT
         if command != "CONNECT" and command != "STOMP":
             self.frames += 1
         # A RECEIPT says this frame and every earlier one of the connection were taken, so
@@ -212,7 +214,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         receipt = frame.headers.get("receipt")
         if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
             self.drain_deliveries()
-            self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
+            self.confirm(self.last_ticket, wire.receipt(receipt, self.version, extra))
 
     def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
         """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,
@@ -281,12 +283,12 @@ class StompConnection(Connecting, asyncio.Protocol):
         if destination is None:
             raise CoreError("SEND requires a destination header")
         journal_full = self.role.journal_full_reason() if h.get("persistent") == "true" \
-            else None
+            or destination.startswith(STREAM_PREFIX) else None
         outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
                                    h.get("transaction"), journal_full)
         return self._no_room(frame, outcome)
 
-    def on_subscribe(self, frame: Frame) -> None:
+    def on_subscribe(self, frame: Frame) -> dict[str, str] | None:
         h = frame.headers
         destination = h.get("destination")
         if destination is None:
@@ -299,12 +301,18 @@ class StompConnection(Connecting, asyncio.Protocol):
         prefetch = _int_header(h, "prefetch-count")
         if prefetch is None:
             prefetch = _int_header(h, "activemq.prefetchSize")
+        if destination.startswith(STREAM_PREFIX):  # docs/streams.md
+            first, next_offset = self.broker.subscribe_stream(
+                self.conn_id, sub_id, destination, h, ack=h.get("ack", "auto"),
+                prefetch=prefetch)
+            return {"x-stream-first-offset": str(first), "x-stream-next-offset": str(next_offset)}
         durable_name = h.get("activemq.subscriptionName")
         if durable_name is None and (h.get("durable") == "true" or h.get("persistent") == "true"):
             durable_name = sub_id
         self.broker.subscribe(self.conn_id, sub_id, destination, now_ms(),
                               ack=h.get("ack", "auto"), prefetch=prefetch,
                               durable_name=durable_name)
+        return None
 
     def on_unsubscribe(self, frame: Frame) -> None:
         h = frame.headers

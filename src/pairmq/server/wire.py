@@ -71,10 +71,11 @@ def subscription_line(sub_id: str, version: str) -> bytes:
     return f"MESSAGE\nsubscription:{_escape(sub_id, version)}\n".encode()
 
 
-def receipt(receipt_id: str, version: str) -> bytes:
-    if receipt_id.isalnum() or receipt_id.replace("-", "").isalnum():
+def receipt(receipt_id: str, version: str, extra: dict[str, str] | None = None) -> bytes:
+    """RECEIPT; `extra`: more headers (a stream SUBSCRIBE's offsets)."""
+    if extra is None and (receipt_id.isalnum() or receipt_id.replace("-", "").isalnum()):
         return b"RECEIPT\nreceipt-id:%s\n\n\x00" % receipt_id.encode()
-    return serialize(Frame("RECEIPT", {"receipt-id": receipt_id}), version)
+    return serialize(Frame("RECEIPT", {"receipt-id": receipt_id, **(extra or {})}), version)
 
 
 def error(message: str, version: str, receipt_id: str | None = None, detail: str = "",

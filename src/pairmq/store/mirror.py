@@ -158,6 +158,9 @@ class Mirroring:
                 forget.extend(("dup", entry[1], gone)
                               for gone in broker.follow_dups(entry[1], entry[2]))
                 keys.extend(("dup", entry[1], dup_id) for dup_id in entry[2])
+            elif kind == disk.GROUP:
+                broker.follow_group(entry[1], entry[2], entry[3])
+                keys.append(("group", entry[1], entry[2]))
             elif kind == disk.EPOCH:
                 keys.append(("epoch", entry[1]))
         for key in keys:

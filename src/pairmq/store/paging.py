@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pairmq.core import Message
+from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
 
 
@@ -54,9 +55,9 @@ def load_bodies(directory: Path, replay: Replay, report: Report, budget: int, us
     by_segment: dict[int, list[Message]] = {}
     chosen: set[int] = set()  # a message shared by several queues is loaded once
     spent = False
-    for held in replay.queues.values():
-        if not held:
-            continue
+    for queue_key, held in replay.queues.items():
+        if not held or queue_key.startswith(STREAM_PREFIX):
+            continue  # a stream's bodies stay in the journal until read
         # Every message of a queue was sent (or dead-lettered) to the same destination.
         destination = next(iter(held.values())).message.destination
         cap = paged_beyond(destination) if paged_beyond is not None else 0

@@ -204,6 +204,9 @@ class JournalReading:
                 replay.dup_snapshot(entry[1], entry[2])
                 for dup_id in entry[2]:
                     where[("dup", entry[1], dup_id)] = segment_id
+            elif kind == disk.GROUP:
+                replay.group(entry[1], entry[2], entry[3])
+                where[("group", entry[1], entry[2])] = segment_id
             elif kind == disk.EPOCH:
                 where[("epoch", entry[1])] = segment_id
 

@@ -44,9 +44,11 @@ DEST = 6  # a destination created at run time
 DUP = 7  # a duplicate id accepted for a destination
 EPOCH = 8  # the pair's epoch changed: this server became active with it
 DUPS = 9  # a destination's whole dup-id cache, oldest first (written by compaction)
+GROUP = 10  # a stream's consumer group processed every offset below this one
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 _ADD_FIXED = struct.Struct("<BQQBBI")  # type, order, expires, priority, persistent, deliveries
 
 
@@ -178,6 +180,10 @@ def encode_dup(destination: str, dup_id: str) -> bytes:
 def encode_dups(destination: str, dup_ids: list[str]) -> bytes:
     return b"".join((_U8.pack(DUPS), _s(destination), _U32.pack(len(dup_ids)),
                      *(_s(i) for i in dup_ids)))
+
+
+def encode_group(stream: str, group: str, offset: int) -> bytes:
+    return b"".join((_U8.pack(GROUP), _s(stream), _s(group), _U64.pack(offset)))
 
 
 def encode_epoch(epoch: int) -> bytes:
@@ -347,6 +353,13 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 (count,) = u32(buf, pos)
                 pos += 4
                 out.append((DUPS, destination, [string() for _ in range(count)]))
+            elif etype == GROUP:
+                pos += 1
+                stream = string()
+                group = string()
+                (offset,) = _U64.unpack_from(buf, pos)
+                pos += 8
+                out.append((GROUP, stream, group, offset))
             elif etype == EPOCH:
                 (epoch,) = u32(buf, pos + 1)
                 pos += 5

@@ -32,6 +32,7 @@ from pairmq.store.records import (
     encode_dups,
     encode_durable,
     encode_epoch,
+    encode_group,
     encode_undurable,
 )
 from pairmq.store.writer import JournalWriter, SegmentInfo
@@ -191,7 +192,9 @@ class Store(Mirroring):
         broker = self.broker
         assert broker is not None
         if key[0] == "dest":
-            return key[1] in broker.queues
+            return key[1] in broker.queues or key[1] in broker.streams
+        if key[0] == "group":
+            return broker.group_offset(key[1], key[2]) is not None
         if key[0] == "durable":
             return key[1] in broker.durables
         if key[0] == "epoch":
@@ -245,11 +248,13 @@ class Store(Mirroring):
         parts: list[bytes] = []
         added: list[tuple[Message, list[str], int, bytes]] = []  # message, queues, body at, body
         keys: list[tuple] = []
+        pending: dict[int, list[str]] = {}  # id(message) -> queues, for an ADD in this group
         size = 0
         for record in records:
             kind = record[0]
             if kind == rec.ADD:
-                message, queue_keys = record[1], record[2]
+                message, queue_keys = record[1], list(record[2])
+                pending[id(message)] = queue_keys
                 body = message.body if message.body is not None else self.read_body(message)
                 entry, body_at = encode_add(message.order, message.message_id,
                                             message.destination, message.priority,
@@ -259,6 +264,12 @@ class Store(Mirroring):
             elif kind == rec.DEL:
                 message = record[2]
                 entry = encode_del(record[1], message.message_id)
+                if message.journal_queues is None and id(message) in pending:
+                    # Added and removed in this very group (an auto-ack consumer, a
+                    # stream's retention): the queue never holds it once this is on disk.
+                    queues = pending[id(message)]
+                    if record[1] in queues:
+                        queues.remove(record[1])
                 if message.journal_delivered:
                     message.journal_delivered.pop(record[1], None)
                 self._release(message, record[1])
@@ -280,6 +291,9 @@ class Store(Mirroring):
             elif kind == rec.DUP:
                 entry = encode_dup(record[1], record[2])
                 keys.append(("dup", record[1], record[2]))
+            elif kind == rec.GROUP:
+                entry = encode_group(record[1], record[2], record[3])
+                keys.append(("group", record[1], record[2]))
             elif kind == rec.DUP_EVICT:
                 self._forget(("dup", record[1], record[2]))
                 continue
@@ -299,6 +313,9 @@ class Store(Mirroring):
         info = writer.segments[segment_id]
         paged_before = self.paged.total
         for message, queue_keys, body_at, body in added:
+            if not queue_keys:  # nothing holds it (see DEL above); its delivery still
+                message.journal_seq = seq  # waits for this record (server/role.py)
+                continue
             if message.body is None:
                 # A paged-out message moved by compaction (or dead-lettered): its new copy is
                 # not on disk yet, so hold the body in memory until it is (it is paged out
@@ -464,6 +481,10 @@ class Store(Mirroring):
                 records.append((rec.DEST, obj[1]))
             elif obj[0] == "epoch":
                 records.append((EPOCH_RECORD, obj[1]))
+            elif obj[0] == "group":
+                offset = broker.group_offset(obj[1], obj[2])
+                if offset is not None:
+                    records.append((rec.GROUP, obj[1], obj[2], offset))
             elif obj[0] == "durable":
                 q = broker.durables.get(obj[1])
                 if q is not None:
@@ -515,3 +536,4 @@ def _durable_queues(broker: Broker):
         yield q
     for q in broker.durables.values():
         yield q
+    yield from broker.streams.values()  # a stream's messages, as a durable queue's

@@ -1,0 +1,341 @@
+"""The Broker's stream side (a mixin, like core/intake.py): appending to `/stream/NAME`,
+consumer-group commits, retention, stream subscriptions (cursors) and their credit,
+recovery and a backup's following of stream records.
+
+A stream's messages are journaled as persistent queue messages are: one ADD with the
+stream's name as queue key (the offset is in the stored headers, `x-stream-offset`), a DEL
+when retention removes one; so durability, compaction, replication and the delivery gate
+treat them as they treat any persistent message. A group commit is a GROUP record.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pairmq.core import records as rec
+from pairmq.core.admission import ACCEPTED, Outcome
+from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.destinations import STREAM, STREAM_PREFIX, parse_destination
+from pairmq.core.errors import CoreError
+from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
+from pairmq.core.queue import Address
+from pairmq.core.replay import Replay
+from pairmq.core.session import Session
+from pairmq.core.settings import AddressFullPolicy, CoreSettings
+from pairmq.core.stream import (
+    END_HEADER,
+    OFFSET_HEADER,
+    CursorState,
+    StartKind,
+    StreamCursor,
+    StreamLog,
+    parse_count,
+    parse_start,
+)
+from pairmq.core.subscription import ACK_AUTO, ACK_MODES, Delivery
+
+_SERVER_HEADERS = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit-offset")
+
+
+class Streams:
+    """The Broker's streams (a mixin: the Broker provides the state and helpers)."""
+
+    settings: CoreSettings
+    id_prefix: str
+    streams: dict[str, StreamLog]
+    addresses: dict[str, Address]
+    sessions: dict[int, Session]
+    outbox: dict[int, list[Delivery]]
+    records: list[tuple]
+    stats: dict[str, int]
+    capacity: Capacity
+    _capped: set[int]
+    _message_seq: int
+    _order_seq: int
+
+    if TYPE_CHECKING:  # provided by the Broker
+        def _session(self, conn_id: int) -> Session: ...
+        def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
+        def _remember_dup(self, address: Address, dup_id: str) -> None: ...
+        @staticmethod
+        def _forget_legacy(session: Session, sub_id: str, message_id: str,
+                           ack_id: str) -> None: ...
+
+    # ----------------------------------------------------------------- the log
+
+    def _stream(self, destination: str) -> StreamLog:
+        stream = self.streams.get(destination)
+        if stream is None:
+            address = self.addresses.get(destination)
+            if address is None:
+                address = self.addresses[destination] = Address(
+                    destination, STREAM, 0, AddressFullPolicy.PAGE)
+            retention = self.settings.retention_for(destination[len(STREAM_PREFIX):])
+            stream = self.streams[destination] = StreamLog(destination, address, retention)
+            self.records.append((rec.DEST, destination))
+        return stream
+
+    def _stream_route(self, destination: str, stored: dict[str, str], body: bytes,
+                      now: int) -> Outcome:
+        """A SEND to a stream: a group commit, or an append (always persistent)."""
+        stream = self._stream(destination)
+        commit = stored.get("x-stream-commit-offset")
+        if commit is not None:
+            group = stored.get("x-stream-group")
+            if not group:
+                raise CoreError("x-stream-commit-offset needs an x-stream-group header naming "
+                                "the consumer group")
+            offset = parse_count("x-stream-commit-offset", commit)
+            if stream.commit(group, offset):
+                self.records.append((rec.GROUP, destination, group, offset))
+                self._retain(stream, now)
+            return ACCEPTED
+        dup_id = stored.get("dup-id")
+        if dup_id is not None:
+            self._remember_dup(stream.address, dup_id)
+        for name in _SERVER_HEADERS:
+            stored.pop(name, None)
+        stored.pop("expires", None)  # retention, not expiry, decides how long it stays
+        stamp = stream.stamp_for(now)
+        stored["timestamp"] = str(stamp)
+        stored["persistent"] = "true"
+        stored[OFFSET_HEADER] = str(stream.next)
+        size = 64 + len(body) + sum(len(k) + len(v) for k, v in stored.items())
+        self._message_seq += 1
+        self._order_seq += 1
+        message = Message(f"{self.id_prefix}{self._message_seq}", destination, stored, body,
+                          True, DEFAULT_PRIORITY, 0, size, self._order_seq)
+        message.page_out = True  # a stream's bodies live in the journal, not in memory
+        self.stats["received"] += 1
+        self.records.append((rec.ADD, message, [stream.key]))
+        stream.append(message, stamp)
+        self._held(message, 1)
+        self._retain(stream, now)
+        self._feed_stream(stream)
+        return ACCEPTED
+
+    def _held(self, message: Message, sign: int) -> None:
+        capacity = self.capacity
+        capacity.memory += sign * (message.size + INDEX_BYTES)
+        if sign > 0 and capacity.memory > capacity.trip_at:
+            self._server_changed(capacity.check_memory())
+
+    def _retain(self, stream: StreamLog, now: int) -> None:
+        n = stream.to_remove(now)
+        if not n:
+            return
+        for message in stream.drop_head(n):
+            self._held(message, -1)
+            self.records.append((rec.DEL, stream.key, message))
+
+    def retain_streams(self, now: int) -> int:
+        """Apply every stream's retention (the periodic tick); returns messages removed."""
+        removed = 0
+        for stream in self.streams.values():
+            before = stream.first
+            self._retain(stream, now)
+            removed += stream.first - before
+        return removed
+
+    def stream_status(self) -> dict[str, dict[str, int]]:
+        return {name: stream.status() for name, stream in self.streams.items()}
+
+    def group_offset(self, stream: str, group: str) -> int | None:
+        found = self.streams.get(stream)
+        return found.groups.get(group) if found is not None else None
+
+    # ----------------------------------------------------------------- reading
+
+    def subscribe_stream(self, conn_id: int, sub_id: str, destination: str,
+                         headers: dict[str, str], ack: str = "auto",
+                         prefetch: int | None = None) -> tuple[int, int]:
+        """A SUBSCRIBE to a stream; returns the stream's (first, next) offsets as of now."""
+        session = self._session(conn_id)
+        if sub_id in session.subs or sub_id in session.cursors:
+            raise CoreError(f"subscription id {sub_id!r} is already in use on this connection")
+        ack_mode = ACK_MODES.get(ack)
+        if ack_mode is None:
+            raise CoreError(f"unknown ack mode {ack!r}: use auto, client or client-individual")
+        kind, _ = parse_destination(destination)
+        if kind != STREAM:
+            raise CoreError(f"{destination!r} is not a stream")
+        start = parse_start(headers.get("x-stream-offset"))
+        end_value = headers.get("x-stream-end-offset")
+        end = parse_count("x-stream-end-offset", end_value) if end_value is not None else None
+        group = headers.get("x-stream-group")
+        if start.kind is StartKind.GROUP and not group:
+            raise CoreError("x-stream-offset:group needs an x-stream-group header")
+        stream = self.streams.get(destination)
+        if stream is None:
+            if headers.get("x-stream-must-exist") == "true":
+                raise CoreError(f"unknown stream {destination}")
+            stream = self._stream(destination)
+        if start.kind is StartKind.GROUP:
+            assert group is not None
+            position = stream.groups.get(group, stream.first)
+        else:
+            position = stream.resolve(start)
+        if end is not None and start.kind is StartKind.OFFSET and end < start.value:
+            raise CoreError(f"x-stream-end-offset {end} is before the start offset "
+                            f"{start.value}")
+        if not prefetch or prefetch <= 0:
+            prefetch = self.settings.default_prefetch
+        cursor = StreamCursor(session, sub_id, stream, position, end, ack_mode, prefetch)
+        session.cursors[sub_id] = cursor
+        stream.cursors.append(cursor)
+        info = (stream.first, stream.next)
+        self._feed(cursor)
+        return info
+
+    def _stream_unsubscribe(self, session: Session, sub_id: str | None) -> bool:
+        cursor = session.cursors.pop(sub_id, None) if sub_id is not None else None
+        if cursor is None:
+            return False
+        self._close_cursor(cursor)
+        return True
+
+    def _drop_cursors(self, session: Session) -> None:
+        for cursor in session.cursors.values():
+            self._close_cursor(cursor)
+        session.cursors.clear()
+
+    @staticmethod
+    def _close_cursor(cursor: StreamCursor) -> None:
+        if cursor in cursor.stream.cursors:
+            cursor.stream.cursors.remove(cursor)
+        cursor.state = CursorState.ENDED
+
+    def _stream_acked(self, session: Session, ack_id: str) -> bool:
+        """An ACK or NACK of a stream delivery: it only gives back credit."""
+        for cursor in session.cursors.values():
+            if ack_id in cursor.unacked:
+                for key in cursor.take_acked(ack_id):
+                    session.acks.pop(key, None)
+                if session.legacy_index:
+                    for key, value in list(session.legacy_index.items()):
+                        if value == ack_id:
+                            del session.legacy_index[key]
+                self._feed(cursor)
+                return True
+        return False
+
+    def _feed_streams(self, session: Session) -> None:
+        for cursor in list(session.cursors.values()):
+            self._feed(cursor)
+
+    def _resume_cursors(self, session: Session, last_ack: int) -> int:
+        """Deliveries after `last_ack` were lost with the socket: read them again."""
+        lost = 0
+        for cursor in session.cursors.values():
+            gone = [(k, o) for k, o in cursor.unacked.items() if k.isdigit() and int(k) > last_ack]
+            for key, offset in gone:
+                del cursor.unacked[key]
+                cursor.position = min(cursor.position, offset)
+                cursor.state = CursorState.READING
+            lost += len(gone)
+        return lost
+
+    def _feed_stream(self, stream: StreamLog) -> None:
+        for cursor in list(stream.cursors):
+            self._feed(cursor)
+
+    def _feed(self, cursor: StreamCursor) -> None:
+        """Hand the cursor what it may take now: messages up to its window, then (for a
+        bounded range) the end marker."""
+        stream = cursor.stream
+        session = cursor.session
+        box = self.outbox.get(session.id)
+        while cursor.can_take():
+            if cursor.position < stream.first:
+                cursor.position = stream.first  # retention removed what it would read
+            if cursor.at_end():
+                assert cursor.end is not None
+                self._deliver_cursor(cursor, self._end_marker(cursor), cursor.end)
+                cursor.state = CursorState.ENDED
+                return
+            message = stream.at(cursor.position)
+            if message is None:
+                return  # waits for appends
+            if cursor.ack_mode == ACK_AUTO:
+                if box is None:
+                    box = self.outbox.get(session.id)
+                if box is not None and len(box) >= cursor.prefetch:
+                    self._capped.add(session.id)  # the rest next turn (as for queues)
+                    return
+            self._deliver_cursor(cursor, message, cursor.position)
+            cursor.position += 1
+
+    def _deliver_cursor(self, cursor: StreamCursor, message: Message, offset: int) -> None:
+        session = cursor.session
+        ack_id = None
+        if cursor.ack_mode != ACK_AUTO:
+            session.ack_seq += 1
+            ack_id = str(session.ack_seq)
+            cursor.unacked[ack_id] = offset
+            index = session.legacy_index
+            if index is not None:
+                index[(cursor.id, message.message_id)] = ack_id
+                index[("", message.message_id)] = ack_id
+        self.stats["delivered"] += 1
+        box = self.outbox.get(session.id)
+        if box is None:
+            box = self.outbox[session.id] = []
+        box.append(Delivery(cursor, Entry(message, 1), ack_id, 1))
+
+    def _end_marker(self, cursor: StreamCursor) -> Message:
+        self._message_seq += 1
+        return Message(f"{self.id_prefix}{self._message_seq}", cursor.destination,
+                       {END_HEADER: "true", OFFSET_HEADER: str(cursor.end)}, b"", False)
+
+    # ----------------------------------------------------------------- recovery, following
+
+    def _restore_streams(self, replay: Replay) -> int:
+        """Streams the journal rebuilt; returns the highest enqueue order among them."""
+        top = 0
+        for key, held in replay.queues.items():
+            if not key.startswith(STREAM_PREFIX):
+                continue
+            stream = self._stream(key)
+            found = [(int(e.message.headers[OFFSET_HEADER]), e.message) for e in held.values()]
+            found.sort(key=lambda pair: pair[0])
+            for offset, message in found:
+                self._place(stream, offset, message)
+                top = max(top, message.order)
+            stream.settle()
+        for destination, groups in replay.groups.items():
+            stream = self._stream(destination)
+            stream.groups.update(groups)
+        return top
+
+    def _place(self, stream: StreamLog, offset: int, message: Message) -> Message:
+        message.page_out = True
+        placed = stream.place(offset, int(message.headers.get("timestamp", "0")), message)
+        if placed is message:
+            self._held(message, 1)
+        return placed
+
+    def _follow_stream_add(self, key: str, message: Message) -> Message:
+        """A backup: the stream's message (or a compaction copy of one it holds)."""
+        offset = int(message.headers[OFFSET_HEADER])
+        placed = self._place(self._stream(key), offset, message)
+        if placed.order > self._order_seq:
+            self._order_seq = placed.order
+        return placed
+
+    def _follow_stream_remove(self, key: str, message_id: str) -> Message | None:
+        stream = self.streams.get(key)
+        message = stream.remove(message_id) if stream is not None else None
+        if message is not None:
+            self._held(message, -1)
+        return message
+
+    def follow_group(self, stream: str, group: str, offset: int) -> None:
+        self._stream(stream).commit(group, offset)
+
+    def _settle_streams(self) -> list[Message]:
+        dropped: list[Message] = []
+        for stream in self.streams.values():
+            for message in stream.settle():
+                self._held(message, -1)
+                dropped.append(message)
+        return dropped

@@ -209,12 +209,11 @@ class Streams:
         """An ACK or NACK of a stream delivery: it only gives back credit."""
         for cursor in session.cursors.values():
             if ack_id in cursor.unacked:
-                for key in cursor.take_acked(ack_id):
-                    session.acks.pop(key, None)
-                if session.legacy_index:
-                    for key, value in list(session.legacy_index.items()):
-                        if value == ack_id:
-                            del session.legacy_index[key]
+                settled = set(cursor.take_acked(ack_id))
+                index = session.legacy_index
+                if index:  # STOMP 1.0/1.1: forget the message ids that named them
+                    for key in [k for k, v in index.items() if v in settled]:
+                        del index[key]
                 self._feed(cursor)
                 return True
         return False

@@ -4,6 +4,7 @@ and what a test reads back from the broker to count copies."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
 import sys
@@ -99,3 +100,52 @@ def server_url(server: Any) -> str:
 
 def pair_url(pair: Any) -> str:
     return url_of(*(pair.stomp_address(n) for n in ("primary", "backup")))
+
+
+def append(url: str, stream: str, count: int, start: int = 0, **headers: str) -> None:
+    """Append bodies `m-{start}` .. `m-{start+count-1}` to `/stream/{stream}`, confirmed."""
+    with pairmq.client.connect(url) as client:
+        for i in range(start, start + count):
+            client.send_async(f"/stream/{stream}", f"m-{i}".encode(), {**headers, "n": str(i)})
+        client.flush()
+
+
+class BatchFiles:
+    """An idempotent sink for `foreachBatch`: batch N's rows go to `batch-N.json` (a replay
+    of N overwrites it, as a transactional sink would), and every call is logged, so a test
+    sees both what the query produced and which batches ran twice."""
+
+    def __init__(self, directory: Path, columns: tuple[str, ...] = ("offset", "body")) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.columns = columns
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [[_plain(getattr(r, c)) for c in self.columns]
+                for r in df.select(*self.columns).collect()]
+        path = self.directory / f"batch-{batch_id}.json"
+        path.write_text(json.dumps(rows))
+        with open(self.directory / "calls.log", "a") as log:
+            log.write(f"{batch_id} {len(rows)}\n")
+
+    def batches(self) -> dict[int, list[list[Any]]]:
+        return {int(p.stem.split("-")[1]): json.loads(p.read_text())
+                for p in self.directory.glob("batch-*.json")}
+
+    def rows(self) -> list[list[Any]]:
+        return [row for _, rows in sorted(self.batches().items()) for row in rows]
+
+    def calls(self) -> list[tuple[int, int]]:
+        log = self.directory / "calls.log"
+        if not log.exists():
+            return []
+        return [(int(a), int(b)) for a, b in (line.split() for line in log.read_text().split("\n")
+                                              if line)]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value

@@ -24,7 +24,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pairmq.client import AckFailed, Client, ConnectionFailed, ServerError, connect
+from pairmq.client import (
+    Client,
+    ClientError,
+    ConnectionFailed,
+    Message,
+    ServerError,
+    connect,
+)
 from pairmq.spark.options import PairmqOptionError, SourceOptions
 from pairmq.spark.plan import (
     RangeCursor,
@@ -97,20 +104,21 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordB
         if options["mustExist"]:
             headers["x-stream-must-exist"] = "true"
         try:
-            sub = client.subscribe(part.stream, ack="client-individual", headers=headers)
+            sub = client.subscribe(part.stream, ack="client", headers=headers)
         except ServerError as e:
             raise PairmqError(f"pairmq: reading {part}: {e}") from None
         timeout = options["readTimeout"] / 1000
+        ack_every = max(1, options["prefetch"] // 2)
         records: list[Record] = []
+        received = 0
         while not cursor.done:
             message = sub.receive(timeout)
             if message is None:
                 raise PairmqError(f"pairmq: reading {part}: nothing came for {timeout:.0f} s "
                                   f"(next offset {cursor.next}; option readTimeout)")
-            try:
-                client.ack(message)  # a stream's ACK only gives the server credit back
-            except AckFailed:
-                pass  # received before a failover: the new subscription starts over anyway
+            received += 1
+            if received % ack_every == 0:
+                _give_credit(client, message)
             headers = message.headers
             if headers.get("x-stream-end") == "true":
                 cursor.ended(int(headers.get("x-stream-offset", part.end)))
@@ -125,6 +133,14 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordB
             yield record_batch(name, records)
     finally:
         client.close(1.0)
+
+
+def _give_credit(client: Client, message: Message) -> None:
+    """A cumulative ACK: on a stream it only gives the server credit for more messages."""
+    try:
+        client.ack(message)
+    except ClientError:
+        pass  # received before a failover (AckFailed): the new subscription starts over
 
 
 class _Planner:

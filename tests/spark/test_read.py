@@ -1,0 +1,105 @@
+"""The reader against a real server: micro-batches (availableNow, maxRecordsPerBatch),
+starting positions, batch reads of a range, the columns, and the errors a user meets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.serverproc import free_port
+from tests.support.spark import BatchFiles, append, server_url, url_of
+
+import pairmq.client
+from pairmq.client import ServerError
+
+
+def stream_query(spark, url: str, stream: str, checkpoint: Path, sink: BatchFiles,
+                 **options):
+    """An availableNow query from the stream into `sink`; waits for its end."""
+    reader = spark.readStream.format("pairmq").option("servers", url).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    query = (reader.load().writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(90)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_stream_info_asks_the_active_server_and_refuses_an_unknown_stream(server):
+    url = server_url(server)
+    with pairmq.client.connect(url) as client:
+        with pytest.raises(ServerError, match="unknown stream /stream/nothing"):
+            client.stream_info("nothing")
+        assert client.stream_info("fresh", must_exist=False) == (0, 0)
+        append(url, "fresh", 5)
+        assert client.stream_info("/stream/fresh") == (0, 5)
+
+
+def test_available_now_reads_everything_in_batches_of_max_records(spark, server, tmp_path):
+    url = server_url(server)
+    append(url, "orders", 250, kind="order")
+    columns = ("stream", "offset", "timestamp", "message_id", "headers", "body")
+    sink = BatchFiles(tmp_path / "out", columns)
+    stream_query(spark, url, "orders", tmp_path / "ck", sink,
+                 startingOffset="earliest", maxRecordsPerBatch=100, partitions=2)
+    assert [len(rows) for _, rows in sorted(sink.batches().items())] == [100, 100, 50]
+    rows = sorted(sink.rows(), key=lambda r: r[1])
+    assert [r[1] for r in rows] == list(range(250))
+    stream, _, timestamp, message_id, headers, body = rows[7]
+    assert stream == "orders" and body == "m-7"
+    assert headers["kind"] == "order" and headers["n"] == "7"
+    assert "x-stream-offset" not in headers and message_id and timestamp
+
+    append(url, "orders", 30, start=250)  # the same checkpoint goes on where it stopped
+    stream_query(spark, url, "orders", tmp_path / "ck", sink)
+    assert sorted(sink.batches()) == [0, 1, 2, 3]
+    assert [r[1] for r in sink.batches()[3]] == list(range(250, 280))
+
+
+def test_starting_positions_latest_and_an_offset(spark, server, tmp_path):
+    url = server_url(server)
+    append(url, "pos", 20)
+    latest = BatchFiles(tmp_path / "latest")
+    stream_query(spark, url, "pos", tmp_path / "ck1", latest)
+    assert latest.rows() == []
+    at = BatchFiles(tmp_path / "at")
+    stream_query(spark, url, "pos", tmp_path / "ck2", at, startingOffset=15)
+    assert sorted(r[0] for r in at.rows()) == [15, 16, 17, 18, 19]
+
+
+def test_batch_read_of_a_range_split_in_partitions(spark, server):
+    url = server_url(server)
+    append(url, "range", 100)
+    def reader():
+        return spark.read.format("pairmq").option("servers", url).option("stream", "range")
+
+    df = (reader().option("startingOffset", 10).option("endingOffset", 90)
+          .option("maxRecordsPerPartition", 30).load())
+    assert df.rdd.getNumPartitions() == 3
+    rows = df.collect()
+    assert sorted(r.offset for r in rows) == list(range(10, 90))
+    assert {r.body for r in rows} == {f"m-{i}".encode() for i in range(10, 90)}
+    assert reader().load().count() == 100  # earliest to latest by default
+
+
+def test_errors_name_the_option_the_stream_and_the_servers(spark, server):
+    url = server_url(server)
+
+    def read(**options):
+        reader = spark.read.format("pairmq")
+        for key, value in options.items():
+            reader = reader.option(key, str(value))
+        return reader.load().collect()
+
+    with pytest.raises(Exception, match="unknown option 'strem'"):
+        read(servers=url, strem="x")
+    with pytest.raises(Exception, match="option maxRecordsPerPartition must be > 0"):
+        read(servers=url, stream="x", maxRecordsPerPartition=0)
+    with pytest.raises(Exception, match="option stream is required"):
+        read(servers=url)
+    with pytest.raises(Exception, match="unknown stream /stream/missing"):
+        read(servers=url, stream="missing")
+    port = free_port()
+    with pytest.raises(Exception, match=f"127.0.0.1:{port}"):
+        read(servers=url_of(f"127.0.0.1:{port}"), stream="x", initialConnectAttempts=1)

@@ -4,6 +4,7 @@ and what a test reads back from the broker to count copies."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import shutil
@@ -51,9 +52,10 @@ def spark_session(master: str = "local[2,3]") -> Any:
 
 
 def drain(url: str, destination: str, expected: int, timeout: float = 30.0,
-          quiet: float = 1.0) -> collections.Counter[bytes]:
+          quiet: float = 1.0, dup_ids: list[str] | None = None
+          ) -> collections.Counter[bytes]:
     """Consume a queue until `expected` messages came and then nothing for `quiet` s (so
-    that a duplicate would be seen too); body -> copies."""
+    that a duplicate would be seen too); body -> copies (their dup-ids into `dup_ids`)."""
     got: collections.Counter[bytes] = collections.Counter()
     with pairmq.client.connect(url) as client:
         sub = client.subscribe(destination, headers={"prefetch-count": "500"})
@@ -66,6 +68,8 @@ def drain(url: str, destination: str, expected: int, timeout: float = 30.0,
                 continue
             client.ack(message)
             got[message.body] += 1
+            if dup_ids is not None:
+                dup_ids.append(message.headers.get("dup-id", ""))
     return got
 
 
@@ -124,9 +128,11 @@ class BatchFiles:
         rows = [[_plain(getattr(r, c)) for c in self.columns]
                 for r in df.select(*self.columns).collect()]
         path = self.directory / f"batch-{batch_id}.json"
-        path.write_text(json.dumps(rows))
+        text = json.dumps(sorted(rows, key=repr))
+        path.write_text(text)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         with open(self.directory / "calls.log", "a") as log:
-            log.write(f"{batch_id} {len(rows)}\n")
+            log.write(f"{batch_id} {len(rows)} {digest}\n")
 
     def batches(self) -> dict[int, list[list[Any]]]:
         return {int(p.stem.split("-")[1]): json.loads(p.read_text())
@@ -135,12 +141,13 @@ class BatchFiles:
     def rows(self) -> list[list[Any]]:
         return [row for _, rows in sorted(self.batches().items()) for row in rows]
 
-    def calls(self) -> list[tuple[int, int]]:
+    def calls(self) -> list[tuple[int, int, str]]:
+        """(batch id, rows, digest of the rows) of every call, in order."""
         log = self.directory / "calls.log"
         if not log.exists():
             return []
-        return [(int(a), int(b)) for a, b in (line.split() for line in log.read_text().split("\n")
-                                              if line)]
+        return [(int(a), int(b), c) for a, b, c in (line.split() for line in
+                                                   log.read_text().splitlines() if line)]
 
 
 def _plain(value: Any) -> Any:

@@ -18,6 +18,7 @@ from pairmq.client.options import parse_options
 from pairmq.client.streams import stream_destination
 
 DESTINATION_PREFIXES = ("/queue/", "/topic/", "/stream/")
+CONNECT_ROUNDS = 40  # rounds over the servers at connect: about 20 s with the client defaults
 SPARK_KEYS = frozenset({"path", "checkpointlocation"})  # options Spark may pass along
 
 
@@ -153,12 +154,18 @@ class SourceOptions:
         return value
 
     def connect_arguments(self) -> tuple[str, dict[str, Any]]:
-        """(url, keyword arguments) for `pairmq.client.connect`."""
+        """(url, keyword arguments) for `pairmq.client.connect`. A task that starts while
+        the pair fails over must wait for the backup rather than fail, so connecting tries
+        CONNECT_ROUNDS rounds unless the URL or an option says otherwise."""
         keywords: dict[str, Any] = dict(self.client)
+        url = self.require("servers")
+        if "initial_connect_attempts" not in keywords and \
+                "initialconnectattempts" not in url.lower():
+            keywords["initial_connect_attempts"] = CONNECT_ROUNDS
         for name in ("login", "passcode"):
             if self.values[name] is not None:
                 keywords[name] = self.values[name]
-        return self.require("servers"), keywords
+        return url, keywords
 
 
 def parse(options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:

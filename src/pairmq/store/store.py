@@ -248,13 +248,13 @@ class Store(Mirroring):
         parts: list[bytes] = []
         added: list[tuple[Message, list[str], int, bytes]] = []  # message, queues, body at, body
         keys: list[tuple] = []
-        pending: dict[int, list[str]] = {}  # id(message) -> queues, for an ADD in this group
+        pending: dict[int, int] = {}  # id(message) -> its place in `added` (an ADD here)
         size = 0
         for record in records:
             kind = record[0]
             if kind == rec.ADD:
-                message, queue_keys = record[1], list(record[2])
-                pending[id(message)] = queue_keys
+                message, queue_keys = record[1], record[2]
+                pending[id(message)] = len(added)
                 body = message.body if message.body is not None else self.read_body(message)
                 entry, body_at = encode_add(message.order, message.message_id,
                                             message.destination, message.priority,
@@ -264,12 +264,12 @@ class Store(Mirroring):
             elif kind == rec.DEL:
                 message = record[2]
                 entry = encode_del(record[1], message.message_id)
-                if message.journal_queues is None and id(message) in pending:
+                at = pending.get(id(message)) if message.journal_queues is None else None
+                if at is not None:
                     # Added and removed in this very group (an auto-ack consumer, a
-                    # stream's retention): the queue never holds it once this is on disk.
-                    queues = pending[id(message)]
-                    if record[1] in queues:
-                        queues.remove(record[1])
+                    # stream's retention): that queue never holds it once this is on disk.
+                    held, keys_of, body_at, body = added[at]
+                    added[at] = (held, [k for k in keys_of if k != record[1]], body_at, body)
                 if message.journal_delivered:
                     message.journal_delivered.pop(record[1], None)
                 self._release(message, record[1])

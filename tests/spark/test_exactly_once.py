@@ -14,6 +14,7 @@ from tests.support.admin import admin_request
 from tests.support.spark import (
     BatchFiles,
     append,
+    committed,
     delete_last_commit,
     drain,
     last_batch,
@@ -21,11 +22,6 @@ from tests.support.spark import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-def committed(checkpoint: Path, batch: int) -> bool:
-    last = last_batch(checkpoint)
-    return last is not None and last >= batch
 
 
 def test_reader_reads_each_offset_once_through_a_kill_a_restart_and_a_replay(

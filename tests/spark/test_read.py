@@ -3,11 +3,13 @@ starting positions, batch reads of a range, the columns, and the errors a user m
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from tests.ha.pair import wait_for
 from tests.serverproc import free_port
-from tests.support.spark import BatchFiles, append, server_url, url_of
+from tests.support.spark import BatchFiles, append, committed, server_url, url_of
 
 import pairmq.client
 from pairmq.client import ServerError
@@ -66,6 +68,30 @@ def test_starting_positions_latest_and_an_offset(spark, server, tmp_path):
     at = BatchFiles(tmp_path / "at")
     stream_query(spark, url, "pos", tmp_path / "ck2", at, startingOffset=15)
     assert sorted(r[0] for r in at.rows()) == [15, 16, 17, 18, 19]
+
+
+def test_option_group_stores_the_group_s_offset_as_batches_commit(spark, server, tmp_path):
+    url = server_url(server)
+    append(url, "grouped", 300)
+    checkpoint = tmp_path / "ck"
+    query = (spark.readStream.format("pairmq").option("servers", url)
+             .option("stream", "grouped").option("startingOffset", "earliest")
+             .option("maxRecordsPerBatch", 100).option("group", "etl").load()
+             .writeStream.foreachBatch(BatchFiles(tmp_path / "out"))
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        wait_for(lambda: committed(checkpoint, 2), 60, "three batches committed")
+        time.sleep(1)  # Spark commits a batch's end to the source when it plans the next
+    finally:
+        query.stop()
+    append(url, "grouped", 1, start=300)
+    with pairmq.client.connect(url) as client:
+        sub = client.subscribe("/stream/grouped", ack="auto", headers={
+            "x-stream-offset": "group", "x-stream-group": "etl"})
+        message = sub.receive(5)
+    assert message is not None
+    assert int(message.headers["x-stream-offset"]) in (100, 200, 300)
 
 
 def test_batch_read_of_a_range_split_in_partitions(spark, server):

@@ -76,3 +76,21 @@ def test_streaming_write_to_a_queue_counts_every_row_once(spark, server, tmp_pat
     assert query.exception() is None, query.exception()
     got = drain(url, "/queue/lines", 300)
     assert sum(got.values()) == 300 and set(got.values()) == {1}
+
+
+def test_batch_write_to_a_stream_reads_back_in_order(spark, server):
+    url = server_url(server)
+    rows = [(f"s-{i}", {"i": str(i)}) for i in range(40)]
+    df = spark.createDataFrame(rows, "body string, headers map<string,string>")
+    (df.coalesce(1).write.format("pairmq").option("servers", url)
+     .option("destination", "/stream/copy").option("queryId", "copy-1").mode("append").save())
+    back = (spark.read.format("pairmq").option("servers", url).option("stream", "copy")
+            .load().orderBy("offset").collect())
+    assert [r.body for r in back] == [f"s-{i}".encode() for i in range(40)]
+    assert [r.headers["i"] for r in back] == [str(i) for i in range(40)]
+    assert back[3].headers["dup-id"] == "copy-1:0:0:3"
+    # the same write run again with the same queryId: every row is recognised
+    (df.coalesce(1).write.format("pairmq").option("servers", url)
+     .option("destination", "/stream/copy").option("queryId", "copy-1").mode("append").save())
+    with pairmq.client.connect(url) as client:
+        assert client.stream_info("copy") == (0, 40)

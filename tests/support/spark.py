@@ -92,6 +92,12 @@ def last_batch(checkpoint: Path, log: str = "commits") -> int | None:
     return max(ids) if ids else None
 
 
+def committed(checkpoint: Path, batch: int) -> bool:
+    """Whether the query's commit log holds `batch` (or a later one)."""
+    last = last_batch(checkpoint)
+    return last is not None and last >= batch
+
+
 def url_of(*addresses: str) -> str:
     """A failover URL that retries fast (tests)."""
     servers = ",".join(f"stomp://{a}" for a in addresses)

@@ -3,6 +3,7 @@ starting positions, batch reads of a range, the columns, and the errors a user m
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def test_stream_info_asks_the_active_server_and_refuses_an_unknown_stream(server
         assert client.stream_info("fresh", must_exist=False) == (0, 0)
         append(url, "fresh", 5)
         assert client.stream_info("/stream/fresh") == (0, 5)
+
+    async def ask() -> tuple[int, int]:
+        async with await pairmq.client.connect_async(url) as aclient:
+            return await aclient.stream_info("fresh")
+
+    assert asyncio.run(ask()) == (0, 5)
 
 
 def test_available_now_reads_everything_in_batches_of_max_records(spark, server, tmp_path):

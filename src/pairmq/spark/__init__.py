@@ -10,8 +10,8 @@ exactly once through failovers. docs/spark.md.
 Layering: this package imports only `pairmq.client` (and, through it, the protocol).
 """
 
+from pairmq.spark.connecting import PairmqError
 from pairmq.spark.options import OPTIONS, PairmqOptionError
-from pairmq.spark.reader import PairmqError
 from pairmq.spark.source import PairmqDataSource
 
 __all__ = ["OPTIONS", "PairmqDataSource", "PairmqError", "PairmqOptionError"]

@@ -26,9 +26,9 @@ from pyspark.sql.datasource import (
 )
 
 from pairmq.client import Client, ClientError, Outcome, SendResult
+from pairmq.spark.connecting import PairmqError, open_client
 from pairmq.spark.options import SourceOptions
 from pairmq.spark.plan import dup_id
-from pairmq.spark.reader import PairmqError, open_client
 from pairmq.spark.rows import body_bytes, row_headers
 
 log = logging.getLogger("pairmq.spark")

@@ -79,26 +79,36 @@ def test_starting_positions_latest_and_an_offset(spark, server, tmp_path):
 
 def test_option_group_stores_the_group_s_offset_as_batches_commit(spark, server, tmp_path):
     url = server_url(server)
-    append(url, "grouped", 300)
     checkpoint = tmp_path / "ck"
-    query = (spark.readStream.format("pairmq").option("servers", url)
-             .option("stream", "grouped").option("startingOffset", "earliest")
-             .option("maxRecordsPerBatch", 100).option("group", "etl").load()
-             .writeStream.foreachBatch(BatchFiles(tmp_path / "out"))
-             .option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="100 milliseconds").start())
-    try:
-        wait_for(lambda: committed(checkpoint, 2), 60, "three batches committed")
-        time.sleep(1)  # Spark commits a batch's end to the source when it plans the next
-    finally:
-        query.stop()
-    append(url, "grouped", 1, start=300)
-    with pairmq.client.connect(url) as client:
-        sub = client.subscribe("/stream/grouped", ack="auto", headers={
-            "x-stream-offset": "group", "x-stream-group": "etl"})
-        message = sub.receive(5)
-    assert message is not None
-    assert int(message.headers["x-stream-offset"]) in (100, 200, 300)
+
+    def run(batches: int) -> None:
+        query = (spark.readStream.format("pairmq").option("servers", url)
+                 .option("stream", "grouped").option("startingOffset", "earliest")
+                 .option("maxRecordsPerBatch", 100).option("group", "etl").load()
+                 .writeStream.foreachBatch(BatchFiles(tmp_path / "out"))
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(processingTime="100 milliseconds").start())
+        try:
+            wait_for(lambda: committed(checkpoint, batches - 1), 60, f"{batches} batches")
+            time.sleep(1)  # Spark commits a batch's end to the source when it plans the next
+        finally:
+            query.stop()
+
+    def group_offset() -> int:
+        with pairmq.client.connect(url) as client:
+            sub = client.subscribe("/stream/grouped", ack="auto", headers={
+                "x-stream-offset": "group", "x-stream-group": "etl"})
+            message = sub.receive(5)
+        assert message is not None
+        return int(message.headers["x-stream-offset"])
+
+    append(url, "grouped", 300)
+    run(3)
+    append(url, "grouped", 1, start=300)  # so that the group's offset has a message
+    assert group_offset() in (100, 200, 300)
+    append(url, "grouped", 300, start=301)
+    run(6)  # the restarted query's commits count too (not taken for duplicates)
+    assert group_offset() in (400, 500, 600)
 
 
 def test_batch_read_of_a_range_split_in_partitions(spark, server):
@@ -136,3 +146,11 @@ def test_errors_name_the_option_the_stream_and_the_servers(spark, server):
     port = free_port()
     with pytest.raises(Exception, match=f"127.0.0.1:{port}"):
         read(servers=url_of(f"127.0.0.1:{port}"), stream="x", initialConnectAttempts=1)
+    df = spark.createDataFrame([(b"x",)], "body binary")
+    with pytest.raises(Exception, match=f"servers=.*127.0.0.1:{port}.*Connection refused"):
+        (df.write.format("pairmq").option("servers", f"127.0.0.1:{port}")
+         .option("initialConnectAttempts", 1).option("destination", "/queue/q")
+         .mode("append").save())
+    with pytest.raises(Exception, match="writes a column 'body'"):
+        (df.selectExpr("body AS value").write.format("pairmq").option("servers", url)
+         .option("destination", "/queue/q").mode("append").save())

@@ -14,10 +14,14 @@ class PairmqError(RuntimeError):
 
 
 def open_client(options: SourceOptions, what: str) -> Client:
-    """A connected failover client, or PairmqError naming the servers and their answers."""
+    """A connected failover client, or PairmqError naming the servers and their answers.
+
+    `what` only names it in errors: a client's name prefixes the dup-ids it makes itself,
+    so two clients of one name (a query restarted) would make the same ones, and the
+    server would drop the second's messages (a group commit) as duplicates."""
     url, keywords = options.connect_arguments()
     try:
-        return connect(url, name=what, **keywords)
+        return connect(url, **keywords)
     except ConnectionFailed as e:
         raise PairmqError(f"pairmq ({what}): no server of option servers={url!r} serves: {e}"
                           ) from None

@@ -151,6 +151,9 @@ def test_errors_name_the_option_the_stream_and_the_servers(spark, server):
         (df.write.format("pairmq").option("servers", f"127.0.0.1:{port}")
          .option("initialConnectAttempts", 1).option("destination", "/queue/q")
          .mode("append").save())
+    with pytest.raises(Exception, match=r"only appends messages: use mode\('append'\)"):
+        (df.write.format("pairmq").option("servers", url).option("destination", "/queue/q")
+         .mode("overwrite").save())
     with pytest.raises(Exception, match="writes a column 'body'"):
         (df.selectExpr("body AS value").write.format("pairmq").option("servers", url)
          .option("destination", "/queue/q").mode("append").save())

@@ -48,6 +48,9 @@ class PairmqDataSource(DataSource):
         return PairmqStreamWriter(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise PairmqOptionError("format pairmq only appends messages: use "
+                                    "mode('append') (nothing removes what a destination holds)")
         options = parse(self.options)
         _check_writer(options, schema)
         return PairmqBatchWriter(options)

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test lint bench fuzz sim clean
+.PHONY: up test lint bench fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -34,6 +34,14 @@ fuzz: $(STAMP)
 
 sim: $(STAMP)
 	$(BIN)/python -m pairmq.ha.sim --seeds $(SEEDS) --jobs $(JOBS)
+
+# The Spark example (examples/pipeline): orders on a stream, revenue to Parquet, alerts to
+# a topic, checked at the end; local mode, or a standalone cluster (a master, 2 workers).
+pipeline: $(STAMP)
+	$(BIN)/python -m examples.pipeline.run
+
+pipeline-cluster: $(STAMP)
+	$(BIN)/python -m examples.pipeline.cluster
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

@@ -71,6 +71,7 @@ def test_streaming_write_to_a_queue_counts_every_row_once(spark, server, tmp_pat
              .writeStream.format("pairmq").option("servers", url)
              .option("destination", "/queue/lines")
              .option("checkpointLocation", str(tmp_path / "ck"))
+             .queryName("named")  # Spark passes the name on as an option
              .trigger(availableNow=True).start())
     query.awaitTermination(90)
     assert query.exception() is None, query.exception()

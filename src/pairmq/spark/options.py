@@ -19,7 +19,8 @@ from pairmq.client.streams import stream_destination
 
 DESTINATION_PREFIXES = ("/queue/", "/topic/", "/stream/")
 CONNECT_ROUNDS = 40  # rounds over the servers at connect: about 20 s with the client defaults
-SPARK_KEYS = frozenset({"path", "checkpointlocation"})  # options Spark may pass along
+# Options Spark itself passes along with the user's (a named query passes its name).
+SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
 
 class PairmqOptionError(ValueError):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import serverproc
+from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 
@@ -96,3 +97,27 @@ def stomp_client() -> Iterator[Callable[..., Client]]:
     yield factory
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def pair_factory(tmp_path: Path) -> Iterator[Callable[..., Pair]]:
+    """`pair_factory(**Pair options)` -> a Pair (not started); every one is closed at teardown."""
+    made: list[Pair] = []
+
+    def factory(**kwargs) -> Pair:
+        pair = Pair(tmp_path / f"pair{len(made)}", **kwargs)
+        made.append(pair)
+        return pair
+
+    yield factory
+    for pair in made:
+        pair.close()
+
+
+@pytest.fixture
+def pair(pair_factory) -> Pair:
+    """A fresh pair (tests/ha/pair.py), started and formed: primary ACTIVE, backup PASSIVE."""
+    p = pair_factory()
+    p.start(parallel=True)
+    p.wait_formed()
+    return p

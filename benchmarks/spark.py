@@ -16,6 +16,8 @@ which goes first:
   `noop` sink so that every row is materialised; rows/s over the action;
 - client read: one blocking client reads the same range (SUBSCRIBE with
   x-stream-offset / x-stream-end-offset, client-individual acks) until the end marker;
+- client batched read: the same, with `x-stream-batch: --batch` (records packed per
+  MESSAGE, decoded with pairmq.protocol.batch, one ACK per frame);
 - spark write: `spark.range(rows)` made into --size-byte bodies, written with
   `df.write.format("pairmq")` to a fresh queue (persistent, a dup-id per row);
 - client write: the same number of messages sent by one client (`send_async` + `flush`).
@@ -45,6 +47,7 @@ from tests.serverproc import start_server  # noqa: E402
 from tests.support.spark import spark_session  # noqa: E402
 
 import pairmq.client  # noqa: E402
+from pairmq.protocol.batch import decode_records  # noqa: E402
 
 STREAM = "bench"
 
@@ -78,6 +81,30 @@ def client_read(url: str, rows: int) -> float:
         elapsed = time.monotonic() - started
     if expected != rows:
         raise RuntimeError(f"client read {expected} rows, expected {rows}")
+    return elapsed
+
+
+def client_read_batched(url: str, rows: int, batch: int) -> float:
+    with pairmq.client.connect(url) as client:
+        sub = client.subscribe(f"/stream/{STREAM}", ack="client", headers={
+            "x-stream-offset": "first", "x-stream-end-offset": str(rows),
+            "prefetch-count": str(5 * batch), "x-stream-batch": str(batch)})
+        started = time.monotonic()
+        expected = 0
+        while True:
+            message = sub.receive(30)
+            if message is None:
+                raise RuntimeError(f"client batched read stalled at offset {expected}")
+            client.ack(message)
+            if message.headers.get("x-stream-end") == "true":
+                break
+            for record in decode_records(message.body):
+                if record[0] != expected:
+                    raise RuntimeError(f"batched read offset {record[0]}, expected {expected}")
+                expected += 1
+        elapsed = time.monotonic() - started
+    if expected != rows:
+        raise RuntimeError(f"client batched read {expected} rows, expected {rows}")
     return elapsed
 
 
@@ -123,6 +150,8 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1000,
+                    help="x-stream-batch of the client's batched read")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="pairmq-bench-spark-"))
     # every row carries a dup-id: the server remembers all of them (none is a duplicate)
@@ -146,6 +175,7 @@ def main() -> int:
                                                args.rows, args.size, args.partitions)
                 else:
                     read_s[who] = client_read(url, args.rows)
+                    read_s["batched"] = client_read_batched(url, args.rows, args.batch)
                     write_s[who] = client_write(url, f"/queue/bench-client-{n}", args.rows,
                                                 args.size)
             record = {
@@ -154,6 +184,7 @@ def main() -> int:
                 "order": "spark/client" if spark_first else "client/spark",
                 "spark_read_rows_per_s": round(args.rows / read_s["spark"]),
                 "client_read_msgs_per_s": round(args.rows / read_s["client"]),
+                "client_read_batched_msgs_per_s": round(args.rows / read_s["batched"]),
                 "spark_write_rows_per_s": round(args.rows / write_s["spark"]),
                 "client_write_msgs_per_s": round(args.rows / write_s["client"]),
                 "fill_msgs_per_s": round(args.rows / fill_s),
@@ -164,7 +195,8 @@ def main() -> int:
         spark.stop()
         server.stop()
     summary: dict[str, Any] = {"benchmark": "spark", "summary": True, "rounds": len(results)}
-    for key in ("spark_read_rows_per_s", "client_read_msgs_per_s", "spark_write_rows_per_s",
+    for key in ("spark_read_rows_per_s", "client_read_msgs_per_s",
+                "client_read_batched_msgs_per_s", "spark_write_rows_per_s",
                 "client_write_msgs_per_s"):
         summary[f"median_{key}"] = statistics.median(r[key] for r in results)
     summary["read_target_met"] = summary["median_spark_read_rows_per_s"] >= 100_000

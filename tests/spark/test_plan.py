@@ -122,6 +122,26 @@ def test_the_cursor_jumps_what_retention_removed_and_ends_on_the_marker():
     assert RangeCursor(5, 5).done
 
 
+def test_the_cursor_takes_the_new_part_of_each_batch():
+    cursor = RangeCursor(10, 30)
+    assert cursor.accept_run(10, 8) == (0, 8)  # 10..17
+    # a failover: delivery starts over at 10, in batches cut elsewhere
+    assert cursor.accept_run(10, 5) == (0, 0)
+    assert cursor.accept_run(15, 5) == (3, 5)  # 18, 19
+    assert cursor.accept_run(25, 10) == (0, 5)  # retention removed 20..24; 30 is past it
+    assert cursor.done and cursor.accept_run(30, 1) == (0, 0)
+
+
+def test_batched_records_become_the_same_rows():
+    from pairmq.protocol.batch import decode_records, encode_records
+    records = [(3, 1_700_000_000_000, "ID:x-3", {"persistent": "true", "k": "v"}, b"body")]
+    batch = record_batch("s", decode_records(encode_records(records)))
+    one = record_batch("s", [record_of({"x-stream-offset": "3", "timestamp": "1700000000000",
+                                        "message-id": "ID:x-3", "persistent": "true",
+                                        "k": "v", "subscription": "1"}, b"body")])
+    assert batch.equals(one)
+
+
 def test_dup_ids_differ_for_every_row_and_repeat_for_a_retry():
     ids = {dup_id("q", b, p, r) for b in range(3) for p in range(3) for r in range(3)}
     assert len(ids) == 27

@@ -28,7 +28,7 @@ from pairmq.core.replay import Replay
 from pairmq.core.resume import Resume
 from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
-from pairmq.core.stream import StreamLog
+from pairmq.core.stream import Outgoing, StreamLog
 from pairmq.core.streaming import Streams
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Delivery, Subscription
 
@@ -48,7 +48,7 @@ class Broker(Intake, Follow, Resume, Streams):
         self.sessions: dict[int, Session] = {}
         self.client_ids: dict[str, int] = {}
         self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
-        self.outbox: dict[int, list[Delivery]] = {}
+        self.outbox: dict[int, list[Outgoing]] = {}
         # Sessions whose auto-ack deliveries stopped at the per-turn limit: the server
         # writes what they got, then asks for more (`take_capped`, `set_writable`).
         self._capped: set[int] = set()
@@ -158,7 +158,7 @@ class Broker(Intake, Follow, Resume, Streams):
             return True
         return False
 
-    def take_outbox(self) -> dict[int, list[Delivery]]:
+    def take_outbox(self) -> dict[int, list[Outgoing]]:
         out, self.outbox = self.outbox, {}
         return out
 

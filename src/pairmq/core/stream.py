@@ -15,12 +15,12 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry, Message
 from pairmq.core.settings import Retention
-from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT
+from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery
 
 if TYPE_CHECKING:
     from pairmq.core.queue import Address
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 OFFSET_HEADER = "x-stream-offset"
 END_HEADER = "x-stream-end"
+BATCH_HEADER = "x-stream-batch"
+MAX_BATCH = 10000  # records in one batched MESSAGE, at most
+BATCH_BYTES = 1024 * 1024  # a batch stops once its records' sizes reach this (>= 1 record)
 _COMPACT_AT = 4096  # dropped head slots kept before the lists are cut
 
 
@@ -70,6 +73,17 @@ def parse_start(value: str | None) -> Start:
         return Start(StartKind.OFFSET, int(word))
     raise CoreError(f"x-stream-offset must be first, last, next, group, offset=N, N or "
                     f"timestamp=MS, got {value!r}")
+
+
+def parse_batch(value: str | None) -> int | None:
+    """The x-stream-batch header of a SUBSCRIBE: records per MESSAGE (None: the header is
+    absent, one plain MESSAGE per record)."""
+    if value is None:
+        return None
+    if not value.isdigit() or not value.isascii() or not 1 <= int(value) <= MAX_BATCH:
+        raise CoreError(f"{BATCH_HEADER} must be an integer from 1 to {MAX_BATCH}, "
+                        f"got {value!r}")
+    return int(value)
 
 
 class StreamLog:
@@ -117,6 +131,21 @@ class StreamLog:
         if offset < self.first or offset >= self.next:
             return None
         return self._messages[self._head + offset - self.first]
+
+    def run(self, offset: int, most: int, max_bytes: int = BATCH_BYTES) -> list[Message]:
+        """Up to `most` consecutive messages from `offset` (fewer at the stream's end), and
+        no more once their sizes reach `max_bytes` (one at least): a batch stays a frame
+        any client accepts."""
+        if offset < self.first:
+            return []
+        i = self._head + offset - self.first
+        run = self._messages[i:i + most]
+        total = 0
+        for n, message in enumerate(run):
+            total += message.size
+            if total >= max_bytes:
+                return run[:n + 1]
+        return run
 
     def offset_at_time(self, ms: int) -> int:
         """The first offset appended at or after `ms` (`next` when none is)."""
@@ -253,15 +282,29 @@ class CursorState(StrEnum):
     ENDED = "ended"  # its range is delivered and the end marker sent: nothing more
 
 
+class StreamBatch(NamedTuple):
+    """K consecutive records for one batched MESSAGE (x-stream-batch): an outbox item beside
+    the plain Delivery; the server encodes it (server/wire.py)."""
+
+    subscription: StreamCursor
+    messages: list[Message]
+    offset: int  # the first record's
+    ack_id: str | None  # None for ack:auto
+
+
+Outgoing = Delivery | StreamBatch  # what the broker's outbox holds for a connection
+
+
 class StreamCursor:
     """One subscription's position in a stream. Consuming removes nothing: ACK/NACK only
-    give back window (prefetch) credit."""
+    give back window (prefetch) credit, counted in records (a batch of K takes K)."""
 
-    __slots__ = ("ack_mode", "destination", "end", "id", "position", "prefetch", "session",
-                 "state", "stream", "unacked")
+    __slots__ = ("ack_mode", "batch", "destination", "end", "id", "outstanding", "position",
+                 "prefetch", "session", "state", "stream", "unacked")
 
     def __init__(self, session: Session, sub_id: str, stream: StreamLog, position: int,
-                 end: int | None, ack_mode: int, prefetch: int) -> None:
+                 end: int | None, ack_mode: int, prefetch: int,
+                 batch: int | None = None) -> None:
         self.session = session
         self.id = sub_id
         self.destination = stream.name
@@ -270,13 +313,30 @@ class StreamCursor:
         self.end = end  # exclusive end of a bounded range (None: read on forever)
         self.ack_mode = ack_mode
         self.prefetch = prefetch
+        self.batch = batch  # records per MESSAGE (None: plain, one record per MESSAGE)
         self.state = CursorState.READING
-        self.unacked: dict[str, int] = {}  # ack id -> offset, in delivery order
+        # ack id -> (first offset, records in that MESSAGE), in delivery order
+        self.unacked: dict[str, tuple[int, int]] = {}
+        self.outstanding = 0  # records delivered and not acknowledged (client-ack modes)
 
     def can_take(self) -> bool:
         if not self.session.writable or self.state is CursorState.ENDED:
             return False
-        return self.ack_mode == ACK_AUTO or len(self.unacked) < self.prefetch
+        return self.ack_mode == ACK_AUTO or self.outstanding < self.prefetch
+
+    def batch_room(self) -> int:
+        """Records the next batched MESSAGE may carry: its size, the credit left, and never
+        past the range's end."""
+        room = self.batch or 1
+        if self.ack_mode != ACK_AUTO:
+            room = min(room, self.prefetch - self.outstanding)
+        if self.end is not None:
+            room = min(room, self.end - self.position)
+        return room
+
+    def delivered(self, ack_id: str, offset: int, count: int) -> None:
+        self.unacked[ack_id] = (offset, count)
+        self.outstanding += count
 
     def at_end(self) -> bool:
         """The bounded range is delivered (what retention removed counts as passed)."""
@@ -295,5 +355,5 @@ class StreamCursor:
         else:
             ids = [ack_id]
         for key in ids:
-            del self.unacked[key]
+            self.outstanding -= self.unacked.pop(key)[1]
         return ids

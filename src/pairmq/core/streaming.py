@@ -23,12 +23,16 @@ from pairmq.core.replay import Replay
 from pairmq.core.session import Session
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.core.stream import (
+    BATCH_HEADER,
     END_HEADER,
     OFFSET_HEADER,
     CursorState,
+    Outgoing,
     StartKind,
+    StreamBatch,
     StreamCursor,
     StreamLog,
+    parse_batch,
     parse_count,
     parse_start,
 )
@@ -45,7 +49,7 @@ class Streams:
     streams: dict[str, StreamLog]
     addresses: dict[str, Address]
     sessions: dict[int, Session]
-    outbox: dict[int, list[Delivery]]
+    outbox: dict[int, list[Outgoing]]
     records: list[tuple]
     stats: dict[str, int]
     capacity: Capacity
@@ -162,6 +166,7 @@ class Streams:
         start = parse_start(headers.get("x-stream-offset"))
         end_value = headers.get("x-stream-end-offset")
         end = parse_count("x-stream-end-offset", end_value) if end_value is not None else None
+        batch = parse_batch(headers.get(BATCH_HEADER))
         group = headers.get("x-stream-group")
         if start.kind is StartKind.GROUP and not group:
             raise CoreError("x-stream-offset:group needs an x-stream-group header")
@@ -180,7 +185,8 @@ class Streams:
                             f"{start.value}")
         if not prefetch or prefetch <= 0:
             prefetch = self.settings.default_prefetch
-        cursor = StreamCursor(session, sub_id, stream, position, end, ack_mode, prefetch)
+        cursor = StreamCursor(session, sub_id, stream, position, end, ack_mode, prefetch,
+                              batch)
         session.cursors[sub_id] = cursor
         stream.cursors.append(cursor)
         info = (stream.first, stream.next)
@@ -227,11 +233,12 @@ class Streams:
         lost = 0
         for cursor in session.cursors.values():
             gone = [(k, o) for k, o in cursor.unacked.items() if k.isdigit() and int(k) > last_ack]
-            for key, offset in gone:
+            for key, (offset, count) in gone:
                 del cursor.unacked[key]
+                cursor.outstanding -= count
                 cursor.position = min(cursor.position, offset)
                 cursor.state = CursorState.READING
-            lost += len(gone)
+                lost += count
         return lost
 
     def _feed_stream(self, stream: StreamLog) -> None:
@@ -239,8 +246,9 @@ class Streams:
             self._feed(cursor)
 
     def _feed(self, cursor: StreamCursor) -> None:
-        """Hand the cursor what it may take now: messages up to its window, then (for a
-        bounded range) the end marker."""
+        """Hand the cursor what it may take now: messages up to its window (in batches of
+        consecutive records with x-stream-batch), then (for a bounded range) the end
+        marker."""
         stream = cursor.stream
         session = cursor.session
         box = self.outbox.get(session.id)
@@ -252,17 +260,45 @@ class Streams:
                 self._deliver_cursor(cursor, self._end_marker(cursor), cursor.end)
                 cursor.state = CursorState.ENDED
                 return
-            message = stream.at(cursor.position)
-            if message is None:
-                return  # waits for appends
             if cursor.ack_mode == ACK_AUTO:
                 if box is None:
                     box = self.outbox.get(session.id)
-                if box is not None and len(box) >= cursor.prefetch:
-                    self._capped.add(session.id)  # the rest next turn (as for queues)
+                # a turn's output is bounded by the window, in records (so about
+                # prefetch / batch batched frames)
+                if box is not None and len(box) * (cursor.batch or 1) >= cursor.prefetch:
+                    if stream.at(cursor.position) is not None:
+                        self._capped.add(session.id)  # the rest next turn (as for queues)
                     return
+            if cursor.batch is not None:
+                run = stream.run(cursor.position, cursor.batch_room())
+                if not run:
+                    return  # waits for appends
+                self._deliver_batch(cursor, run)
+                cursor.position += len(run)
+                continue
+            message = stream.at(cursor.position)
+            if message is None:
+                return  # waits for appends
             self._deliver_cursor(cursor, message, cursor.position)
             cursor.position += 1
+
+    def _deliver_batch(self, cursor: StreamCursor, run: list[Message]) -> None:
+        session = cursor.session
+        ack_id = None
+        first = run[0]
+        if cursor.ack_mode != ACK_AUTO:
+            session.ack_seq += 1
+            ack_id = str(session.ack_seq)
+            cursor.delivered(ack_id, cursor.position, len(run))
+            index = session.legacy_index
+            if index is not None:
+                index[(cursor.id, first.message_id)] = ack_id
+                index[("", first.message_id)] = ack_id
+        self.stats["delivered"] += len(run)
+        box = self.outbox.get(session.id)
+        if box is None:
+            box = self.outbox[session.id] = []
+        box.append(StreamBatch(cursor, run, cursor.position, ack_id))
 
     def _deliver_cursor(self, cursor: StreamCursor, message: Message, offset: int) -> None:
         session = cursor.session
@@ -270,7 +306,7 @@ class Streams:
         if cursor.ack_mode != ACK_AUTO:
             session.ack_seq += 1
             ack_id = str(session.ack_seq)
-            cursor.unacked[ack_id] = offset
+            cursor.delivered(ack_id, offset, 1)
             index = session.legacy_index
             if index is not None:
                 index[(cursor.id, message.message_id)] = ack_id

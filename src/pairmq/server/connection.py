@@ -16,10 +16,11 @@ from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
 
-from pairmq.core import CoreError, Delivery
+from pairmq.core import CoreError
 from pairmq.core.admission import Admission, Cause, Outcome
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.queue import Address
+from pairmq.core.stream import Outgoing, StreamBatch
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
 from pairmq.server import wire
 from pairmq.server.config import ServerConfig
@@ -398,7 +399,7 @@ class StompConnection(Connecting, asyncio.Protocol):
 
     # ------------------------------------------------------------ output
 
-    def write_deliveries(self, deliveries: list[Delivery]) -> None:
+    def write_deliveries(self, deliveries: list[Outgoing]) -> None:
         """MESSAGE frames, in order; one of a persistent message waits until the record that
         added it is confirmed (as a RECEIPT would), and everything after it waits too."""
         version = self.version
@@ -413,9 +414,13 @@ class StompConnection(Connecting, asyncio.Protocol):
             line = lines.get(sub_id)
             if line is None:
                 line = lines[sub_id] = wire.subscription_line(sub_id, version)
-            data = wire.encode_delivery(delivery, version, line, read_body)
-            message = delivery.entry.message
-            ticket = gate(message) if gate is not None and message.persistent else None
+            if type(delivery) is StreamBatch:  # x-stream-batch: records are persistent
+                data = wire.encode_batch(delivery, version, line, role.read_bodies)
+                ticket = role.batch_gate(delivery.messages) if self.gated else None
+            else:
+                data = wire.encode_delivery(delivery, version, line, read_body)
+                message = delivery.entry.message
+                ticket = gate(message) if gate is not None and message.persistent else None
             if ticket is None and not held:
                 out.append(data)
             else:

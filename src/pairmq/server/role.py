@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from pairmq.core import Broker, BrokerEvent, Delivery, Message
+from pairmq.core import Broker, BrokerEvent, Message
 from pairmq.core.queue import Address
+from pairmq.core.stream import Outgoing
 from pairmq.server.parking import Parking
 from pairmq.server.policy import PairPolicy
 from pairmq.server.tickets import Ticket
@@ -64,7 +65,7 @@ class Client(Protocol):
     def fail(self, message: str, frame: object = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None: ...
 
-    def write_deliveries(self, deliveries: list[Delivery]) -> None: ...
+    def write_deliveries(self, deliveries: list[Outgoing]) -> None: ...
 
     def flush_out(self) -> None: ...
 
@@ -220,6 +221,19 @@ class Role:
             gate = self._gate = Ticket(seq)
         return gate
 
+    def batch_gate(self, messages: list[Message]) -> Ticket | None:
+        """What a batched stream MESSAGE waits for: the newest of its records' gates, so
+        it goes out once every record in it is confirmed."""
+        newest: Ticket | None = None
+        for message in messages:
+            ticket = self.delivery_gate(message)
+            if ticket is None or ticket is newest:
+                continue
+            if newest is None or ticket.seq is None or (
+                    newest.seq is not None and ticket.seq > newest.seq):
+                newest = ticket
+        return newest
+
     def when_confirmed(self, ticket: Ticket, callback: Callable[[], None]) -> None:
         if self.confirmed(ticket):
             callback()
@@ -243,6 +257,9 @@ class Role:
 
     def read_body(self, message: Message) -> bytes:
         return self.store.read_body(message)
+
+    def read_bodies(self, messages: list[Message]) -> list[bytes | memoryview]:
+        return self.store.read_bodies(messages)
 
     # ------------------------------------------------------------ journal and confirmations
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pairmq.core import Delivery, Message
+from pairmq.core.stream import BATCH_HEADER, OFFSET_HEADER, StreamBatch
 from pairmq.protocol import Frame, escape_header, serialize
+from pairmq.protocol.batch import append_record, header_block
+
+# a record's own headers in a batch body: the fixed part carries these two
+_NOT_IN_RECORD = frozenset({OFFSET_HEADER, "timestamp"})
 
 
 def _escape(value: str, version: str) -> str:
@@ -65,6 +70,32 @@ def encode_delivery(delivery: Delivery, version: str, sub_line: bytes,
     if count == 1:
         return b"".join((sub_line, ack, b"delivery-count:1\n", block))
     return b"".join((sub_line, ack, b"redelivered:true\ndelivery-count:%d\n" % count, block))
+
+
+def encode_batch(batch: StreamBatch, version: str, sub_line: bytes,
+                 read_bodies: Callable[[list[Message]], list[bytes | memoryview]]) -> bytes:
+    """A batched stream MESSAGE (x-stream-batch): the frame's headers name the first
+    record; the body packs all of them (protocol/batch.py)."""
+    messages = batch.messages
+    parts: list[bytes | memoryview] = [b""]  # the frame's head goes first, once sized
+    offset = batch.offset
+    skip = _NOT_IN_RECORD
+    for message, body in zip(messages, read_bodies(messages), strict=True):
+        headers = message.headers
+        block = header_block([(k, v) for k, v in headers.items() if k not in skip])
+        append_record(parts, offset, int(headers.get("timestamp", "0")), message.message_id,
+                      block, body)
+        offset += 1
+    size = sum(len(p) for p in parts)
+    first = messages[0]
+    ack = b"" if batch.ack_id is None else b"ack:%s\n" % batch.ack_id.encode()
+    parts[0] = b"".join((sub_line, ack, (
+        f"message-id:{_escape(first.message_id, version)}\n"
+        f"destination:{_escape(first.destination, version)}\n"
+        f"{OFFSET_HEADER}:{batch.offset}\n{BATCH_HEADER}:{len(messages)}\n"
+        f"content-length:{size}\n\n").encode()))
+    parts.append(b"\x00")
+    return b"".join(parts)
 
 
 def subscription_line(sub_id: str, version: str) -> bytes:

@@ -83,8 +83,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("group", str, None, "read",
            "a consumer group whose offset is stored on each committed batch (a hint for "
            "retention; the checkpoint decides what is read)"),
-    Option("prefetch", int, 1000, "read",
+    Option("prefetch", int, 5000, "read",
            "messages the server sends ahead of the reader (prefetch-count)", _positive),
+    Option("batchRecords", int, 1000, "read",
+           "stream records per MESSAGE frame (x-stream-batch, 1 to 10000); a frame carries "
+           "at most `prefetch` of them", lambda v: None
+           if 1 <= v <= 10000 else f"must be from 1 to 10000, got {v}"),
     Option("readTimeout", int, 120000, "read",
            "ms a task waits for the next message of its range before it fails", _positive),
     Option("destination", str, None, "write",

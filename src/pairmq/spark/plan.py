@@ -89,6 +89,20 @@ class RangeCursor:
             self.done = True
         return True
 
+    def accept_run(self, first: int, count: int) -> tuple[int, int]:
+        """A batch of `count` consecutive offsets from `first`: the slice [lo, hi) of it
+        that is new (what was yielded before a failover, or lies past the range, is not)."""
+        if self.done:
+            return 0, 0
+        lo = max(0, self.next - first)
+        hi = min(count, self.end - first)
+        if lo >= hi:
+            return 0, 0
+        self.next = first + hi
+        if self.next >= self.end:
+            self.done = True
+        return lo, hi
+
     def ended(self, marker_offset: int) -> bool:
         """The server's end marker came. True: the range is complete. False: it is a marker
         of an earlier delivery (before a failover) for less than the range: ignore it."""

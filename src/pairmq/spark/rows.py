@@ -49,9 +49,23 @@ def record_batch(stream: str, records: list[Record]) -> pa.RecordBatch:
         pa.array([None if r[1] is None else r[1] * 1000 for r in records],
                  pa.timestamp("us", tz="UTC")),
         pa.array([r[2] for r in records], pa.string()),
-        pa.array([list(r[3].items()) for r in records], pa.map_(pa.string(), pa.string())),
+        _headers_column(records),
         pa.array([r[4] for r in records], pa.binary()),
     ], schema=ARROW_SCHEMA)
+
+
+def _headers_column(records: list[Record]) -> pa.Array:
+    """The headers maps, built from flat keys and values (no list of pairs per row)."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for record in records:
+        headers = record[3]
+        keys.extend(headers)
+        values.extend(headers.values())
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                   pa.array(values, pa.string()))
 
 
 class InputSchemaError(ValueError):

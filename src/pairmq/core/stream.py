@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry, Message
+from pairmq.core.queue import Address
 from pairmq.core.settings import Retention
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery
 
-if TYPE_CHECKING:
-    from pairmq.core.queue import Address
+if TYPE_CHECKING:  # session.py names stream cursors too (as queue and subscription do)
     from pairmq.core.session import Session
 
 OFFSET_HEADER = "x-stream-offset"

@@ -60,51 +60,36 @@ def fill(url: str, rows: int, size: int) -> None:
         client.flush()
 
 
-def client_read(url: str, rows: int) -> float:
+def client_read(url: str, rows: int, batch: int | None = None) -> float:
+    """One client reads the stream's range [0, rows), a MESSAGE per record (acked each),
+    or with `batch` packed records per MESSAGE (`x-stream-batch`, acked per frame)."""
+    headers = {"x-stream-offset": "first", "x-stream-end-offset": str(rows),
+               "prefetch-count": "2000"}
+    ack = "client-individual"
+    if batch:
+        headers |= {"prefetch-count": str(5 * batch), "x-stream-batch": str(batch)}
+        ack = "client"
+    what = "client batched read" if batch else "client read"
     with pairmq.client.connect(url) as client:
-        sub = client.subscribe(f"/stream/{STREAM}", headers={
-            "x-stream-offset": "first", "x-stream-end-offset": str(rows),
-            "prefetch-count": "2000"})
+        sub = client.subscribe(f"/stream/{STREAM}", ack=ack, headers=headers)
         started = time.monotonic()
         expected = 0
         while True:
             message = sub.receive(30)
             if message is None:
-                raise RuntimeError(f"client read stalled at offset {expected}")
+                raise RuntimeError(f"{what} stalled at offset {expected}")
             client.ack(message)
             if message.headers.get("x-stream-end") == "true":
                 break
-            offset = int(message.headers["x-stream-offset"])
-            if offset != expected:
-                raise RuntimeError(f"client read offset {offset}, expected {expected}")
-            expected += 1
-        elapsed = time.monotonic() - started
-    if expected != rows:
-        raise RuntimeError(f"client read {expected} rows, expected {rows}")
-    return elapsed
-
-
-def client_read_batched(url: str, rows: int, batch: int) -> float:
-    with pairmq.client.connect(url) as client:
-        sub = client.subscribe(f"/stream/{STREAM}", ack="client", headers={
-            "x-stream-offset": "first", "x-stream-end-offset": str(rows),
-            "prefetch-count": str(5 * batch), "x-stream-batch": str(batch)})
-        started = time.monotonic()
-        expected = 0
-        while True:
-            message = sub.receive(30)
-            if message is None:
-                raise RuntimeError(f"client batched read stalled at offset {expected}")
-            client.ack(message)
-            if message.headers.get("x-stream-end") == "true":
-                break
-            for record in decode_records(message.body):
-                if record[0] != expected:
-                    raise RuntimeError(f"batched read offset {record[0]}, expected {expected}")
+            offsets = [record[0] for record in decode_records(message.body)] if batch \
+                else [int(message.headers["x-stream-offset"])]
+            for offset in offsets:
+                if offset != expected:
+                    raise RuntimeError(f"{what} offset {offset}, expected {expected}")
                 expected += 1
         elapsed = time.monotonic() - started
     if expected != rows:
-        raise RuntimeError(f"client batched read {expected} rows, expected {rows}")
+        raise RuntimeError(f"{what} {expected} rows, expected {rows}")
     return elapsed
 
 
@@ -175,7 +160,7 @@ def main() -> int:
                                                args.rows, args.size, args.partitions)
                 else:
                     read_s[who] = client_read(url, args.rows)
-                    read_s["batched"] = client_read_batched(url, args.rows, args.batch)
+                    read_s["batched"] = client_read(url, args.rows, args.batch)
                     write_s[who] = client_write(url, f"/queue/bench-client-{n}", args.rows,
                                                 args.size)
             record = {

@@ -30,7 +30,7 @@ from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
 from pairmq.core.stream import Outgoing, StreamLog
 from pairmq.core.streaming import Streams
-from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, ACK_MODES, Delivery, Subscription
+from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery, Subscription, ack_mode_of
 
 __all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/intake.py
 
@@ -176,11 +176,8 @@ class Broker(Intake, Follow, Resume, Streams):
                   ack: str = "auto", prefetch: int | None = None,
                   durable_name: str | None = None) -> Subscription:
         session = self._session(conn_id)
-        if sub_id in session.subs or sub_id in session.cursors:
-            raise CoreError(f"subscription id {sub_id!r} is already in use on this connection")
-        ack_mode = ACK_MODES.get(ack)
-        if ack_mode is None:
-            raise CoreError(f"unknown ack mode {ack!r}: use auto, client or client-individual")
+        session.check_free(sub_id)
+        ack_mode = ack_mode_of(ack)
         if prefetch is None or prefetch <= 0:
             prefetch = self.settings.default_prefetch
         kind, name = parse_destination(destination)

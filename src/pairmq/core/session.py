@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
 
 if TYPE_CHECKING:
@@ -47,3 +48,8 @@ class Session:
         self.txs: dict[str, Transaction] = {}
         self.temp_queues: dict[str, Queue] = {}
         self.ack_seq = 0
+
+    def check_free(self, sub_id: str) -> None:
+        """A SUBSCRIBE's id must not name a live subscription, to a queue or a stream."""
+        if sub_id in self.subs or sub_id in self.cursors:
+            raise CoreError(f"subscription id {sub_id!r} is already in use on this connection")

@@ -36,7 +36,7 @@ from pairmq.core.stream import (
     parse_count,
     parse_start,
 )
-from pairmq.core.subscription import ACK_AUTO, ACK_MODES, Delivery
+from pairmq.core.subscription import ACK_AUTO, Delivery, ack_mode_of
 
 _SERVER_HEADERS = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit-offset")
 
@@ -155,11 +155,8 @@ class Streams:
                          prefetch: int | None = None) -> tuple[int, int]:
         """A SUBSCRIBE to a stream; returns the stream's (first, next) offsets as of now."""
         session = self._session(conn_id)
-        if sub_id in session.subs or sub_id in session.cursors:
-            raise CoreError(f"subscription id {sub_id!r} is already in use on this connection")
-        ack_mode = ACK_MODES.get(ack)
-        if ack_mode is None:
-            raise CoreError(f"unknown ack mode {ack!r}: use auto, client or client-individual")
+        session.check_free(sub_id)
+        ack_mode = ack_mode_of(ack)
         kind, _ = parse_destination(destination)
         if kind != STREAM:
             raise CoreError(f"{destination!r} is not a stream")

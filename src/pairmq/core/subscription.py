@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
 
 if TYPE_CHECKING:
@@ -15,6 +16,14 @@ ACK_AUTO = 0
 ACK_CLIENT = 1
 ACK_INDIVIDUAL = 2
 ACK_MODES = {"auto": ACK_AUTO, "client": ACK_CLIENT, "client-individual": ACK_INDIVIDUAL}
+
+
+def ack_mode_of(ack: str) -> int:
+    """The SUBSCRIBE's ack header as a mode, or an error naming it (queues and streams)."""
+    mode = ACK_MODES.get(ack)
+    if mode is None:
+        raise CoreError(f"unknown ack mode {ack!r}: use auto, client or client-individual")
+    return mode
 
 
 class Subscription:

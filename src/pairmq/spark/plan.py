@@ -75,9 +75,12 @@ class RangeCursor:
     yields every offset once."""
 
     def __init__(self, start: int, end: int) -> None:
-        self.next = start  # the next offset to yield
+        self.next = start  # the next offset to yield; at `end` once the range is complete
         self.end = end
-        self.done = start >= end
+
+    @property
+    def done(self) -> bool:
+        return self.next >= self.end
 
     def accept(self, offset: int) -> bool:
         """Whether a delivered offset is new; offsets jump forward past what retention
@@ -85,8 +88,6 @@ class RangeCursor:
         if self.done or offset < self.next or offset >= self.end:
             return False
         self.next = offset + 1
-        if self.next >= self.end:
-            self.done = True
         return True
 
     def accept_run(self, first: int, count: int) -> tuple[int, int]:
@@ -99,15 +100,13 @@ class RangeCursor:
         if lo >= hi:
             return 0, 0
         self.next = first + hi
-        if self.next >= self.end:
-            self.done = True
         return lo, hi
 
     def ended(self, marker_offset: int) -> bool:
         """The server's end marker came. True: the range is complete. False: it is a marker
         of an earlier delivery (before a failover) for less than the range: ignore it."""
         if marker_offset >= self.end:
-            self.done = True
+            self.next = self.end  # what is missing below it, retention removed
         return self.done
 
 

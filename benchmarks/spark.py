@@ -7,7 +7,8 @@ Run from the repository root (needs the `spark` extra and Java 17+):
     .venv/bin/python benchmarks/spark.py                        # 200,000 rows, 3 rounds
     .venv/bin/python benchmarks/spark.py --rows 50000 --rounds 1
 
-One standalone server (fsync on, as in production). The stream is filled once with --rows
+One standalone server (fsync on, as in production; its default dup-id cache, so that past
+20,000 messages each one also evicts one). The stream is filled once with --rows
 messages of --size bytes (through the client, pipelined). Then, each round, alternating
 which goes first:
 
@@ -19,8 +20,11 @@ which goes first:
 - client batched read: the same, with `x-stream-batch: --batch` (records packed per
   MESSAGE, decoded with pairmq.protocol.batch, one ACK per frame);
 - spark write: `spark.range(rows)` made into --size-byte bodies, written with
-  `df.write.format("pairmq")` to a fresh queue (persistent, a dup-id per row);
-- client write: the same number of messages sent by one client (`send_async` + `flush`).
+  `df.write.format("pairmq")` to a queue of a new, empty server (each write below too;
+  persistent, a dup-id per row, --batch rows per SEND frame); with --unbatched-write,
+  again with one row per frame;
+- client write: the same number of messages sent by one client (`send_async` + `flush`);
+- client batched write: the same, --batch messages per SEND (`send_batch_async`).
 
 Every read is checked for count and distinct offsets; writes are confirmed (receipts).
 Targets (issue 11): the source reads at least 100,000 rows/s, the sink writes at least
@@ -38,6 +42,7 @@ if str(ROOT) not in sys.path:
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -107,26 +112,45 @@ def spark_read(spark: Any, url: str, rows: int, partitions: int) -> float:
     return elapsed
 
 
-def client_write(url: str, destination: str, rows: int, size: int) -> float:
+def client_write(url: str, destination: str, rows: int, size: int,
+                 batch: int | None = None) -> float:
+    """One client sends `rows` persistent messages (each with its dup-id), one SEND each
+    or `batch` to a SEND (`send_batch`), pipelined, then waits for every receipt."""
     body = b"y" * size
     with pairmq.client.connect(url, send_window=2000) as client:
         started = time.monotonic()
-        for _ in range(rows):
-            client.send_async(destination, body)
+        if batch:
+            for first in range(0, rows, batch):
+                client.send_batch_async(destination, [body] * min(batch, rows - first))
+        else:
+            for _ in range(rows):
+                client.send_async(destination, body)
         client.flush()
         return time.monotonic() - started
 
 
 def spark_write(spark: Any, url: str, destination: str, rows: int, size: int,
-                partitions: int) -> float:
+                partitions: int, per_frame: int) -> float:
     from pyspark.sql import functions as F
 
     df = spark.range(0, rows, 1, partitions).select(
         F.expr(f"cast(rpad(cast(id AS string), {size}, 'z') AS binary)").alias("body"))
     started = time.monotonic()
     df.write.format("pairmq").option("servers", url).option("destination", destination) \
-        .mode("append").save()
+        .option("sendBatchRecords", str(per_frame)).mode("append").save()
     return time.monotonic() - started
+
+
+def on_fresh_server(workdir: Path, flags: list[str], write: Any) -> float:
+    """`write(url)` against a new, empty server, stopped (and its data deleted) after: each
+    write starts from the same state, not behind the millions of messages the rounds before
+    left waiting (the server would collect its garbage over all of them)."""
+    server = start_server(workdir, *flags, name=f"write-{time.monotonic_ns()}")
+    try:
+        return write(f"failover:(stomp://{server.host}:{server.port})")
+    finally:
+        server.stop()
+        shutil.rmtree(server.data_dir, ignore_errors=True)
 
 
 def main() -> int:
@@ -136,11 +160,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--batch", type=int, default=1000,
-                    help="x-stream-batch of the client's batched read")
+                    help="x-stream-batch of the client's batched read, and the x-batch "
+                    "(rows per SEND frame) of the Spark write (its sendBatchRecords)")
+    ap.add_argument("--unbatched-write", action="store_true",
+                    help="also write through Spark with one row per SEND (sendBatchRecords 1)")
+    ap.add_argument("--dup-cache-size", type=int, default=None,
+                    help="the server's dup_cache_size (default: the server's default)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="pairmq-bench-spark-"))
-    # every row carries a dup-id: the server remembers all of them (none is a duplicate)
-    server = start_server(workdir, "--dup-cache-size", str(args.rows * (args.rounds + 1)))
+    # every row carries a dup-id: by default the server keeps its default dup-id cache
+    # (20,000 per destination), so past it every message also evicts one, as in production
+    flags = ["--dup-cache-size", str(args.dup_cache_size)] if args.dup_cache_size else []
+    server = start_server(workdir, *flags)
     url = f"failover:(stomp://{server.host}:{server.port})"
     spark = spark_session("local[2]")
     results: list[dict[str, Any]] = []
@@ -156,13 +187,20 @@ def main() -> int:
             for who in (("spark", "client") if spark_first else ("client", "spark")):
                 if who == "spark":
                     read_s[who] = spark_read(spark, url, args.rows, args.partitions)
-                    write_s[who] = spark_write(spark, url, f"/queue/bench-spark-{n}",
-                                               args.rows, args.size, args.partitions)
+                    write_s[who] = on_fresh_server(workdir, flags, lambda u: spark_write(
+                        spark, u, "/queue/bench", args.rows, args.size, args.partitions,
+                        args.batch))
+                    if args.unbatched_write:
+                        write_s["spark-1"] = on_fresh_server(workdir, flags, lambda u: (
+                            spark_write(spark, u, "/queue/bench", args.rows, args.size,
+                                        args.partitions, 1)))
                 else:
                     read_s[who] = client_read(url, args.rows)
                     read_s["batched"] = client_read(url, args.rows, args.batch)
-                    write_s[who] = client_write(url, f"/queue/bench-client-{n}", args.rows,
-                                                args.size)
+                    write_s[who] = on_fresh_server(workdir, flags, lambda u: client_write(
+                        u, "/queue/bench", args.rows, args.size))
+                    write_s["batched"] = on_fresh_server(workdir, flags, lambda u: (
+                        client_write(u, "/queue/bench", args.rows, args.size, args.batch)))
             record = {
                 "benchmark": "spark", "round": n, "rows": args.rows, "size": args.size,
                 "partitions": args.partitions,
@@ -172,8 +210,12 @@ def main() -> int:
                 "client_read_batched_msgs_per_s": round(args.rows / read_s["batched"]),
                 "spark_write_rows_per_s": round(args.rows / write_s["spark"]),
                 "client_write_msgs_per_s": round(args.rows / write_s["client"]),
+                "client_write_batched_msgs_per_s": round(args.rows / write_s["batched"]),
                 "fill_msgs_per_s": round(args.rows / fill_s),
             }
+            if "spark-1" in write_s:
+                record["spark_write_one_row_per_frame_rows_per_s"] = round(
+                    args.rows / write_s["spark-1"])
             results.append(record)
             print(json.dumps(record), flush=True)
     finally:
@@ -182,7 +224,10 @@ def main() -> int:
     summary: dict[str, Any] = {"benchmark": "spark", "summary": True, "rounds": len(results)}
     for key in ("spark_read_rows_per_s", "client_read_msgs_per_s",
                 "client_read_batched_msgs_per_s", "spark_write_rows_per_s",
-                "client_write_msgs_per_s"):
+                "client_write_msgs_per_s", "client_write_batched_msgs_per_s",
+                "spark_write_one_row_per_frame_rows_per_s"):
+        if key not in results[0]:
+            continue
         summary[f"median_{key}"] = statistics.median(r[key] for r in results)
     summary["read_target_met"] = summary["median_spark_read_rows_per_s"] >= 100_000
     summary["write_target_met"] = summary["median_spark_write_rows_per_s"] >= 30_000

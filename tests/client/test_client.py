@@ -162,6 +162,22 @@ def test_a_refused_operation_raises_the_servers_error_and_the_client_goes_on(
     assert drain(client, "/queue/bad") == [b"fine"] * 10
 
 
+def test_a_message_too_large_for_the_server_raises_at_once_and_is_not_sent_again(
+        server_factory, client_factory):
+    """The server refuses the frame and closes the connection: its ERROR names the frame
+    (receipt-id), so the client fails that send instead of resending it after every
+    reconnection, and goes on with the next."""
+    small = server_factory("--max-frame-bytes", str(64 * 1024))
+    client = client_factory(url(small))
+    with pytest.raises(ServerError, match="frame too large: more than 65536 bytes"):
+        client.send("/queue/big", b"x" * (100 * 1024), timeout=10)
+    with pytest.raises(ServerError, match="frame too large"):
+        client.send_batch("/queue/big", [b"y" * 1024] * 100, timeout=10)
+    client.send("/queue/big", b"fine")
+    assert client.stats()["resent"] == 0
+    assert drain(client, "/queue/big") == [b"fine"]
+
+
 def test_connect_names_every_server_tried_when_none_answers():
     ports = [free_port(), free_port()]
     started = time.monotonic()

@@ -112,10 +112,18 @@ def test_priority_higher_first_fifo_within(broker):
     assert bodies(deliveries(broker, 2)) == [b"b", b"d", b"e", b"a", b"c"]
 
 
-@pytest.mark.parametrize("bad", ["10", "-1", "high", ""])
+@pytest.mark.parametrize("bad", ["10", "-1", "high", "", "²", "٣", "1" * 5000])
 def test_bad_priority_is_refused(broker, bad):
+    # digits int() reads otherwise ("٣") or refuses ("²", 5000 of them) are named too,
+    # never an internal error
     with pytest.raises(CoreError, match="priority"):
         broker.send(1, "/queue/q", {"priority": bad}, b"", NOW)
+
+
+@pytest.mark.parametrize("bad", ["soon", "-5", "²", "1" * 5000])
+def test_bad_expires_is_refused(broker, bad):
+    with pytest.raises(CoreError, match="expires"):
+        broker.send(1, "/queue/q", {"expires": bad}, b"", NOW)
 
 
 def test_expired_messages_are_dead_lettered_or_dropped():

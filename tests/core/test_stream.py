@@ -8,9 +8,9 @@ import pytest
 
 from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core import records as rec
-from pairmq.core.replay import Replay
 from pairmq.core.settings import Retention
 from pairmq.core.stream import StartKind, parse_start
+from tests.support.replay import replayed
 
 S = "/stream/s"
 
@@ -62,7 +62,8 @@ def test_start_values(value, kind, number):
     assert (start.kind, start.value) == (kind, number)
 
 
-@pytest.mark.parametrize("value", ["offset=-1", "-1", "offset=", "soon", "timestamp=x", "1.5"])
+@pytest.mark.parametrize("value", ["offset=-1", "-1", "offset=", "soon", "timestamp=x", "1.5",
+                                   "1" * 5000, "offset=" + "1" * 5000, "offset=²"])
 def test_malformed_start_names_the_header_and_value(value):
     with pytest.raises(CoreError, match="x-stream-offset"):
         parse_start(value)
@@ -173,16 +174,7 @@ def test_a_broker_rebuilt_from_its_records_has_the_same_offsets():
     b = broker(max_bytes=300)
     append(b, 8)
     b.send(1, S, {"x-stream-group": "g", "x-stream-commit-offset": "6"}, b"", 0)
-    replay = Replay()
-    for record in b.take_records():
-        if record[0] == rec.ADD:
-            replay.add(record[1], record[2], 0)
-        elif record[0] == rec.DEL:
-            replay.remove(record[1], record[2].message_id)
-        elif record[0] == rec.DEST:
-            replay.destination(record[1])
-        elif record[0] == rec.GROUP:
-            replay.group(record[1], record[2], record[3])
+    replay = replayed(b.take_records())
     again = Broker(b.settings)
     again.restore(replay)
     old, new = b.streams[S], again.streams[S]

@@ -185,3 +185,23 @@ def test_header_section_that_never_ends_within_the_frame_limit():
     parser = small_parser(max_headers=10**6)
     fed = stream_until_error(parser, b"SEND\n", b"h:v\n", 64)
     assert 1000 <= fed <= 1000 + 64
+
+
+@pytest.mark.parametrize("data", [
+    b"SEND\nreceipt:r-7\ncontent-length:1001\n\n",  # known before the body comes
+    b"SEND\nreceipt:r-7\ncontent-length:" + b"9" * 50 + b"\n\n",
+    b"SEND\nreceipt:r-7\n\n" + b"b" * 1000,  # no content-length: found while reading
+    b"SEND\nreceipt:r-7\ncontent-length:2\n\nabc\x00",  # no NUL where it says
+])
+def test_a_refused_frame_whose_headers_were_read_names_its_receipt(data):
+    """So the server's ERROR carries its receipt-id, and a client knows which of its frames
+    was refused (and does not send it again after reconnecting)."""
+    with pytest.raises(ProtocolError) as info:
+        small_parser().feed(data)
+    assert info.value.receipt == "r-7"
+
+
+def test_a_frame_refused_before_its_headers_were_read_names_no_receipt():
+    with pytest.raises(ProtocolError) as info:
+        small_parser().feed(b"SEND\nreceipt:r-7\n" + b"x:" + b"y" * 200 + b"\n\n")
+    assert info.value.receipt is None

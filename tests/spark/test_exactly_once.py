@@ -81,7 +81,10 @@ def test_writer_leaves_one_copy_through_retries_a_kill_and_a_replayed_batch(
                 .load(str(source)).selectExpr("value AS body")
                 .writeStream.format("pairmq").option("servers", url)
                 .option("destination", "/queue/results")
-                # the first attempt of each batch's task fails after 100 confirmed rows
+                # 64 rows per SEND frame: several frames of each task are in flight at
+                # the kill; the first attempt of each batch's task fails after 100
+                # confirmed rows, in the middle of its second frame
+                .option("sendBatchRecords", 64)
                 .option("testing.failAfterRows", 100)
                 .option("checkpointLocation", str(checkpoint))
                 .trigger(availableNow=True).start())

@@ -53,6 +53,10 @@ def test_options_are_case_insensitive_and_client_options_pass_through():
     ({"servers": SERVERS, "destination": "/queues/x"}, "option destination must start with"),
     ({"servers": "nowhere"}, "option servers or a client option: not a server address"),
     ({"servers": SERVERS, "retryinterval": "-5"}, "retry_interval must be >= 0"),
+    ({"servers": SERVERS, "sendbatchrecords": "0"},
+     "option sendBatchRecords must be from 1 to 10000, got 0"),
+    ({"servers": SERVERS, "batchrecords": "10001"},
+     "option batchRecords must be from 1 to 10000, got 10001"),
 ])
 def test_a_wrong_option_is_named(options, message):
     with pytest.raises(PairmqOptionError, match=message):
@@ -193,7 +197,7 @@ def test_the_written_dataframe_needs_a_body_and_headers_of_strings():
 
 
 def test_a_row_s_headers_keep_its_own_but_not_the_reserved_ones():
-    assert row_headers([("k", "v"), ("dup-id", "x"), ("Receipt", "r"), ("n", None)], "q:0:0:1") \
-        == {"k": "v", "dup-id": "q:0:0:1"}
-    assert row_headers({"a": 1}, "d") == {"a": "1", "dup-id": "d"}
-    assert row_headers(None, "d") == {"dup-id": "d"}
+    assert row_headers([("k", "v"), ("dup-id", "x"), ("Receipt", "r"), ("n", None)]) \
+        == {"k": "v"}
+    assert row_headers({"a": 1}) == {"a": "1"}
+    assert row_headers(None) == {}

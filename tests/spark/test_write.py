@@ -95,3 +95,22 @@ def test_batch_write_to_a_stream_reads_back_in_order(spark, server):
      .option("destination", "/stream/copy").option("queryId", "copy-1").mode("append").save())
     with pairmq.client.connect(url) as client:
         assert client.stream_info("copy") == (0, 40)
+
+
+def test_rows_go_many_to_a_frame_and_big_rows_fewer(spark, server_factory):
+    """Rows are packed sendBatchRecords to a SEND frame, and a frame is sent once it packs
+    1 MiB: 40 rows of 300 KiB reach a server that takes no frame over 2 MiB (7 of them
+    would be 2.1 MiB), and 500 small ones go 7 to a frame; all arrive once, with their
+    dup-ids in row order (so a resent frame repeats exactly the same ones)."""
+    url = server_url(server_factory("--max-frame-bytes", str(2 * 1024 * 1024)))
+    big = [(bytes([i]) * (300 * 1024),) for i in range(40)]
+    small = [(f"s-{i}".encode(),) for i in range(500)]
+    for name, rows in (("big", big), ("small", small)):
+        df = spark.createDataFrame(rows, "body binary").coalesce(1)
+        (df.write.format("pairmq").option("servers", url).option("queryId", name)
+         .option("sendBatchRecords", 7).option("destination", f"/queue/{name}")
+         .mode("append").save())
+        dup_ids: list[str] = []
+        got = drain(url, f"/queue/{name}", len(rows), dup_ids=dup_ids)
+        assert got == {body: 1 for (body,) in rows}
+        assert dup_ids == [f"{name}:0:0:{row}" for row in range(len(rows))]

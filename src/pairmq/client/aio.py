@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from pairmq.client.batching import BatchItem, pack_batch
 from pairmq.client.engine import Engine, Link
 from pairmq.client.errors import CallTimeout, ClientError, ConnectionFailed
 from pairmq.client.options import ClientOptions, parse_options
@@ -23,6 +24,7 @@ from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResul
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
 from pairmq.client.waiting import Waiting, outcome_of
+from pairmq.protocol.batch import SEND_BATCH_HEADER
 
 log = logging.getLogger("pairmq.client")
 
@@ -147,13 +149,32 @@ class AsyncClient:
     async def send(self, destination: str, body: bytes | str,
                    headers: dict[str, str] | None = None, persistent: bool = True,
                    timeout: float | None = None) -> SendResult:
-        result = await self.send_async(destination, body, headers, persistent)
+        return await self._settle(await self.send_async(destination, body, headers,
+                                                        persistent), timeout)
+
+    async def _settle(self, result: SendResult, timeout: float | None) -> SendResult:
         if result.outcome is Outcome.PENDING and result.transaction is None:
             await self._wait(result, timeout, raise_on_failure=False)
             if not result.done:
                 raise CallTimeout(f"send: not confirmed within {timeout} s (its outcome "
                                   "may still come)")
         outcome_of(result)  # refused, rolled back or unknown: raise, however fast it came
+        return result
+
+    async def send_batch(self, destination: str, messages: Iterable[BatchItem],
+                         headers: dict[str, str] | None = None, persistent: bool = True,
+                         timeout: float | None = None) -> SendResult:
+        """Many messages in one frame: see `Client.send_batch`."""
+        return await self._settle(await self.send_batch_async(destination, messages,
+                                                              headers, persistent), timeout)
+
+    async def send_batch_async(self, destination: str, messages: Iterable[BatchItem],
+                               headers: dict[str, str] | None = None,
+                               persistent: bool = True) -> SendResult:
+        body, hdrs, dup_ids = pack_batch(messages, headers, persistent,
+                                         self._engine.new_dup_id)
+        result = await self.send_async(destination, body, hdrs, persistent)
+        result.dup_ids = dup_ids
         return result
 
     async def send_async(self, destination: str, body: bytes | str,
@@ -179,7 +200,8 @@ class AsyncClient:
         assert outbox is not None
         hdrs = dict(headers or {})
         async with self._outbox_lock:
-            hdrs.setdefault("dup-id", self._engine.new_dup_id())
+            if SEND_BATCH_HEADER not in hdrs:  # a batch's messages carry theirs
+                hdrs.setdefault("dup-id", self._engine.new_dup_id())
             seq = await asyncio.to_thread(outbox.append, destination, hdrs, data)
             result = self._engine.send(destination, data, hdrs, True, time.monotonic(),
                                        outbox_id=seq)

@@ -28,6 +28,7 @@ from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState,
 from pairmq.client.topology import Attempts, Servers
 from pairmq.client.transactions import Transacting, Transaction, TxOp, TxState
 from pairmq.protocol import ClientSession, Frame, ProtocolError, SessionState
+from pairmq.protocol.batch import SEND_BATCH_HEADER
 
 # Refusals that no other server, and no waiting, will change.
 _FATAL = ("authentication failed", "no common STOMP version")
@@ -457,15 +458,17 @@ class Engine(Recovery, Transacting):
 
     def send(self, destination: str, body: bytes, headers: dict[str, str] | None,
              persistent: bool, now: float, outbox_id: int | None = None) -> SendResult:
-        """A SEND: persistent ones get a dup-id (unless the application gave one) and,
-        outside a transaction, a receipt; they stay in `unconfirmed` until it comes."""
+        """A SEND: persistent ones get a dup-id (unless the application gave one, or it is
+        a batch, client/batching.py) and, outside a transaction, a receipt; they stay in
+        `unconfirmed` until it comes."""
         hdrs = {**headers, "destination": destination} if headers else \
             {"destination": destination}
         dup_id = None
         if persistent:
             hdrs["persistent"] = "true"
-            dup_id = hdrs.get("dup-id") or self.new_dup_id()
-            hdrs["dup-id"] = dup_id
+            if SEND_BATCH_HEADER not in hdrs:  # a batch's messages carry their own
+                dup_id = hdrs.get("dup-id") or self.new_dup_id()
+                hdrs["dup-id"] = dup_id
         tx = self.tx
         result = SendResult(destination, body, hdrs, persistent, dup_id,
                             tx.id if tx is not None else None)

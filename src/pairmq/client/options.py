@@ -73,7 +73,7 @@ OPTIONS: tuple[Option, ...] = (
            "path of a SQLite file: a durable connection that keeps sending while no "
            "server is reachable"),
     Option("outbox_max_messages", "outboxMaxMessages", int, 100000,
-           "messages the outbox holds at most", _at_least(1)),
+           "messages the outbox holds at most (a batch counts as one)", _at_least(1)),
     Option("outbox_max_bytes", "outboxMaxBytes", int, 64 * 1024 * 1024,
            "bytes of bodies the outbox holds at most", _at_least(1)),
     Option("outbox_full_policy", "outboxFullPolicy", str, "fail",

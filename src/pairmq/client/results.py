@@ -69,10 +69,12 @@ class SendResult(Op):
     """A message sent: `dup_id` names it to the server, whatever happens to the connection.
 
     `outcome` is CONFIRMED once the server has it for good. A send the client could not
-    settle (UNKNOWN after it gave up) can be sent again with the same dup-id, harmlessly."""
+    settle (UNKNOWN after it gave up) can be sent again with the same dup-id, harmlessly.
+    A batch (`send_batch`) is one SEND of many messages: `dup_id` is None and `dup_ids`
+    names its messages, in order; its outcome is theirs, all together."""
 
-    __slots__ = ("body", "destination", "dup_id", "headers", "outbox_id", "persistent",
-                 "transaction")
+    __slots__ = ("body", "destination", "dup_id", "dup_ids", "headers", "outbox_id",
+                 "persistent", "transaction")
 
     def __init__(self, destination: str, body: bytes, headers: dict[str, str],
                  persistent: bool, dup_id: str | None, transaction: str | None) -> None:
@@ -82,6 +84,7 @@ class SendResult(Op):
         self.headers = headers
         self.persistent = persistent
         self.dup_id = dup_id
+        self.dup_ids: tuple[str, ...] = (dup_id,) if dup_id is not None else ()
         self.transaction = transaction
         self.outbox_id: int | None = None
 

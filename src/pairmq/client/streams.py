@@ -8,8 +8,16 @@ A stream's offsets come in the RECEIPT of a SUBSCRIBE to it (`x-stream-first-off
 from __future__ import annotations
 
 from pairmq.client.errors import ClientError
+from pairmq.protocol.batch import Record, decode_records
 
 STREAM_PREFIX = "/stream/"
+
+
+def batch_records(body: bytes) -> list[Record]:
+    """The records of a batched stream MESSAGE (`x-stream-batch`, docs/streams.md): each
+    (offset, timestamp ms, message-id, headers, body), in offset order. Records with the
+    same headers share one dict: do not change it."""
+    return decode_records(body)
 
 
 def stream_destination(stream: str) -> str:

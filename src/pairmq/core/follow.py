@@ -13,6 +13,7 @@ yet wait in the index until it does (or are dropped, as recovery drops them).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from pairmq.core.capacity import INDEX_BYTES, Capacity
@@ -198,16 +199,14 @@ class Follow:
         dups = self._dup_address(destination).dups
         dups[dup_id] = None
         if len(dups) > self.settings.dup_cache_size:
-            oldest = next(iter(dups))
-            del dups[oldest]
-            return oldest
+            return dups.popitem(last=False)[0]
         return None
 
     def follow_dups(self, destination: str, dup_ids: list[str]) -> list[str]:
         """Compaction rewrote the whole cache: it replaces what came before. Returns the ids
         no longer remembered."""
         address = self._dup_address(destination)
-        kept = dict.fromkeys(dup_ids[-self.settings.dup_cache_size:])
+        kept = OrderedDict.fromkeys(dup_ids[-self.settings.dup_cache_size:])
         gone = [dup_id for dup_id in address.dups if dup_id not in kept]
         address.dups = kept
         return gone

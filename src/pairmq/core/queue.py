@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -38,7 +38,10 @@ class Address:
         self.dropped = 0  # messages discarded by the drop policy, ever
         self.period_dropped = 0  # ... since it last became FULL (for the resume log line)
         self.queues: list[Queue] = []  # a queue's address has one; a topic's, one per subscription
-        self.dups: dict[str, None] = {}  # accepted dup-ids, oldest first
+        # accepted dup-ids, oldest first: an OrderedDict, whose oldest key is found at once
+        # (a dict's is found by scanning past every key deleted before it: about 9 µs a
+        # message with the default cache of 20,000, docs/benchmarks.md)
+        self.dups: OrderedDict[str, None] = OrderedDict()
 
     @property
     def full(self) -> bool:

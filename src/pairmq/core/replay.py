@@ -7,6 +7,7 @@ something unknown (its ADD was compacted away) is ignored.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pairmq.core.message import Entry, Message
@@ -19,7 +20,7 @@ class Replay:
     queues: dict[str, dict[str, Entry]] = field(default_factory=dict)
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
     destinations: dict[str, None] = field(default_factory=dict)
-    dups: dict[str, dict[str, None]] = field(default_factory=dict)
+    dups: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset
 
     def add(self, message: Message, queue_keys: list[str], deliveries: int) -> Message:
@@ -79,14 +80,16 @@ class Replay:
         self.destinations[name] = None
 
     def dup(self, destination: str, dup_id: str) -> None:
-        cache = self.dups.setdefault(destination, {})
+        cache = self.dups.get(destination)
+        if cache is None:
+            cache = self.dups[destination] = OrderedDict()
         cache[dup_id] = None
         if len(cache) > self.dup_cache_size:
-            del cache[next(iter(cache))]
+            cache.popitem(last=False)
 
     def dup_snapshot(self, destination: str, dup_ids: list[str]) -> None:
         """Compaction rewrote the whole cache: it replaces what came before, order kept."""
-        self.dups[destination] = dict.fromkeys(dup_ids[-self.dup_cache_size:])
+        self.dups[destination] = OrderedDict.fromkeys(dup_ids[-self.dup_cache_size:])
 
     def group(self, stream: str, group: str, offset: int) -> None:
         """A consumer group's committed offset (only ever moves forward)."""

@@ -53,8 +53,8 @@ class Start:
 
 def parse_count(header: str, value: str) -> int:
     """A non-negative integer header, or an error naming the header and the value."""
-    if not value.isdigit() or not value.isascii():
-        raise CoreError(f"{header} must be a non-negative integer, got {value!r}")
+    if not (value.isascii() and value.isdigit()) or len(value) > 19:  # int() takes it
+        raise CoreError(f"{header} must be a non-negative integer, got {value[:40]!r}")
     return int(value)
 
 
@@ -70,7 +70,7 @@ def parse_start(value: str | None) -> Start:
     if sep and name in (StartKind.OFFSET.value, StartKind.TIMESTAMP.value):
         return Start(StartKind(name), parse_count(f"x-stream-offset {name}", number))
     if word.isdigit() and word.isascii():
-        return Start(StartKind.OFFSET, int(word))
+        return Start(StartKind.OFFSET, parse_count("x-stream-offset", word))
     raise CoreError(f"x-stream-offset must be first, last, next, group, offset=N, N or "
                     f"timestamp=MS, got {value!r}")
 
@@ -80,9 +80,10 @@ def parse_batch(value: str | None) -> int | None:
     absent, one plain MESSAGE per record)."""
     if value is None:
         return None
-    if not value.isdigit() or not value.isascii() or not 1 <= int(value) <= MAX_BATCH:
+    if not (value.isascii() and value.isdigit()) or len(value) > 5 \
+            or not 1 <= int(value) <= MAX_BATCH:
         raise CoreError(f"{BATCH_HEADER} must be an integer from 1 to {MAX_BATCH}, "
-                        f"got {value!r}")
+                        f"got {value[:40]!r}")
     return int(value)
 
 

@@ -1,7 +1,13 @@
-"""The body of a batched stream MESSAGE (`x-stream-batch`, docs/streams.md): K consecutive
-stream records packed one after the other, so a reader parses one frame, not K.
+"""Batched frames: K messages packed in one frame's body, so a peer parses one frame, not K.
 
-Each record is a fixed little-endian header, then three variable parts:
+Two kinds, one header-block format:
+
+- a batched stream MESSAGE (`x-stream-batch`, docs/streams.md): K consecutive stream
+  records, each with its offset, timestamp and message-id (`Record`);
+- a batched SEND (`x-batch`, docs/stomp.md): K messages for the frame's destination, each
+  with its own headers (its dup-id among them) and body (`SendRecord`).
+
+A stream record is a fixed little-endian header, then three variable parts:
 
     offset      u64   the record's stream offset
     timestamp   u64   its append time, ms since the epoch
@@ -11,9 +17,18 @@ Each record is a fixed little-endian header, then three variable parts:
     message-id, header block, body
 
 The header block is the record's own headers (those a one-record MESSAGE would carry
-besides the per-delivery ones, `x-stream-offset` and `timestamp`) as `name:value\\n` lines,
-names and values escaped as STOMP 1.2 escapes headers. Fixed-size fields first, so a
-decoder needs one `unpack_from` per record and never scans a body. Pure: no I/O.
+besides the per-delivery ones, `x-stream-offset` and `timestamp`; those a one-message SEND
+would carry besides the frame's) as `name:value\\n` lines, escaped as STOMP 1.2 escapes
+headers except that a colon is escaped (`\\c`) in names only: a line splits at its first
+colon, and dup-ids, which often hold colons, are then written and read as they are. A
+SEND record is the same without the stream fields:
+
+    hdr length  u32   bytes of its header block
+    body length u32   bytes of its body
+    header block, body
+
+Fixed-size fields first, so a decoder needs one `unpack_from` per record and never scans a
+body. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -25,9 +40,13 @@ from .errors import ProtocolError
 from .escaping import escape_header, unescape_header
 
 RECORD_HEAD = struct.Struct("<QQHII")
+SEND_HEAD = struct.Struct("<II")
 MAX_ID_BYTES = 0xFFFF
+SEND_BATCH_HEADER = "x-batch"  # on a SEND: its body packs this many messages
+MAX_SEND_BATCH = 10000  # messages in one batched SEND, at most
 
 Record = tuple[int, int, str, dict[str, str], bytes]  # offset, ms, message-id, headers, body
+SendRecord = tuple[dict[str, str], bytes]  # headers, body
 
 
 def header_block(headers: Iterable[tuple[str, str]]) -> bytes:
@@ -37,10 +56,22 @@ def header_block(headers: Iterable[tuple[str, str]]) -> bytes:
         return b""
     text = "\n".join([f"{name}:{value}" for name, value in pairs])
     if ("\\" in text or "\r" in text or text.count("\n") != len(pairs) - 1
-            or text.count(":") != len(pairs)):
-        text = "\n".join([f"{escape_header(name, '1.2')}:{escape_header(value, '1.2')}"
+            or (text.count(":") != len(pairs) and any(":" in name for name, _ in pairs))):
+        text = "\n".join([f"{escape_header(name, '1.2')}:{escape_value(value)}"
                           for name, value in pairs])
     return (text + "\n").encode()
+
+
+def escape_value(value: str) -> str:
+    """A header value for a record's header block: as STOMP 1.2 escapes it, but a colon
+    stays as it is (the line splits at the first colon, which is the name's)."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\n" in value:
+        value = value.replace("\n", "\\n")
+    if "\r" in value:
+        value = value.replace("\r", "\\r")
+    return value
 
 
 def append_record(parts: list[bytes | memoryview], offset: int, timestamp: int,
@@ -69,9 +100,14 @@ def parse_header_block(block: bytes) -> dict[str, str]:
     frame)."""
     if not block:
         return {}
-    text = block.decode()
+    try:
+        text = block.decode()
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"batch record header block is not UTF-8: {e}") from None
     lines = text.split("\n")
-    lines.pop()  # the block ends with a newline
+    if lines.pop():  # a block ends with a newline: anything after the last one is cut off
+        raise ProtocolError(f"batch record header block does not end with a newline: "
+                            f"{text[-60:]!r}")
     pairs = [line.split(":", 1) for line in lines]
     escaped = "\\" in text
     if not escaped:
@@ -121,4 +157,67 @@ def decode_records(body: bytes) -> list[Record]:
             headers = parsed[block] = parse_header_block(block)
         append((offset, stamp, body[at:block_at].decode(), headers, body[body_at:end]))
         at = end
+    return records
+
+
+def parse_send_batch(value: str | None) -> int | None:
+    """A SEND's `x-batch` header -> how many messages its body packs (None: not batched)."""
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 5 \
+            or not 1 <= int(value) <= MAX_SEND_BATCH:
+        raise ProtocolError(f"{SEND_BATCH_HEADER} must be an integer from 1 to "
+                            f"{MAX_SEND_BATCH}, got {value[:40]!r}")
+    return int(value)
+
+
+def append_send_record(parts: list[bytes | memoryview], block: bytes,
+                       body: bytes | memoryview) -> None:
+    """One SEND record, as pieces for one `b"".join`; `block` comes from `header_block`."""
+    parts.append(SEND_HEAD.pack(len(block), len(body)))
+    parts.append(block)
+    parts.append(body)
+
+
+def encode_send_records(records: Iterable[SendRecord]) -> bytes:
+    """A batched SEND's body: each message's headers and body."""
+    parts: list[bytes | memoryview] = []
+    for headers, body in records:
+        append_send_record(parts, header_block(headers.items()), body)
+    return b"".join(parts)
+
+
+def decode_send_records(body: bytes, count: int) -> list[SendRecord]:
+    """Every message of a batched SEND's body, which must pack exactly `count` of them
+    (its `x-batch`). Records with the same header block share one dict: do not change it."""
+    size = len(body)
+    unpack = SEND_HEAD.unpack_from
+    head = SEND_HEAD.size
+    parsed: dict[bytes, dict[str, str]] = {}
+    records: list[SendRecord] = []
+    append = records.append
+    at = 0
+    while at < size:
+        if at + head > size:
+            raise ProtocolError(f"batched SEND body cut inside the header of message "
+                                f"{len(records) + 1} (byte {at})")
+        block_len, body_len = unpack(body, at)
+        block_at = at + head
+        body_at = block_at + block_len
+        end = body_at + body_len
+        if end > size:
+            raise ProtocolError(f"batched SEND message {len(records) + 1} runs past the "
+                                f"body ({end} > {size} bytes)")
+        block = body[block_at:body_at]
+        headers = parsed.get(block)
+        if headers is None:
+            headers = parsed[block] = parse_header_block(block)
+        append((headers, body[body_at:end]))
+        at = end
+        if len(records) > count:
+            break
+    if len(records) != count:
+        raise ProtocolError(f"batched SEND body packs {'more than ' if at < size else ''}"
+                            f"{len(records)} messages, its {SEND_BATCH_HEADER} header says "
+                            f"{count}")
     return records

@@ -207,9 +207,10 @@ class FrameParser:
                 elif length.isdigit() and length.isascii() and len(length) < 10:
                     size = int(length)
                     if body - start + size > max_frame:
-                        raise ProtocolError(f"frame too large: more than {max_frame} bytes")
+                        raise ProtocolError(f"frame too large: more than {max_frame} bytes",
+                                            receipt=headers.get("receipt"))
                 else:
-                    size = self._content_length(length, body - start)
+                    size = self._content_length(length, body - start, headers)
             else:
                 # The frame left unfinished by the last feed; the buffer starts with it.
                 command, headers, body, size, find_from = pending
@@ -222,7 +223,8 @@ class FrameParser:
                 stop = src.find(b"\0", find_from, limit)
                 if stop < 0:
                     if end - start > max_frame:
-                        raise ProtocolError(f"frame too large: more than {max_frame} bytes")
+                        raise ProtocolError(f"frame too large: more than {max_frame} bytes",
+                                            receipt=headers.get("receipt"))
                     self._pending = (command, headers, body - start, -1, end - start)
                     self._crlf = crlf
                     return start
@@ -233,7 +235,8 @@ class FrameParser:
                     self._crlf = crlf
                     return start
                 if src[stop]:
-                    raise ProtocolError(f"missing NUL after body of content-length {size}")
+                    raise ProtocolError(f"missing NUL after body of content-length {size}",
+                                        receipt=headers.get("receipt"))
             payload = src[body:stop]
             if copy_body:
                 payload = bytes(payload)
@@ -244,16 +247,18 @@ class FrameParser:
                 if agreed is not None:
                     version = self._version = agreed
 
-    def _content_length(self, value: str, header_bytes: int) -> int:
+    def _content_length(self, value: str, header_bytes: int, headers: dict[str, str]) -> int:
         """Validate an unusual content-length value (not a short run of ASCII digits)."""
         if not (value.isascii() and value.isdigit()):
             shown = value if len(value) <= 40 else value[:40] + "..."
-            raise ProtocolError(f'invalid content-length: "{shown}"')
+            raise ProtocolError(f'invalid content-length: "{shown}"',
+                                receipt=headers.get("receipt"))
         if len(value) > 30:
             value = value.lstrip("0") or "0"
         size = int(value) if len(value) <= 30 else self._max_frame + 1
         if header_bytes + size > self._max_frame:
-            raise ProtocolError(f"frame too large: more than {self._max_frame} bytes")
+            raise ProtocolError(f"frame too large: more than {self._max_frame} bytes",
+                                receipt=headers.get("receipt"))
         return size
 
     def _check_line_lengths(self, src: bytes | bytearray, start: int, cut: int) -> None:

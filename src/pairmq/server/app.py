@@ -18,7 +18,7 @@ from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
-from pairmq.store.gcpause import gc_paused, report_slow_collections
+from pairmq.store.gcpause import collect_young_less_often, gc_paused, report_slow_collections
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
 from pairmq.store.store import Store
@@ -363,6 +363,7 @@ def run(config: ServerConfig) -> None:
     """Run a server in this process until SIGTERM or SIGINT."""
     setup_logging(config.log_level)
     sys.setswitchinterval(GIL_SWITCH_S)
+    collect_young_less_often()
     log.info("Starting pairmq server %s (pid %d, config %s)", config.name, os.getpid(),
              config.source)
     try:

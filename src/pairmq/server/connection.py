@@ -22,6 +22,7 @@ from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing, StreamBatch
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
+from pairmq.protocol.batch import SEND_BATCH_HEADER, decode_send_records, parse_send_batch
 from pairmq.server import wire
 from pairmq.server.config import ServerConfig
 from pairmq.server.connecting import Connecting, now_ms
@@ -107,7 +108,7 @@ class StompConnection(Connecting, asyncio.Protocol):
             # Frames completed before the bad bytes count, however the reads were split.
             if e.frames:
                 self._take(e.frames)
-            self.fail(str(e))
+            self.fail(str(e), receipt=e.receipt)
             self.role.flush()
             return
         if frames:
@@ -283,6 +284,13 @@ class StompConnection(Connecting, asyncio.Protocol):
         destination = h.get("destination")
         if destination is None:
             raise CoreError("SEND requires a destination header")
+        count = parse_send_batch(h.get(SEND_BATCH_HEADER))
+        if count is not None:  # docs/stomp.md: its messages are taken or held as a whole
+            messages = decode_send_records(frame.body, count)
+            outcome = self.broker.send_batch(self.conn_id, destination, h, messages, now_ms(),
+                                             h.get("transaction"),
+                                             self.role.journal_full_reason())
+            return self._no_room(frame, outcome)
         journal_full = self.role.journal_full_reason() if h.get("persistent") == "true" \
             or destination.startswith(STREAM_PREFIX) else None
         outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
@@ -450,14 +458,15 @@ class StompConnection(Connecting, asyncio.Protocol):
             self.clock.wrote(self.loop.time())
 
     def fail(self, message: str, frame: Frame | None = None, detail: str = "",
-             extra: dict[str, str] | None = None) -> None:
+             extra: dict[str, str] | None = None, receipt: str | None = None) -> None:
         """ERROR naming the problem, then close: the specification requires both. Output
         still waiting for its record is dropped, as a connection lost would drop it: no
         RECEIPT is owed for what is not confirmed, and an unconfirmed message is not
         delivered (with ack client it goes back to its queue)."""
         if self.closing:
             return
-        receipt = frame.headers.get("receipt") if frame is not None else None
+        if frame is not None:
+            receipt = frame.headers.get("receipt")
         if self.connected:
             self.drain_deliveries()
         log.info("Closing connection %d from %s: %s", self.conn_id, self.peer, message)

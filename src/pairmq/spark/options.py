@@ -31,6 +31,11 @@ def _positive(value: int) -> str | None:
     return None if value > 0 else f"must be > 0, got {value}"
 
 
+def _per_frame(value: int) -> str | None:
+    """Messages in one batched frame (x-stream-batch, x-batch)."""
+    return None if 1 <= value <= 10000 else f"must be from 1 to 10000, got {value}"
+
+
 def _position(value: str) -> str | None:
     if value in ("earliest", "latest") or value.isdigit():
         return None
@@ -87,12 +92,15 @@ OPTIONS: tuple[Option, ...] = (
            "messages the server sends ahead of the reader (prefetch-count)", _positive),
     Option("batchRecords", int, 1000, "read",
            "stream records per MESSAGE frame (x-stream-batch, 1 to 10000); a frame carries "
-           "at most `prefetch` of them", lambda v: None
-           if 1 <= v <= 10000 else f"must be from 1 to 10000, got {v}"),
+           "at most `prefetch` of them", _per_frame),
     Option("readTimeout", int, 120000, "read",
            "ms a task waits for the next message of its range before it fails", _positive),
     Option("destination", str, None, "write",
            "required to write: /queue/NAME, /topic/NAME or /stream/NAME", _destination),
+    Option("sendBatchRecords", int, 1000, "write",
+           "rows per SEND frame (x-batch, 1 to 10000; a frame is also sent once it packs 1 "
+           "MiB); the server confirms a frame's rows together, each by its dup-id",
+           _per_frame),
     Option("queryId", str, None, "write",
            "the first part of every dup-id (default: the streaming query's id, which a "
            "restart from the checkpoint keeps; for a batch write, a new id per write)"),

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pairmq.client import Client, ClientError, Message, ServerError
-from pairmq.protocol.batch import decode_records
+from pairmq.client.streams import batch_records
 from pairmq.spark.connecting import PairmqError, open_client, stream_offsets
 from pairmq.spark.options import PairmqOptionError, SourceOptions
 from pairmq.spark.plan import (
@@ -91,7 +91,7 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordB
             headers = message.headers
             if "x-stream-batch" in headers:
                 _give_credit(client, message)
-                found = decode_records(message.body)
+                found = batch_records(message.body)
                 if found:
                     lo, hi = cursor.accept_run(found[0][0], len(found))
                     records.extend(found[lo:hi])

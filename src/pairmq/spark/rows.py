@@ -101,11 +101,9 @@ RESERVED_HEADERS = frozenset({"dup-id", "receipt", "destination", "content-lengt
                               "transaction", "persistent"})
 
 
-def row_headers(value: Any, dup: str) -> dict[str, str]:
-    """A headers cell (a map as a list of pairs, a dict, or null) -> the SEND's headers,
-    with the row's dup-id; reserved headers of the row are dropped."""
+def row_headers(value: Any) -> dict[str, str]:
+    """A headers cell (a map as a list of pairs, a dict, or null) -> the row's own headers
+    of its message (the writer adds its dup-id); reserved headers of the row are dropped."""
     pairs = value.items() if isinstance(value, Mapping) else (value or [])
-    headers = {str(k): str(v) for k, v in pairs
-               if k is not None and v is not None and str(k).lower() not in RESERVED_HEADERS}
-    headers["dup-id"] = dup
-    return headers
+    return {str(k): str(v) for k, v in pairs
+            if k is not None and v is not None and str(k).lower() not in RESERVED_HEADERS}

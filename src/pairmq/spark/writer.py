@@ -6,6 +6,10 @@ the server keeps one copy (within its dup-id cache, docs/spark.md). The query id
 the task's local property `sql.streaming.queryId` (the id a restart from the checkpoint
 keeps; the run id changes); a batch write's id is made once on the driver.
 
+Rows go `sendBatchRecords` to a SEND frame (`x-batch`, docs/stomp.md): the server takes a
+frame's rows together and confirms them with one receipt; each row keeps its dup-id, so a
+frame sent again (a failover, a retried task) adds only the rows the server lacks.
+
 `write()` runs on executors; `commit()` on the driver on another instance: what a task
 did travels in its `PairmqCommitMessage`.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -26,16 +31,18 @@ from pyspark.sql.datasource import (
 )
 
 from pairmq.client import Client, ClientError, Outcome, SendResult
+from pairmq.client.batching import BatchBuilder
 from pairmq.spark.connecting import PairmqError, open_client
 from pairmq.spark.options import SourceOptions
-from pairmq.spark.plan import dup_id
+from pairmq.spark.plan import dup_id_prefix
 from pairmq.spark.rows import body_bytes, row_headers
 
 log = logging.getLogger("pairmq.spark")
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-CHECK_EVERY = 5000  # rows between two waits for confirmations (bounds what is held)
+FRAME_BYTES = 1 << 20  # a frame is sent once it packs this much (max_frame_bytes)
+FRAMES_AHEAD = 16  # frames sent before the oldest one's confirmation is waited for
 
 
 class InjectedFailure(RuntimeError):
@@ -49,16 +56,62 @@ class PairmqCommitMessage(WriterCommitMessage):
     rows: int
 
 
-def _wait_confirmed(client: Client, pending: list[SendResult]) -> None:
-    """Until every row sent so far is confirmed; raises (failing the task, which Spark
-    retries with the same dup-ids) if one was refused or its outcome is unknown."""
-    client.flush()
-    for result in pending:
+@dataclass
+class _Frame:
+    """One SEND of rows [first, first + count), while its confirmation is awaited."""
+
+    result: SendResult
+    first: int
+    count: int
+
+
+class _FrameSender:
+    """Packs one task's rows into batched SENDs and keeps at most FRAMES_AHEAD of them
+    unconfirmed; raises (failing the task, which Spark retries with the same dup-ids) once
+    one is refused or its outcome is unknown."""
+
+    def __init__(self, client: Client, destination: str, prefix: str, per_frame: int) -> None:
+        self.client = client
+        self.destination = destination
+        self.packing = BatchBuilder(prefix)  # dup-ids: the prefix, then the row
+        self.per_frame = per_frame
+        self.rows = 0  # rows packed so far, in all frames
+        self.sent: deque[_Frame] = deque()
+
+    def add(self, body: bytes, headers: dict[str, str] | None) -> None:
+        packing = self.packing
+        packing.add(body, self.rows, headers)
+        self.rows += 1
+        if packing.count >= self.per_frame or packing.size >= FRAME_BYTES:
+            self.send()
+
+    def send(self) -> None:
+        """The rows packed so far go in one frame."""
+        count = self.packing.count
+        if not count:
+            return
+        body, headers = self.packing.take()
+        result = self.client.send_async(self.destination, body, headers)
+        self.sent.append(_Frame(result, self.rows - count, count))
+        sent = self.sent
+        while sent and (sent[0].result.done or len(sent) > FRAMES_AHEAD):
+            self._settled(sent.popleft())
+
+    def finish(self) -> None:
+        """Send what is packed and wait until every row is confirmed."""
+        self.send()
+        self.client.flush()
+        while self.sent:
+            self._settled(self.sent.popleft())
+
+    def _settled(self, frame: _Frame) -> None:
+        result = frame.result
         result.wait()
         if result.outcome is not Outcome.CONFIRMED:
-            raise PairmqError(f"pairmq: message {result.dup_id} to {result.destination} "
-                              f"ended {result.outcome}: {result.error}")
-    pending.clear()
+            prefix = self.packing.prefix
+            last = frame.first + frame.count - 1
+            raise PairmqError(f"pairmq: rows {prefix}{frame.first} to {prefix}{last} to "
+                              f"{self.destination} ended {result.outcome}: {result.error}")
 
 
 def write_rows(options: SourceOptions, query_id: str, batch_id: str,
@@ -72,31 +125,27 @@ def write_rows(options: SourceOptions, query_id: str, batch_id: str,
     if not (fail_after is not None and partition == 0 and attempt == 0):
         fail_after = None
     client = open_client(options, f"spark-write-{batch_id}-{partition}-{attempt}")
-    row = 0
+    sender = _FrameSender(client, destination, dup_id_prefix(query_id, batch_id, partition),
+                          options["sendBatchRecords"])
     try:
-        pending: list[SendResult] = []
         for batch in batches:
             bodies = batch.column("body").to_pylist()
             names = batch.schema.names
-            headers = batch.column("headers").to_pylist() if "headers" in names else None
+            cells = batch.column("headers").to_pylist() if "headers" in names else None
             for i, body in enumerate(bodies):
-                hdrs = row_headers(headers[i] if headers else None,
-                                   dup_id(query_id, batch_id, partition, row))
-                pending.append(client.send_async(destination, body_bytes(body), hdrs))
-                row += 1
-                if fail_after is not None and row >= fail_after:
-                    _wait_confirmed(client, pending)
+                own = row_headers(cells[i]) if cells is not None else None
+                sender.add(body_bytes(body), own)
+                if fail_after is not None and sender.rows >= fail_after:
+                    sender.finish()
                     raise InjectedFailure(f"testing.failAfterRows: partition {partition} "
-                                          f"attempt {attempt} fails after {row} rows")
-                if len(pending) >= CHECK_EVERY:
-                    _wait_confirmed(client, pending)
-        _wait_confirmed(client, pending)
+                                          f"attempt {attempt} fails after {sender.rows} rows")
+        sender.finish()
     except ClientError as e:
         raise PairmqError(f"pairmq: writing to {destination} (servers "
                           f"{options['servers']!r}): {e}") from None
     finally:
         client.close(5.0)
-    return PairmqCommitMessage(partition, attempt, row)
+    return PairmqCommitMessage(partition, attempt, sender.rows)
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> int:

@@ -160,7 +160,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--batch", type=int, default=1000,
-                    help="x-stream-batch of the client's batched read, and the x-batch "
+                    help="x-stream-batch of the client's batched read, and the pairmq-batch "
                     "(rows per SEND frame) of the Spark write (its sendBatchRecords)")
     ap.add_argument("--unbatched-write", action="store_true",
                     help="also write through Spark with one row per SEND (sendBatchRecords 1)")

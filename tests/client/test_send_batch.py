@@ -1,4 +1,4 @@
-"""`send_batch` (many messages in one `x-batch` SEND, docs/clients.md) of the pairmq client
+"""`send_batch` (many messages in one `pairmq-batch` SEND, docs/clients.md) of the pairmq client
 against a real server, blocking and asyncio: confirmed with one receipt, each message with
 its own dup-id; bad batches refused before anything is sent; inside a transaction; through
 the durable connection's outbox; and resent after the server restarted, each message kept
@@ -150,7 +150,7 @@ def test_a_batch_of_100_is_confirmed_and_delivered_in_order_with_its_dup_ids(ser
     assert [m.dup_id for m in got[:-1]] == list(result.dup_ids)
     for m in got[:-1]:
         assert m.headers["color"] == "blue" and m.destination == queue
-        assert "x-batch" not in m.headers
+        assert "pairmq-batch" not in m.headers
 
 
 def test_items_may_be_bytes_str_or_a_body_with_its_own_headers(server, connect):

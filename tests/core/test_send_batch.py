@@ -1,4 +1,4 @@
-"""The batched SEND in the core (`x-batch`, docs/stomp.md; Broker.send_batch): each record
+"""The batched SEND in the core (`pairmq-batch`, docs/stomp.md; Broker.send_batch): each record
 is one message to the frame's destination with the frame's headers and its own over them;
 taken as a COMMIT takes its sends (held or refused as a whole, else every message routed,
 duplicates answered and skipped one by one, page and drop per message); inside a transaction
@@ -34,8 +34,8 @@ def make(**settings) -> Broker:
 
 
 def frame(count: int, **headers: str) -> dict[str, str]:
-    """A batched SEND's headers, as the server hands them over (x-batch among them)."""
-    return {"x-batch": str(count), **headers}
+    """A batched SEND's headers, as the server hands them over (pairmq-batch among them)."""
+    return {"pairmq-batch": str(count), **headers}
 
 
 def numbered(count: int, start: int = 0, body: bytes = BODY, **own: str) -> Records:
@@ -86,7 +86,7 @@ def test_each_record_is_one_message_in_order_with_the_frame_headers_under_its_ow
     assert [m.headers.get("n") for m in got] == ["0", "1", None]
     for m in got:
         assert m.headers["shared"] == "s" and m.persistent and m.destination == Q
-        assert "x-batch" not in m.headers, "x-batch describes the frame, not a message"
+        assert "pairmq-batch" not in m.headers, "pairmq-batch describes the frame, not a message"
         assert "receipt" not in m.headers
     assert len({m.message_id for m in got}) == 3
     assert broker.stats["received"] == 3
@@ -305,7 +305,7 @@ def test_a_batch_in_a_transaction_waits_for_commit():
     got = [d.entry.message for d in broker.take_outbox()[2]]
     assert [m.body for m in got] == [b"a", b"b", b"c"]
     assert [m.headers["k"] for m in got] == ["own", "frame", "frame"]
-    assert all("x-batch" not in m.headers and m.persistent for m in got)
+    assert all("pairmq-batch" not in m.headers and m.persistent for m in got)
     assert len(kinds(broker.take_records(), rec.ADD)) == 3
 
 
@@ -388,7 +388,7 @@ def test_a_batch_to_a_stream_takes_consecutive_offsets():
     assert [int(m.headers["x-stream-offset"]) for m in got] == [0, 1, 2, 3, 4]
     assert [m.body for m in got] == [b"s", b"m0", b"m1", b"m2", b"m3"]
     assert [m.headers.get("k") for m in got] == [None] + ["frame"] * 4
-    assert all("x-batch" not in m.headers for m in got)
+    assert all("pairmq-batch" not in m.headers for m in got)
     assert [r[1].headers["x-stream-offset"] for r in kinds(broker.take_records(), rec.ADD)] \
         == ["0", "1", "2", "3", "4"]
 

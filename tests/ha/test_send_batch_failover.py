@@ -1,4 +1,4 @@
-"""Batched SENDs (`x-batch`, docs/stomp.md) through a real failover (kill -9 of the
+"""Batched SENDs (`pairmq-batch`, docs/stomp.md) through a real failover (kill -9 of the
 active): the client resends every unconfirmed batch frame to the new active, whose copy
 of the journal already holds some of their messages, and each message ends up there once,
 in order: a batch's messages are checked one by one against their dup-ids."""

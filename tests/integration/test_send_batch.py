@@ -1,4 +1,4 @@
-"""The batched SEND (`x-batch: K`, docs/stomp.md) against a real server: K messages packed
+"""The batched SEND (`pairmq-batch: K`, docs/stomp.md) against a real server: K messages packed
 in one frame's body (pairmq.protocol.batch.encode_send_records), sent by a third-party
 client (stomp.py) or byte for byte (rawstomp). Each record becomes one message to the
 frame's destination with the frame's headers and its own over them; each dup-id counts on
@@ -35,7 +35,7 @@ def records(count: int, start: int = 0, prefix: str = "d") -> list[tuple[dict[st
 
 
 def batch_headers(destination: str, count: int, **more: str) -> dict[str, str]:
-    return {"destination": destination, **P, "x-batch": str(count), "color": "frame",
+    return {"destination": destination, **P, "pairmq-batch": str(count), "color": "frame",
             "shared": "yes", **more}
 
 
@@ -74,7 +74,7 @@ def check_delivered(messages: list, start: int, count: int, destination: str) ->
             "a record's own header wins over the frame's"
         assert h["odd"] == f"a:b\\c{i}", "an escaped record header comes back as sent"
         assert h["destination"] == destination and h["persistent"] == "true"
-        assert "x-batch" not in h, "x-batch describes the frame, not its messages"
+        assert "pairmq-batch" not in h, "pairmq-batch describes the frame, not its messages"
         assert "receipt" not in h
 
 
@@ -169,7 +169,7 @@ def test_a_full_destination_refuses_the_whole_batch(server_factory, raw_client):
     while error is None:  # batches of 5 x 1 KiB until the queue is full
         assert stored < 100, "the queue never filled up"
         recs = [({"dup-id": f"d{i}"}, b"x" * 1024) for i in range(stored, stored + 5)]
-        producer.send_frame("SEND", {"destination": queue, **P, "x-batch": "5",
+        producer.send_frame("SEND", {"destination": queue, **P, "pairmq-batch": "5",
                                      "receipt": f"r{stored}"}, encode_send_records(recs))
         frame = producer.read_frame()
         if frame.command == "ERROR":
@@ -181,10 +181,10 @@ def test_a_full_destination_refuses_the_whole_batch(server_factory, raw_client):
 
     resender, _ = raw_client(srv)
     known = [({"dup-id": f"d{i}"}, b"x" * 1024) for i in range(3)]
-    resender.request("SEND", {"destination": queue, **P, "x-batch": "3"},
+    resender.request("SEND", {"destination": queue, **P, "pairmq-batch": "3"},
                      encode_send_records(known))
     mixed, _ = raw_client(srv)
-    mixed.send_frame("SEND", {"destination": queue, **P, "x-batch": "3", "receipt": "m"},
+    mixed.send_frame("SEND", {"destination": queue, **P, "pairmq-batch": "3", "receipt": "m"},
                      encode_send_records([known[0], ({"dup-id": "new"}, b"new"), known[1]]))
     (refusal,) = mixed.read_until_closed()
     assert refusal.command == "ERROR" and "full" in refusal.headers["message"]
@@ -218,14 +218,14 @@ def test_a_full_destination_holds_the_whole_batch_until_there_is_room(server_fac
     stored = 0
     while destination().get("state") != "full":  # a batch is taken whole while open
         assert stored < 100, "the queue never filled up"
-        producer.request("SEND", {"destination": queue, **P, "x-batch": "5"}, kib(stored, 5))
+        producer.request("SEND", {"destination": queue, **P, "pairmq-batch": "5"}, kib(stored, 5))
         stored += 5
-    producer.send_frame("SEND", {"destination": queue, **P, "x-batch": "5",
+    producer.send_frame("SEND", {"destination": queue, **P, "pairmq-batch": "5",
                                  "receipt": "held"}, kib(stored, 5))
     with pytest.raises(TimeoutError):
         producer.read_frame(0.5)  # no RECEIPT while the queue is full
     resender, _ = raw_client(srv)  # only known messages: answered even now
-    resender.request("SEND", {"destination": queue, **P, "x-batch": "3"}, kib(0, 3))
+    resender.request("SEND", {"destination": queue, **P, "pairmq-batch": "3"}, kib(0, 3))
     assert destination()["messages"] == stored, "part of the held batch was taken"
 
     consumer, _ = raw_client(srv)
@@ -245,23 +245,23 @@ def body_of(count: int) -> bytes:
 
 
 BAD = {
-    "count mismatch, fewer": ({"x-batch": "5"}, body_of(3),
-                              ["packs 3 messages", "x-batch", "says 5"]),
-    "count mismatch, more": ({"x-batch": "2"}, body_of(3),
-                             ["packs 3 messages", "x-batch", "says 2"]),
-    "truncated body": ({"x-batch": "3"}, body_of(3)[:-4], ["message 3", "runs past the body"]),
-    "cut in a record header": ({"x-batch": "3"}, body_of(2) + b"\x05\x00\x00",
+    "count mismatch, fewer": ({"pairmq-batch": "5"}, body_of(3),
+                              ["packs 3 messages", "pairmq-batch", "says 5"]),
+    "count mismatch, more": ({"pairmq-batch": "2"}, body_of(3),
+                             ["packs 3 messages", "pairmq-batch", "says 2"]),
+    "truncated body": ({"pairmq-batch": "3"}, body_of(3)[:-4], ["message 3", "runs past the body"]),
+    "cut in a record header": ({"pairmq-batch": "3"}, body_of(2) + b"\x05\x00\x00",
                                ["cut inside the header", "message 3"]),
-    "x-batch 0": ({"x-batch": "0"}, body_of(1), ["x-batch", "from 1 to", "'0'"]),
-    "x-batch abc": ({"x-batch": "abc"}, body_of(1), ["x-batch", "integer", "'abc'"]),
-    "x-batch too big": ({"x-batch": str(MAX_SEND_BATCH + 1)}, body_of(1),
-                        ["x-batch", str(MAX_SEND_BATCH), f"'{MAX_SEND_BATCH + 1}'"]),
-    "frame dup-id": ({"x-batch": "3", "dup-id": "frame-level"}, body_of(3),
+    "pairmq-batch 0": ({"pairmq-batch": "0"}, body_of(1), ["pairmq-batch", "from 1 to", "'0'"]),
+    "pairmq-batch abc": ({"pairmq-batch": "abc"}, body_of(1), ["pairmq-batch", "integer", "'abc'"]),
+    "pairmq-batch too big": ({"pairmq-batch": str(MAX_SEND_BATCH + 1)}, body_of(1),
+                        ["pairmq-batch", str(MAX_SEND_BATCH), f"'{MAX_SEND_BATCH + 1}'"]),
+    "frame dup-id": ({"pairmq-batch": "3", "dup-id": "frame-level"}, body_of(3),
                      ["dup-id", "per message", "not on the frame"]),
-    "record header without a colon": ({"x-batch": "2"}, body_of(1) + SEND_HEAD.pack(8, 1)
+    "record header without a colon": ({"pairmq-batch": "2"}, body_of(1) + SEND_HEAD.pack(8, 1)
                                       + b"nocolon\nx", ["header line without a colon",
                                                          "nocolon"]),
-    "record with a bad priority": ({"x-batch": "3"}, encode_send_records(
+    "record with a bad priority": ({"pairmq-batch": "3"}, encode_send_records(
         [*records(1, prefix="bad"), ({"priority": "high"}, b"x"), *records(1, prefix="bad")]),
         ["priority", "'high'"]),
 }
@@ -285,7 +285,7 @@ def test_a_malformed_batch_gets_an_error_naming_it_and_other_connections_carry_o
         for word in words:
             assert word in message, (case, message)
         # The healthy connection sends a batch and receives it, as if nothing happened.
-        healthy.request("SEND", {"destination": queue, **P, "x-batch": "2"},
+        healthy.request("SEND", {"destination": queue, **P, "pairmq-batch": "2"},
                         encode_send_records(records(2, start=sent)))
         got = [healthy.read_message() for _ in range(2)]
         assert [m.text for m in got] == [f"body-{sent}", f"body-{sent + 1}"], case

@@ -1,5 +1,5 @@
 """Batched frames (protocol/batch.py): the stream MESSAGE body (docs/streams.md) and the
-batched SEND body (`x-batch`, docs/stomp.md). Records round-trip, header names and values are
+batched SEND body (`pairmq-batch`, docs/stomp.md). Records round-trip, header names and values are
 escaped, and a cut, overlong or miscounted body is a ProtocolError."""
 
 from __future__ import annotations

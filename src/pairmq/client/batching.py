@@ -1,4 +1,4 @@
-"""Many messages in one SEND (`x-batch`, docs/stomp.md): what `send_batch` packs.
+"""Many messages in one SEND (`pairmq-batch`, docs/stomp.md): what `send_batch` packs.
 
 The server takes the frame's messages as a whole (held or refused together) and answers
 the frame with one RECEIPT, so a producer with many small messages pays for one frame, one
@@ -68,7 +68,7 @@ class BatchBuilder:
     """A batched SEND's body built message by message, for a producer that names its
     messages itself: each dup-id is `prefix` then the message's own suffix (the Spark sink:
     `{query}:{batch}:{partition}:` then the row). Cheap for a message whose only header is
-    its dup-id. `take()` hands the body and its headers (`x-batch`) to `send_async`."""
+    its dup-id. `take()` hands the body and its headers (`pairmq-batch`) to `send_async`."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix

@@ -168,7 +168,7 @@ class Client:
     def send_batch(self, destination: str, messages: Iterable[BatchItem],
                    headers: dict[str, str] | None = None, persistent: bool = True,
                    timeout: float | None = None) -> SendResult:
-        """Send many messages in one frame (`x-batch`, docs/stomp.md): each item a body
+        """Send many messages in one frame (`pairmq-batch`, docs/stomp.md): each item a body
         or (body, its own headers); `headers` apply to all of them. The server takes or
         refuses them together and confirms them with one receipt; each persistent message
         has its own dup-id (`result.dup_ids`), so a resend after a failover adds none

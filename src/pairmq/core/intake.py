@@ -102,7 +102,7 @@ class Intake:
                    messages: list[tuple[dict[str, str], bytes]], now: int,
                    transaction: str | None = None, journal_full: str | None = None
                    ) -> Outcome:
-        """A batched SEND (`x-batch`, docs/stomp.md): each of `messages` is one message to
+        """A batched SEND (`pairmq-batch`, docs/stomp.md): each of `messages` is one message to
         `destination`, with the frame's headers and its own over them. Taken as a COMMIT
         takes its sends: held or refused as a whole when one message would be, else every
         message routed (a duplicate answered, page and drop applied message by message).

@@ -4,7 +4,7 @@ Two kinds, one header-block format:
 
 - a batched stream MESSAGE (`x-stream-batch`, docs/streams.md): K consecutive stream
   records, each with its offset, timestamp and message-id (`Record`);
-- a batched SEND (`x-batch`, docs/stomp.md): K messages for the frame's destination, each
+- a batched SEND (`pairmq-batch`, docs/stomp.md): K messages for the frame's destination, each
   with its own headers (its dup-id among them) and body (`SendRecord`).
 
 A stream record is a fixed little-endian header, then three variable parts:
@@ -42,7 +42,7 @@ from .escaping import escape_header, unescape_header
 RECORD_HEAD = struct.Struct("<QQHII")
 SEND_HEAD = struct.Struct("<II")
 MAX_ID_BYTES = 0xFFFF
-SEND_BATCH_HEADER = "x-batch"  # on a SEND: its body packs this many messages
+SEND_BATCH_HEADER = "pairmq-batch"  # on a SEND: its body packs this many messages
 MAX_SEND_BATCH = 10000  # messages in one batched SEND, at most
 
 Record = tuple[int, int, str, dict[str, str], bytes]  # offset, ms, message-id, headers, body
@@ -161,7 +161,7 @@ def decode_records(body: bytes) -> list[Record]:
 
 
 def parse_send_batch(value: str | None) -> int | None:
-    """A SEND's `x-batch` header -> how many messages its body packs (None: not batched)."""
+    """A SEND's `pairmq-batch` header -> how many messages its body packs (None: not batched)."""
     if value is None:
         return None
     if not (value.isascii() and value.isdigit()) or len(value) > 5 \
@@ -189,7 +189,7 @@ def encode_send_records(records: Iterable[SendRecord]) -> bytes:
 
 def decode_send_records(body: bytes, count: int) -> list[SendRecord]:
     """Every message of a batched SEND's body, which must pack exactly `count` of them
-    (its `x-batch`). Records with the same header block share one dict: do not change it."""
+    (its `pairmq-batch`). Records with the same header block share one dict: do not change it."""
     size = len(body)
     unpack = SEND_HEAD.unpack_from
     head = SEND_HEAD.size

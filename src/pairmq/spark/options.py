@@ -32,7 +32,7 @@ def _positive(value: int) -> str | None:
 
 
 def _per_frame(value: int) -> str | None:
-    """Messages in one batched frame (x-stream-batch, x-batch)."""
+    """Messages in one batched frame (x-stream-batch, pairmq-batch)."""
     return None if 1 <= value <= 10000 else f"must be from 1 to 10000, got {value}"
 
 
@@ -98,7 +98,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("destination", str, None, "write",
            "required to write: /queue/NAME, /topic/NAME or /stream/NAME", _destination),
     Option("sendBatchRecords", int, 1000, "write",
-           "rows per SEND frame (x-batch, 1 to 10000; a frame is also sent once it packs 1 "
+           "rows per SEND frame (pairmq-batch, 1 to 10000; a frame is also sent once it packs 1 "
            "MiB); the server confirms a frame's rows together, each by its dup-id",
            _per_frame),
     Option("queryId", str, None, "write",

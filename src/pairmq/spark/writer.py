@@ -6,7 +6,7 @@ the server keeps one copy (within its dup-id cache, docs/spark.md). The query id
 the task's local property `sql.streaming.queryId` (the id a restart from the checkpoint
 keeps; the run id changes); a batch write's id is made once on the driver.
 
-Rows go `sendBatchRecords` to a SEND frame (`x-batch`, docs/stomp.md): the server takes a
+Rows go `sendBatchRecords` to a SEND frame (`pairmq-batch`, docs/stomp.md): the server takes a
 frame's rows together and confirms them with one receipt; each row keeps its dup-id, so a
 frame sent again (a failover, a retried task) adds only the rows the server lacks.
 

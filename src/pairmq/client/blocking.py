@@ -180,8 +180,9 @@ class Client:
                          headers: dict[str, str] | None = None,
                          persistent: bool = True) -> SendResult:
         """`send_batch` without waiting for the confirmation (as `send_async`)."""
+        items = list(messages)  # the application's iterable runs outside the client's lock
         with self._lock:
-            body, hdrs, dup_ids = pack_batch(messages, headers, persistent,
+            body, hdrs, dup_ids = pack_batch(items, headers, persistent,
                                              self._engine.new_dup_id)
         result = self.send_async(destination, body, hdrs, persistent)
         result.dup_ids = dup_ids

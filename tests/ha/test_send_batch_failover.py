@@ -1,12 +1,16 @@
-"""Batched SENDs (`pairmq-batch`, docs/stomp.md) through a real failover (kill -9 of the
-active): the client resends every unconfirmed batch frame to the new active, whose copy
-of the journal already holds some of their messages, and each message ends up there once,
-in order: a batch's messages are checked one by one against their dup-ids."""
+"""Batched SENDs (`pairmq-batch`, docs/stomp.md) through real role changes (kill -9 of the
+active, under both HA policies, and a failback): the client resends every unconfirmed
+batch frame to the new active, whose journal already holds some of their messages, and
+each message ends up there once, in order: a batch's messages are checked one by one
+against their dup-ids."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+
+import pytest
 
 import pairmq.client
 from pairmq.client import EventKind, FailoverEvent, Outcome, SendResult
@@ -15,62 +19,105 @@ from tests.integration import rawstomp
 from tests.support.streams import bodies, offsets, read, stream_info, subscribe
 
 PER_FRAME = 200
+STREAM = "/stream/batched"
 
 
-def test_pipelined_batches_resent_after_a_failover_leave_each_message_once(
-        pair: Pair) -> None:
-    servers = ",".join(f"stomp://{pair.stomp_address(n)}" for n in NAMES)
-    url = f"failover:({servers})?retryInterval=50&maxRetryInterval=200"
-    events: list[FailoverEvent] = []
-    sent: list[list[str]] = []  # the bodies of each frame, in the order sent
-    results: list[SendResult] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
+class BatchProducer:
+    """A thread sending batches of PER_FRAME messages, pipelined (it never waits for a
+    frame's receipt), through the pair's failover URL."""
 
-    def produce() -> None:
+    def __init__(self, pair: Pair) -> None:
+        servers = ",".join(f"stomp://{pair.stomp_address(n)}" for n in NAMES)
+        self.url = f"failover:({servers})?retryInterval=50&maxRetryInterval=200"
+        self.events: list[FailoverEvent] = []
+        self.sent: list[list[str]] = []  # the bodies of each frame, in the order sent
+        self.results: list[SendResult] = []
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._produce)
+
+    def _produce(self) -> None:
         try:
-            with pairmq.client.connect(url, failover_listener=events.append,
+            with pairmq.client.connect(self.url, failover_listener=self.events.append,
                                        send_window=8) as producer:
                 frame = 0
-                while not stop.is_set():
+                while not self.stop.is_set():
                     batch = [f"f{frame}-m{i}" for i in range(PER_FRAME)]
-                    results.append(producer.send_batch_async("/stream/batched", batch))
-                    sent.append(batch)
+                    self.results.append(producer.send_batch_async(STREAM, batch))
+                    self.sent.append(batch)
                     frame += 1
                 producer.flush(30)
         except BaseException as e:
-            errors.append(e)
+            self.errors.append(e)
 
-    thread = threading.Thread(target=produce)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while sum(r.outcome is Outcome.CONFIRMED for r in results) < 10 \
-                and time.monotonic() < deadline:
+    def confirmed(self) -> int:
+        return sum(r.outcome is Outcome.CONFIRMED for r in self.results)
+
+    def wait_confirmed(self, more: int, deadline: float) -> None:
+        """Until `more` frames beyond those confirmed now are confirmed."""
+        target = self.confirmed() + more
+        while self.confirmed() < target and time.monotonic() < deadline:
             time.sleep(0.02)
-        pair.kill("primary")  # frames are in flight: the producer never waits for one
+
+    def run(self, role_changes: Callable[[], None]) -> list[FailoverEvent]:
+        """Produce while `role_changes()` runs; returns the FAILOVER events."""
+        self.thread.start()
+        try:
+            deadline = time.monotonic() + 40
+            self.wait_confirmed(10, deadline)
+            role_changes()  # frames are in flight: the producer never waits for one
+            self.wait_confirmed(10, deadline)
+        finally:
+            self.stop.set()
+            self.thread.join(60)
+        assert not self.errors, self.errors
+        assert [r.outcome for r in self.results] == [Outcome.CONFIRMED] * len(self.results)
+        return [e for e in self.events if e.kind is EventKind.FAILOVER]
+
+    def check_stream(self, pair: Pair, server: str) -> None:
+        """`server`'s stream holds every message sent, once, in order, at dense offsets."""
+        expected = [body for batch in self.sent for body in batch]
+        host, port = pair.stomp_address(server).rsplit(":", 1)
+        client, _ = rawstomp.connect((host, int(port)))
+        try:
+            first, nxt = stream_info(client, STREAM)
+            assert (first, nxt) == (0, len(expected))  # nothing doubled, nothing lost
+            subscribe(client, STREAM, "first", **{"prefetch-count": "5000"})
+            frames = read(client, nxt, timeout=30)
+            assert offsets(frames) == list(range(nxt))
+            assert bodies(frames) == expected
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("policy", ["replication", "shared-store"])
+def test_pipelined_batches_resent_after_a_failover_leave_each_message_once(
+        pair_factory, policy: str) -> None:
+    pair = pair_factory(policy=policy)
+    pair.start()  # the primary first (under shared store, it takes the lock)
+    pair.wait_formed()
+    producer = BatchProducer(pair)
+
+    def failover() -> None:
+        pair.kill("primary")
         pair.wait_active(15, "backup")
-        confirmed_then = sum(r.outcome is Outcome.CONFIRMED for r in results)
-        while sum(r.outcome is Outcome.CONFIRMED for r in results) < confirmed_then + 10 \
-                and time.monotonic() < deadline + 20:
-            time.sleep(0.02)
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not errors, errors
-    assert [r.outcome for r in results] == [Outcome.CONFIRMED] * len(results)
-    failovers = [e for e in events if e.kind is EventKind.FAILOVER]
-    assert len(failovers) == 1 and failovers[0].resent >= 1, failovers
-    expected = [body for batch in sent for body in batch]
 
-    host, port = pair.stomp_address("backup").rsplit(":", 1)
-    client, _ = rawstomp.connect((host, int(port)))
-    try:
-        first, nxt = stream_info(client, "/stream/batched")
-        assert (first, nxt) == (0, len(expected))  # nothing doubled, nothing lost
-        subscribe(client, "/stream/batched", "first", **{"prefetch-count": "5000"})
-        frames = read(client, nxt, timeout=30)
-        assert offsets(frames) == list(range(nxt))
-        assert bodies(frames) == expected
-    finally:
-        client.close()
+    failovers = producer.run(failover)
+    assert len(failovers) == 1 and failovers[0].resent >= 1, failovers
+    producer.check_stream(pair, "backup")
+
+
+def test_pipelined_batches_through_a_failover_and_a_failback_leave_each_message_once(
+        pair: Pair) -> None:
+    producer = BatchProducer(pair)
+
+    def failover_then_failback() -> None:
+        pair.kill("primary")
+        pair.wait_active(15, "backup")
+        producer.wait_confirmed(10, time.monotonic() + 20)
+        pair.start_server("primary")
+        pair.wait_formed(30)  # the backup hands the pair back, frames still coming
+
+    failovers = producer.run(failover_then_failback)
+    assert len(failovers) >= 2 and failovers[0].resent >= 1, failovers
+    producer.check_stream(pair, "primary")

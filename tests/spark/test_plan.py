@@ -14,7 +14,7 @@ from pairmq.spark.plan import (
     Range,
     RangeCursor,
     batch_end,
-    dup_id,
+    dup_id_prefix,
     ending_offset,
     initial_offset,
     split,
@@ -147,6 +147,9 @@ def test_batched_records_become_the_same_rows():
 
 
 def test_dup_ids_differ_for_every_row_and_repeat_for_a_retry():
+    def dup_id(query: str, batch: int | str, partition: int, row: int) -> str:
+        return f"{dup_id_prefix(query, batch, partition)}{row}"  # as BatchBuilder makes it
+
     ids = {dup_id("q", b, p, r) for b in range(3) for p in range(3) for r in range(3)}
     assert len(ids) == 27
     assert dup_id("q", "7", 1, 42) == dup_id("q", 7, 1, 42) == "q:7:1:42"

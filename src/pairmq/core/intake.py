@@ -29,7 +29,7 @@ from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.session import PendingSend, Session, Transaction
-from pairmq.core.settings import CoreSettings
+from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.protocol.batch import SEND_BATCH_HEADER
 
 _NAMED = (QUEUE, TOPIC, STREAM)  # kinds whose address is found by the destination's name
@@ -39,6 +39,9 @@ _OPEN = AddressState.OPEN
 _IS_ACCEPTED = Admission.ACCEPTED
 _IS_PAGED = Admission.PAGED
 
+# Address-full policies under which a message can be held or refused (page and drop take
+# every message, core/admission.py).
+_HOLDING_POLICIES = frozenset({AddressFullPolicy.BLOCK, AddressFullPolicy.FAIL})
 _PRIORITIES = frozenset("0123456789")
 # Headers that describe one frame's transport, not the message: never stored or forwarded.
 TRANSPORT_HEADERS = frozenset({
@@ -124,8 +127,12 @@ class Intake:
             return ACCEPTED
         address = self._existing_address(session, destination, kind, name)
         if journal_full is not None or self.capacity.shortages or (
-                address is not None and address.state is not _OPEN):
-            for hdrs, _ in merged:  # check everything before changing anything
+                address is not None and address.state is not _OPEN
+                and address.policy in _HOLDING_POLICIES):
+            # One message held or refused holds or refuses them all: check every one
+            # before changing anything. Nothing else holds or refuses (a full destination
+            # under page or drop takes each message its own way, in _route).
+            for hdrs, _ in merged:
                 admission, cause, address = self._admission(session, destination, kind, name,
                                                              hdrs, journal_full)
                 if admission is Admission.HELD or admission is Admission.FAILED:

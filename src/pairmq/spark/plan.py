@@ -111,11 +111,8 @@ class RangeCursor:
 
 
 def dup_id_prefix(query_id: str, batch_id: int | str, partition: int) -> str:
-    """What the dup-ids of one task's rows start with (the row's position follows)."""
+    """What the dup-ids of one task's rows start with; a row's dup-id is this then its
+    position in the task's input (client/batching.py's BatchBuilder appends it): the same
+    for every attempt of the same task and every replay of the same micro-batch,
+    different for every other row."""
     return f"{query_id}:{batch_id}:{partition}:"
-
-
-def dup_id(query_id: str, batch_id: int | str, partition: int, row: int) -> str:
-    """The dup-id of a written row: the same for every attempt of the same task and every
-    replay of the same micro-batch, different for every other row."""
-    return f"{dup_id_prefix(query_id, batch_id, partition)}{row}"

@@ -1,7 +1,7 @@
 """Writing rows as messages: streaming and batch, both Arrow writers (record batches in).
 
 Every row is sent persistent with the dup-id `{query}:{batch}:{partition}:{row}`
-(plan.dup_id), the same on every attempt of a task and every replay of a micro-batch, so
+(plan.dup_id_prefix), the same on every attempt of a task and every replay of a micro-batch, so
 the server keeps one copy (within its dup-id cache, docs/spark.md). The query id comes from
 the task's local property `sql.streaming.queryId` (the id a restart from the checkpoint
 keeps; the run id changes); a batch write's id is made once on the driver.

@@ -36,7 +36,7 @@ every run (a copy of an empty template). An application thread sends persistent
 messages in a loop with the blocking `client.send()` through
 failover:(stomp://primary,stomp://backup); after --warmup seconds the active is killed
 (SIGKILL). Failover time = just before the kill .. the first send() that returns
-confirmed by the new active (the one in flight at the kill, resent with its dup-id,
+confirmed by the new active (the one in flight at the kill, resent with its stamp,
 mostly). The client's own FailoverEvent.seconds (its failure .. its new connection) is
 reported beside it. The thread sends on for --after seconds, then the queue is drained
 from the new active: every confirmed message must be there exactly once. One JSON line

@@ -7,8 +7,7 @@ Run from the repository root (needs the `spark` extra and Java 17+):
     .venv/bin/python benchmarks/spark.py                        # 200,000 rows, 3 rounds
     .venv/bin/python benchmarks/spark.py --rows 50000 --rounds 1
 
-One standalone server (fsync on, as in production; its default dup-id cache, so that past
-20,000 messages each one also evicts one). The stream is filled once with --rows
+One standalone server (fsync on, as in production). The stream is filled once with --rows
 messages of --size bytes (through the client, pipelined). Then, each round, alternating
 which goes first:
 
@@ -21,8 +20,8 @@ which goes first:
   MESSAGE, decoded with pairmq.protocol.batch, one ACK per frame);
 - spark write: `spark.range(rows)` made into --size-byte bodies, written with
   `df.write.format("pairmq")` to a queue of a new, empty server (each write below too;
-  persistent, a dup-id per row, --batch rows per SEND frame); with --unbatched-write,
-  again with one row per frame;
+  persistent, numbered by the frame's producer stamp, --batch rows per SEND frame); with
+  --unbatched-write, again with one row per frame;
 - client write: the same number of messages sent by one client (`send_async` + `flush`);
 - client batched write: the same, --batch messages per SEND (`send_batch_async`).
 
@@ -60,8 +59,8 @@ STREAM = "bench"
 def fill(url: str, rows: int, size: int) -> None:
     body = b"x" * size
     with pairmq.client.connect(url, send_window=2000) as client:
-        for i in range(rows):
-            client.send_async(f"/stream/{STREAM}", body, headers={"dup-id": f"fill-{i}"})
+        for _ in range(rows):
+            client.send_async(f"/stream/{STREAM}", body)
         client.flush()
 
 
@@ -114,7 +113,7 @@ def spark_read(spark: Any, url: str, rows: int, partitions: int) -> float:
 
 def client_write(url: str, destination: str, rows: int, size: int,
                  batch: int | None = None) -> float:
-    """One client sends `rows` persistent messages (each with its dup-id), one SEND each
+    """One client sends `rows` persistent messages (each stamped), one SEND each
     or `batch` to a SEND (`send_batch`), pipelined, then waits for every receipt."""
     body = b"y" * size
     with pairmq.client.connect(url, send_window=2000) as client:
@@ -168,8 +167,7 @@ def main() -> int:
                     help="the server's dup_cache_size (default: the server's default)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="pairmq-bench-spark-"))
-    # every row carries a dup-id: by default the server keeps its default dup-id cache
-    # (20,000 per destination), so past it every message also evicts one, as in production
+    # (rows are named by producer stamps; the dup-id cache matters only to dup-ids)
     flags = ["--dup-cache-size", str(args.dup_cache_size)] if args.dup_cache_size else []
     server = start_server(workdir, *flags)
     url = f"failover:(stomp://{server.host}:{server.port})"

@@ -12,12 +12,14 @@ import pairmq.client
 from pairmq.client import (
     AckFailed,
     ClientClosed,
+    ClientError,
     ConnectionFailed,
     EventKind,
     FailoverError,
     Outcome,
     ServerError,
 )
+from tests.netproxy import NetProxy
 from tests.serverproc import ServerProcess, free_port, start_server
 
 
@@ -39,12 +41,15 @@ def test_send_receive_ack_and_what_a_message_says(server, client_factory):
     client = client_factory(url(server))
     assert client.connected and client.server == f"{server.host}:{server.port}"
     result = client.send("/queue/api", b"hello", headers={"color": "red"})
-    assert result.outcome is Outcome.CONFIRMED and result.dup_id
+    assert result.outcome is Outcome.CONFIRMED and result.stamp is not None
+    assert result.dup_id is None  # the stamp names it; dup-ids are the application's
     sub = client.subscribe("/queue/api")
     message = sub.receive(5)
     assert message.body == b"hello" and message.text == "hello"
     assert message.headers["color"] == "red"
-    assert message.dup_id == result.dup_id
+    assert message.dup_id is None
+    assert not any(name.startswith("pairmq-") for name in message.headers), \
+        "the stamp is the server's business, not the consumer's"
     assert message.destination == "/queue/api" and message.message_id
     assert not message.redelivered
     client.ack(message)
@@ -298,3 +303,29 @@ def test_asyncio_client_does_the_same(server):
 
     bodies = asyncio.run(main())
     assert bodies == [b"a", *(b"%d" % i for i in range(100)), b"tx"]
+
+
+def test_the_applications_dup_ids_in_flight_are_refused_past_the_servers_cache(
+        server_factory, client_factory):
+    """CONNECTED says the server remembers 5 dup-ids per destination: a sixth of the
+    application's own in flight to one queue could be forgotten before its resend, so the
+    client refuses it, naming both numbers. The client's own stamps count for nothing."""
+    srv = server_factory("--dup-cache-size", "5")
+    with NetProxy(f"{srv.host}:{srv.port}") as proxy:
+        client = client_factory(f"failover:(stomp://{proxy.address})", send_window=100)
+        proxy.cut("down")  # receipts lost: everything stays in flight
+        for i in range(5):
+            client.send_async("/queue/own", b"x", headers={"dup-id": f"own-{i}"})
+        for _ in range(20):
+            client.send_async("/queue/own", b"stamped")
+        client.send_batch_async("/queue/other", [(b"y", {"dup-id": f"b-{i}"})
+                                                 for i in range(5)])
+        with pytest.raises(ClientError, match=r"6 messages with the application's own "
+                                              r"dup-ids would be unconfirmed.*\(5 per"):
+            client.send_async("/queue/own", b"x", headers={"dup-id": "own-5"})
+        with pytest.raises(ClientError, match="6 messages"):
+            client.send_batch_async("/queue/other", [(b"y", {"dup-id": "b-5"})])
+        proxy.heal(drop=True)
+        client.flush(10)
+        client.send_async("/queue/own", b"x", headers={"dup-id": "own-5"})  # room again
+        client.flush(10)

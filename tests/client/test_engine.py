@@ -21,9 +21,10 @@ URL = ("failover:(stomp://a:1,stomp://b:2)?retryInterval=100&retryIntervalMultip
        "&maxRetryInterval=400")
 
 
-def up(**options) -> Scripted:
+def up(connected_headers: dict[str, str] | None = None, **options) -> Scripted:
     run = Scripted(URL, **options)
-    run.connect("a:1", session="s1", topology="a:1,b:2")
+    run.connect("a:1", session="s1", topology="a:1,b:2",
+                **{k.replace("-", "_"): v for k, v in (connected_headers or {}).items()})
     assert run.engine.link is Link.UP
     return run
 
@@ -49,23 +50,99 @@ def subscribe(run: Scripted, ack: str = "client-individual", sub_id: str = "s"):
 # ---------------------------------------------------------------- sending
 
 
-def test_persistent_send_carries_a_dup_id_and_a_receipt_and_is_confirmed_by_it():
+def test_persistent_send_carries_a_producer_stamp_and_a_receipt_and_is_confirmed_by_it():
     run = up()
     result = send(run)
     (frame,) = run.written()
     assert frame.headers["persistent"] == "true"
-    assert frame.headers["dup-id"] == result.dup_id
+    assert "dup-id" not in frame.headers and result.dup_id is None
+    assert frame.headers["pairmq-producer"] == result.stamp.producer
+    assert frame.headers["pairmq-producer"].startswith(run.engine.name + ".")
+    assert frame.headers["pairmq-seq"] == "0" and "pairmq-producer-epoch" not in frame.headers
     assert result.outcome is Outcome.PENDING
     run.reply("RECEIPT", receipt_id=frame.headers["receipt"])
     assert result.outcome is Outcome.CONFIRMED
     assert not run.engine.unconfirmed
 
 
-def test_an_applications_dup_id_is_kept():
+def test_each_destination_numbers_its_messages_from_0_and_a_batch_takes_as_many_numbers():
+    run = up()
+    send(run, b"a")
+    run.engine.send("/queue/other", b"x", None, True, run.now)
+    run.engine.send("/queue/q", b"packed", {"pairmq-batch": "5"}, True, run.now)
+    send(run, b"b")
+    frames = run.written()
+    assert [(f.headers["destination"], f.headers["pairmq-seq"]) for f in frames] == [
+        ("/queue/q", "0"), ("/queue/other", "0"), ("/queue/q", "1"), ("/queue/q", "6")]
+    assert len({f.headers["pairmq-producer"] for f in frames}) == 1
+
+
+def test_two_clients_of_the_same_name_are_different_producers():
+    one, two = up(), up()
+    assert one.engine.name == two.engine.name
+    assert one.engine.sequences.producer != two.engine.sequences.producer
+
+
+def test_an_applications_dup_id_is_kept_beside_the_stamp():
     run = up()
     result = run.engine.send("/queue/q", b"x", {"dup-id": "mine-1"}, True, run.now)
     (frame,) = run.written()
     assert result.dup_id == frame.headers["dup-id"] == "mine-1"
+    assert frame.headers["pairmq-seq"] == "0"
+
+
+def test_a_send_in_a_transaction_gets_a_dup_id_and_no_stamp():
+    run = up()
+    run.engine.begin(run.now)
+    result = send(run)
+    frame = run.written()[-1]
+    assert frame.headers["dup-id"] == result.dup_id
+    assert "pairmq-producer" not in frame.headers and result.stamp is None
+
+
+def test_a_stamp_the_application_gave_is_kept_and_later_numbers_follow_it():
+    run = up()
+    producer = run.engine.sequences.producer
+    run.engine.send("/queue/q", b"x", {"pairmq-producer": producer, "pairmq-seq": "41"}, True,
+                    run.now)
+    send(run)
+    assert [f.headers["pairmq-seq"] for f in run.written()] == ["41", "42"]
+
+
+def test_a_refused_message_moves_what_followed_it_to_a_new_epoch_numbered_from_0():
+    """The server closes the connection at its ERROR: nothing after the refused message
+    was taken, so its successors would leave a hole in the numbers."""
+    run = up()
+    results = [send(run, b"%d" % i) for i in range(4)]
+    frames = run.written()
+    run.reply("RECEIPT", receipt_id=frames[0].headers["receipt"])
+    run.reply("ERROR", message="destination full", receipt_id=frames[1].headers["receipt"])
+    assert results[1].outcome is Outcome.FAILED
+    late = send(run, b"late")  # sent while reconnecting: waits, numbered in the new epoch
+    run.connect("a:1", session="s2")
+    again = run.written()
+    assert [f.body for f in again] == [b"2", b"3", b"late"]
+    assert [(f.headers["pairmq-producer-epoch"], f.headers["pairmq-seq"]) for f in again] == [
+        ("1", "0"), ("1", "1"), ("1", "2")]
+    assert results[2].stamp.epoch == late.stamp.epoch == 1
+    other = run.engine.send("/queue/other", b"o", None, True, run.now)
+    assert other.stamp.epoch == 0, "other destinations keep their numbers"
+
+
+def test_the_applications_dup_ids_in_flight_may_not_outnumber_the_servers_dup_cache():
+    run = up(connected_headers={"dup-cache-size": "3"})
+    assert run.engine.sequences.dup_cache_size == 3
+    for i in range(3):
+        run.engine.send("/queue/q", b"x", {"dup-id": f"a{i}"}, True, run.now)
+    send(run)  # the client's own stamps count for nothing
+    with pytest.raises(ClientError, match=r"4 messages with the application's own dup-ids.*"
+                                           r"\(3 per destination"):
+        run.engine.send("/queue/q", b"x", {"dup-id": "a3"}, True, run.now)
+    assert send(run).stamp.seq == 4, "the refused send took no number"
+    run.engine.send("/queue/elsewhere", b"x", {"dup-id": "b0"}, True, run.now)  # per queue
+    first = run.written()[0]
+    run.reply("RECEIPT", receipt_id=first.headers["receipt"])  # one confirmed: room again
+    run.engine.send("/queue/q", b"x", {"dup-id": "a3"}, True, run.now)
 
 
 def test_non_persistent_send_has_no_receipt_and_is_sent_once_written():
@@ -90,7 +167,7 @@ def test_an_error_for_a_send_fails_it_and_it_is_not_sent_again():
 # ---------------------------------------------------------------- a fresh session after a failure
 
 
-def test_failover_recreates_subscriptions_first_then_resends_in_order_with_the_same_dup_ids():
+def test_failover_recreates_subscriptions_first_then_resends_in_order_with_the_same_stamps():
     run = up()
     subscribe(run)
     results = [send(run, b"%d" % i) for i in range(3)]
@@ -107,7 +184,9 @@ def test_failover_recreates_subscriptions_first_then_resends_in_order_with_the_s
     run.receipt_all(resubscribe)
     again = run.written()
     assert [f.body for f in again] == [b"1", b"2", b"during"]
-    assert [f.headers["dup-id"] for f in again] == [r.dup_id for r in (*results[1:], late)]
+    assert [f.headers["pairmq-seq"] for f in again] == ["1", "2", "3"]
+    assert [f.headers["pairmq-seq"] for f in again] == [str(r.stamp.seq)
+                                                        for r in (*results[1:], late)]
     run.receipt_all(again)
     assert all(r.outcome is Outcome.CONFIRMED for r in (*results, late))
     (event,) = run.engine.take_events()

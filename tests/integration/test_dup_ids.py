@@ -227,3 +227,35 @@ def test_eviction_order_survives_compaction_and_sigkill(server_factory, raw_clie
     assert received(consumer) == [], "ids among the last 10 were delivered again"
     send(producer, ids, "d4 again", dup="d4")
     assert received(consumer) == [b"d4 again"]
+
+
+# ------------------------------------------------------------------------ sized per destination
+
+
+def test_the_cache_is_sized_per_destination_and_connected_names_the_smallest(
+        server_factory, raw_client):
+    srv = server_factory("--dup-cache-size", "3", config_text=(
+        '[destinations.overrides."/queue/big.#"]\ndup_cache_size = 50\n'))
+    producer, connected = raw_client(srv)
+    assert connected.headers["dup-cache-size"] == "3"
+    small, big = f"/queue/{unique('small')}", f"/queue/big.{unique('b')}"
+    for destination in (small, big):
+        for i in range(4):
+            send(producer, destination, f"d{i}", dup=f"d{i}")
+        send(producer, destination, "d0 again", dup="d0")
+    assert received(listen(srv, raw_client, small)) == [
+        b"d0", b"d1", b"d2", b"d3", b"d0 again"], "3 remembered: d0 was forgotten"
+    assert received(listen(srv, raw_client, big)) == [b"d0", b"d1", b"d2", b"d3"]
+    # the smallest of the overrides too
+    other = server_factory(config_text=(
+        '[destinations.overrides."/queue/tiny"]\ndup_cache_size = 7\n'))
+    assert raw_client(other)[1].headers["dup-cache-size"] == "7"
+
+
+def test_an_override_of_dup_cache_size_must_be_a_positive_integer(tmp_path):
+    from pairmq.server.config import ConfigError, load_config
+
+    path = tmp_path / "bad.toml"
+    path.write_text('[destinations.overrides."/queue/x"]\ndup_cache_size = 0\n')
+    with pytest.raises(ConfigError, match=r'overrides."/queue/x"\] dup_cache_size'):
+        load_config(path)

@@ -1,5 +1,6 @@
 """The data source's decisions, without Spark or a server: options, offsets, splitting,
-the per-task cursor, dup-ids, and Arrow batches that match Spark's schema exactly."""
+the per-task cursor, the producers that number written rows, and Arrow batches that match
+Spark's schema exactly."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from pairmq.spark.plan import (
     Range,
     RangeCursor,
     batch_end,
-    dup_id_prefix,
     ending_offset,
     initial_offset,
+    producer_of,
     split,
 )
 from pairmq.spark.rows import (
@@ -146,13 +147,10 @@ def test_batched_records_become_the_same_rows():
     assert batch.equals(one)
 
 
-def test_dup_ids_differ_for_every_row_and_repeat_for_a_retry():
-    def dup_id(query: str, batch: int | str, partition: int, row: int) -> str:
-        return f"{dup_id_prefix(query, batch, partition)}{row}"  # as BatchBuilder makes it
-
-    ids = {dup_id("q", b, p, r) for b in range(3) for p in range(3) for r in range(3)}
-    assert len(ids) == 27
-    assert dup_id("q", "7", 1, 42) == dup_id("q", 7, 1, 42) == "q:7:1:42"
+def test_each_task_is_its_own_producer_and_a_retry_the_same_one():
+    producers = {producer_of(q, p) for q in ("q", "r") for p in range(3)}
+    assert len(producers) == 6
+    assert producer_of("q", 1) == producer_of("q", 1) == "q:1"  # every attempt, every batch
 
 
 # ---------------------------------------------------------------- rows
@@ -200,7 +198,7 @@ def test_the_written_dataframe_needs_a_body_and_headers_of_strings():
 
 
 def test_a_row_s_headers_keep_its_own_but_not_the_reserved_ones():
-    assert row_headers([("k", "v"), ("dup-id", "x"), ("Receipt", "r"), ("n", None)]) \
-        == {"k": "v"}
+    assert row_headers([("k", "v"), ("dup-id", "x"), ("Receipt", "r"), ("n", None),
+                        ("pairmq-seq", "3"), ("pairmq-producer", "p")]) == {"k": "v"}
     assert row_headers({"a": 1}) == {"a": "1"}
     assert row_headers(None) == {}

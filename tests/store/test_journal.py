@@ -16,12 +16,16 @@ from pairmq.store.records import (
     ADD,
     DEL,
     DUP,
+    PRODUCER,
+    CorruptRecord,
     PackedHeaders,
+    decode_adds,
     decode_entries,
     decode_lone_add,
     encode_add,
     encode_del,
     encode_dup,
+    encode_producer,
 )
 from pairmq.store.segments import list_segments
 from pairmq.store.store import Store, StoreSettings
@@ -76,6 +80,22 @@ def test_entries_round_trip_with_awkward_values():
             a.deliveries) == (7, "id\\1", "/queue/a\nb", 9, 123, True, 2)
     assert a.headers == {"k:\\n": "v\nw\\", "": ""} and a.queues == ["/queue/a\nb", "x"]
     assert a.body == b"\x00body\n" and d == ["q", "id"] and u == ["q", "d\n"]
+
+
+def test_a_record_of_messages_and_their_producers_takes_the_fast_path():
+    """Recovery decodes a record of ADDs without the general loop; the PRODUCER entries
+    the same SENDs wrote (after the messages) do not push it off that path."""
+    one, _ = encode_add(1, "m1", "/queue/q", 4, 0, True, 0, {}, b"a", ["/queue/q"])
+    two, _ = encode_add(2, "m2", "/queue/q", 4, 0, True, 0, {}, b"b", ["/queue/q"])
+    last = (1 << 63) - 1
+    payload = one + two + encode_producer("/queue/q", "p\n1", 3, last, 1_000)
+    producers: list[tuple] = []
+    adds = decode_adds(memoryview(payload), producers)
+    assert adds is not None and [a[5] for a in adds] == ["m1", "m2"]
+    assert producers == [(PRODUCER, "/queue/q", "p\n1", 3, last, 1_000)]
+    assert decode_entries(payload)[-1] == producers[0]
+    with pytest.raises(CorruptRecord):
+        decode_entries(payload[:-3])
 
 
 def test_lone_add_record_keeps_plain_headers_packed_until_first_use():

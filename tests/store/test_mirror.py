@@ -44,8 +44,9 @@ class Backup:
 
 
 async def workload(broker: Broker, store: Store, rounds: int) -> None:
-    """Queues, a durable subscription, dup-ids past the cache, a transaction committed and
-    one left open, acked and unacked deliveries, a deleted durable, enough to compact."""
+    """Queues, a durable subscription, dup-ids past the cache, producer sequences over
+    several epochs, a transaction committed and one left open, acked and unacked
+    deliveries, a deleted durable, enough to compact."""
     broker.open_session(1, "1.2", client_id="c")
     broker.subscribe(1, "d", "/topic/t", NOW, durable_name="keep", ack="client")
     broker.subscribe(1, "e", "/topic/t", NOW, durable_name="drop")
@@ -56,9 +57,16 @@ async def workload(broker: Broker, store: Store, rounds: int) -> None:
     persist(broker, store)
     broker.open_session(2, "1.2")
     broker.subscribe(2, "w", "/queue/work", NOW, ack="client-individual", prefetch=100)
+    numbers: dict[tuple[str, int], int] = {}  # producer sequences: (producer, epoch) -> next
     for i in range(rounds):
         body = b"%05d" % i + b"." * 900
         broker.send(2, "/queue/work", {**PERSISTENT, "dup-id": f"w{i}"}, body, NOW)
+        producer, epoch = f"p{i % 7}", i // 100
+        seq = numbers.get((producer, epoch), 0)
+        numbers[(producer, epoch)] = seq + 1
+        broker.send(2, "/queue/stamped", {**PERSISTENT, "pairmq-producer": producer,
+                                          "pairmq-producer-epoch": str(epoch),
+                                          "pairmq-seq": str(seq)}, b"s%d" % i, NOW + i)
         if i % 4 == 0:
             broker.send(2, "/queue/keep", {**PERSISTENT, "priority": str(i % 3 * 4)}, body,
                         NOW)
@@ -145,6 +153,9 @@ def test_a_backup_following_the_stream_holds_what_recovery_of_its_journal_builds
     assert_same(served, recovered(tmp_path / "active", dups))
     assert len(served["queues"]["/queue/keep"]) > 100
     assert set(served["durables"]) == {"c:keep"}
+    assert [p for p, *_ in served["producers"]["/queue/stamped"]] == [
+        f"p{i % 7}" for i in range(393, 400)], "least recently active first"
+    assert served["producers"]["/queue/stamped"][-1][1:3] == (3, 14)  # p0: epoch 3, 0 to 14
     assert any(e[2] > 0 for e in served["queues"]["/queue/work"])  # unacked: redelivered
 
 

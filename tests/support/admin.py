@@ -72,3 +72,14 @@ def admin_status(address: str, timeout: float = 2.0,
     if code in (401, 403):
         raise RuntimeError(f"{address} refused GET /status to the test admin ({code}): {body}")
     return body if code == 200 and isinstance(body, dict) else None
+
+
+def metric(address: str, name: str) -> float:
+    """The value of one unlabelled series of GET /metrics (as the test admin)."""
+    code, _, body = admin_request(address, "/metrics")
+    if code != 200:
+        raise AssertionError(f"GET /metrics answered {code}: {str(body)[:300]}")
+    for line in str(body).splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.split()[-1])
+    raise AssertionError(f"no {name} in /metrics: {str(body)[:300]!r}")

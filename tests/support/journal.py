@@ -53,7 +53,8 @@ class JournalIndex:
 def broker_snapshot(broker, store) -> dict:
     """What a broker holds, as recovery would rebuild it: each durable queue's entries in
     delivery order (body, priority, delivery count, message id), durable subscriptions,
-    dup-id caches in eviction order, and the bytes each destination holds."""
+    dup-id caches in eviction order, producer sequences (least recently active first), and
+    the bytes each destination holds."""
     queues = {}
     for key, q in [*broker.queues.items(), *((f"durable:{k}", q) for k, q
                                              in broker.durables.items())]:
@@ -63,5 +64,7 @@ def broker_snapshot(broker, store) -> dict:
         "queues": queues,
         "durables": {key: q.address.name for key, q in broker.durables.items()},
         "dups": {name: list(a.dups) for name, a in broker.addresses.items() if a.dups},
+        "producers": {name: [(p, s.epoch, s.seq, s.seen) for p, s in a.producers.items()]
+                      for name, a in broker.addresses.items() if a.producers},
         "sizes": {name: a.size for name, a in broker.addresses.items()},
     }

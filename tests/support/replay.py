@@ -9,7 +9,8 @@ from pairmq.core.replay import Replay
 
 def replayed(records: list[tuple], dup_cache_size: int = 20000) -> Replay:
     """Apply `records` (as `Broker.take_records()` returns them) to a fresh Replay. DUP_EVICT
-    is the store's bookkeeping, never written: a Replay evicts by its cache size."""
+    and PRODUCER_FORGET are the store's bookkeeping, never written: a Replay evicts by its
+    cache size, and a restored broker forgets idle producers at its next sweep."""
     replay = Replay(dup_cache_size=dup_cache_size)
     for record in records:
         kind = record[0]
@@ -23,4 +24,6 @@ def replayed(records: list[tuple], dup_cache_size: int = 20000) -> Replay:
             replay.dup(record[1], record[2])
         elif kind == rec.GROUP:
             replay.group(record[1], record[2], record[3])
+        elif kind == rec.PRODUCER:
+            replay.producer(*record[1:])
     return replay

@@ -24,7 +24,6 @@ from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResul
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
 from pairmq.client.waiting import Waiting, outcome_of
-from pairmq.protocol.batch import SEND_BATCH_HEADER
 
 log = logging.getLogger("pairmq.client")
 
@@ -172,14 +171,16 @@ class AsyncClient:
                                headers: dict[str, str] | None = None,
                                persistent: bool = True) -> SendResult:
         body, hdrs, dup_ids = pack_batch(messages, headers, persistent,
-                                         self._engine.new_dup_id)
-        result = await self.send_async(destination, body, hdrs, persistent)
+                                         self._engine.auto_dup_ids())
+        result = await self.send_async(destination, body, hdrs, persistent,
+                                       _app_dup_ids=len(dup_ids))
         result.dup_ids = dup_ids
         return result
 
     async def send_async(self, destination: str, body: bytes | str,
                          headers: dict[str, str] | None = None,
-                         persistent: bool = True) -> SendResult:
+                         persistent: bool = True, _app_dup_ids: int | None = None
+                         ) -> SendResult:
         data = body.encode() if isinstance(body, str) else body
         engine = self._engine
         if persistent and self._outbox is not None and engine.tx is None:
@@ -190,7 +191,8 @@ class AsyncClient:
                 if engine.link in (Link.CLOSED, Link.FAILED, Link.CLOSING):
                     raise engine.closed_error()
                 await self._changed(waiting.next_wait(engine, time.monotonic()))
-        result = engine.send(destination, data, headers, persistent, time.monotonic())
+        result = engine.send(destination, data, headers, persistent, time.monotonic(),
+                             app_dup_ids=_app_dup_ids)
         self._after(write=not engine.may_wait_to_write())
         return result
 
@@ -200,8 +202,7 @@ class AsyncClient:
         assert outbox is not None
         hdrs = dict(headers or {})
         async with self._outbox_lock:
-            if SEND_BATCH_HEADER not in hdrs:  # a batch's messages carry theirs
-                hdrs.setdefault("dup-id", self._engine.new_dup_id())
+            self._engine.stamp(destination, hdrs)  # stored with it: a restart resends it so
             seq = await asyncio.to_thread(outbox.append, destination, hdrs, data)
             result = self._engine.send(destination, data, hdrs, True, time.monotonic(),
                                        outbox_id=seq)
@@ -350,8 +351,10 @@ class AsyncClient:
             if data and self._transport is not None and self._transport[0] == socket_id:
                 self._transport[1].write(data)
         forwarded = engine.take_forwarded()
-        if forwarded and self._outbox is not None:
-            asyncio.get_running_loop().run_in_executor(None, self._outbox.remove, forwarded)
+        restamped = engine.take_restamped()
+        if self._outbox is not None and (forwarded or restamped):
+            asyncio.get_running_loop().run_in_executor(None, self._outbox.update, forwarded,
+                                                       restamped)
         for event in engine.take_events():
             log.info("pairmq client: %s from %s to %s after %.2f s (%s)", event.kind,
                      event.old_server, event.new_server, event.seconds, event.reason)

@@ -26,7 +26,6 @@ from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResul
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
 from pairmq.client.waiting import Waiting, outcome_of
-from pairmq.protocol.batch import SEND_BATCH_HEADER
 
 log = logging.getLogger("pairmq.client")
 
@@ -152,7 +151,8 @@ class Client:
              persistent: bool = True, timeout: float | None = None) -> SendResult:
         """Send a message. A persistent one returns once the server confirmed it (or, with
         an outbox, once it is stored in it); it rides through failovers, resent with its
-        dup-id. Inside a transaction it returns at once (COMMIT confirms it)."""
+        producer stamp (the server drops what it has). Inside a transaction it returns at
+        once (COMMIT confirms it)."""
         return self._settle(self.send_async(destination, body, headers, persistent), timeout)
 
     def _settle(self, result: SendResult, timeout: float | None) -> SendResult:
@@ -170,9 +170,8 @@ class Client:
                    timeout: float | None = None) -> SendResult:
         """Send many messages in one frame (`pairmq-batch`, docs/stomp.md): each item a body
         or (body, its own headers); `headers` apply to all of them. The server takes or
-        refuses them together and confirms them with one receipt; each persistent message
-        has its own dup-id (`result.dup_ids`), so a resend after a failover adds none
-        twice."""
+        refuses them together and confirms them with one receipt; the frame's producer
+        stamp numbers its messages, so a resend after a failover adds none twice."""
         return self._settle(self.send_batch_async(destination, messages, headers,
                                                   persistent), timeout)
 
@@ -183,14 +182,15 @@ class Client:
         items = list(messages)  # the application's iterable runs outside the client's lock
         with self._lock:
             body, hdrs, dup_ids = pack_batch(items, headers, persistent,
-                                             self._engine.new_dup_id)
-        result = self.send_async(destination, body, hdrs, persistent)
+                                             self._engine.auto_dup_ids())
+        result = self.send_async(destination, body, hdrs, persistent,
+                                 _app_dup_ids=len(dup_ids))
         result.dup_ids = dup_ids
         return result
 
     def send_async(self, destination: str, body: bytes | str,
                    headers: dict[str, str] | None = None,
-                   persistent: bool = True) -> SendResult:
+                   persistent: bool = True, _app_dup_ids: int | None = None) -> SendResult:
         """Send without waiting for the confirmation: `result.wait()` or `flush()` does.
         Blocks only while `send_window` persistent messages wait for theirs."""
         data = body.encode() if isinstance(body, str) else body
@@ -200,7 +200,8 @@ class Client:
         with self._cond:
             if persistent and len(engine.unconfirmed) >= self.options.send_window:
                 self._wait_for_window()
-            result = engine.send(destination, data, headers, persistent, time.monotonic())
+            result = engine.send(destination, data, headers, persistent, time.monotonic(),
+                                 app_dup_ids=_app_dup_ids)
             later = engine.may_wait_to_write()
         if not later:
             self._flush()
@@ -215,9 +216,8 @@ class Client:
         assert outbox is not None
         hdrs = dict(headers or {})
         with self._outbox_lock:
-            with self._lock:
-                if SEND_BATCH_HEADER not in hdrs:  # a batch's messages carry theirs
-                    hdrs.setdefault("dup-id", self._engine.new_dup_id())
+            with self._lock:  # stored with its stamp: a restart resends it with the same
+                self._engine.stamp(destination, hdrs)
             seq = outbox.append(destination, hdrs, data)
             with self._lock:
                 result = self._engine.send(destination, data, hdrs, True, time.monotonic(),
@@ -464,9 +464,10 @@ class Client:
                 link = engine.link
                 deadline = engine.next_deadline()
                 forwarded = engine.take_forwarded()
+                restamped = engine.take_restamped()
                 events = engine.take_events()
                 self._cond.notify_all()
-            self._after_batch(forwarded, events)
+            self._after_batch(forwarded, events, restamped)
             if link in (Link.CLOSED, Link.FAILED):
                 return
             self._flush(block=False)
@@ -478,9 +479,13 @@ class Client:
                 continue
             self._read(deadline)
 
-    def _after_batch(self, forwarded: list[int], events: list[FailoverEvent]) -> None:
-        if forwarded and self._outbox is not None:
-            self._outbox.remove(forwarded)
+    def _after_batch(self, forwarded: list[int], events: list[FailoverEvent],
+                     restamped: list[tuple[int, dict[str, str]]]) -> None:
+        if self._outbox is not None:
+            if restamped:
+                self._outbox.restamp(restamped)
+            if forwarded:
+                self._outbox.remove(forwarded)
         for event in events:
             log.info("pairmq client: %s from %s to %s after %.2f s (%s)", event.kind,
                      event.old_server, event.new_server, event.seconds, event.reason)

@@ -9,21 +9,24 @@ events for the listeners. Time is always a parameter (`now`, monotonic seconds).
 
 The link is one explicit state (client/link.py).
 
-Every persistent SEND outside a transaction carries a `dup-id` and a receipt, and stays in
-`unconfirmed` until its RECEIPT, whatever happens to the connection. What a failover does
-to the rest is client/recovery.py's part of the engine.
+Every persistent SEND outside a transaction carries a producer stamp (client/sequences.py)
+and a receipt, and stays in `unconfirmed` until its RECEIPT, whatever happens to the
+connection; inside a transaction it carries a `dup-id`. What a failover does to the rest is
+client/recovery.py's part of the engine.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from pairmq.client.errors import AckFailed, ClientClosed, ClientError, ConnectionFailed, ServerError
 from pairmq.client.link import LINK, Link
 from pairmq.client.options import Address, ClientOptions
 from pairmq.client.recovery import Recovery
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.sequences import Sequences, message_count, new_producer_id
 from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState, SubState
 from pairmq.client.topology import Attempts, Servers
 from pairmq.client.transactions import Transacting, Transaction, TxOp, TxState
@@ -40,6 +43,8 @@ class Engine(Recovery, Transacting):
     def __init__(self, options: ClientOptions, now: float, name: str | None = None) -> None:
         self.options = options
         self.name = name or uuid.uuid4().hex[:12]
+        self.sequences = Sequences(new_producer_id(self.name))  # client/sequences.py
+        self.restamped: list[tuple[int, dict[str, str]]] = []  # outbox rows renumbered
         self.link = Link.CONNECTING
         self.servers = Servers(options.servers)
         rounds = -1 if options.outbox else options.initial_connect_attempts
@@ -84,6 +89,12 @@ class Engine(Recovery, Transacting):
         forwarded, self.forwarded = self.forwarded, []
         return forwarded
 
+    def take_restamped(self) -> list[tuple[int, dict[str, str]]]:
+        """Outbox rows whose messages were numbered again (a refusal before them): the
+        driver writes their new headers to the outbox."""
+        restamped, self.restamped = self.restamped, []
+        return restamped
+
     def wants_socket(self, socket_id: int) -> bool:
         """Whether the driver's socket `socket_id` is still the engine's (else close it)."""
         return self.session is not None and socket_id == self.socket_id
@@ -103,6 +114,17 @@ class Engine(Recovery, Transacting):
     def new_dup_id(self) -> str:
         self._seq += 1
         return f"{self.name}-{self._seq}"
+
+    def auto_dup_ids(self) -> Callable[[], str] | None:
+        """Where a batch's messages get dup-ids the application did not give: inside a
+        transaction only (outside one, the frame's producer stamp names them)."""
+        return self.new_dup_id if self.tx is not None else None
+
+    def stamp(self, destination: str, headers: dict[str, str]) -> None:
+        """Give a persistent message sent outside a transaction (or a batch: as many
+        numbers as it has messages) this client's next producer numbers, unless it has a
+        stamp already."""
+        self.sequences.stamp(headers, destination, message_count(headers))
 
     @property
     def server(self) -> str | None:
@@ -294,6 +316,9 @@ class Engine(Recovery, Transacting):
         topology = headers.get("topology")
         if topology:
             self.servers.learn(topology)
+        cache = headers.get("dup-cache-size")
+        self.sequences.dup_cache_size = int(cache) if cache is not None and cache.isdigit() \
+            else None
         resumed = self._resume is not None and headers.get("resumed") == "true"
         key = headers.get("resume-key")
         # Resuming is offered only once the session serves: a session still re-creating
@@ -346,7 +371,8 @@ class Engine(Recovery, Transacting):
         """What a RECEIPT (or a resumed session) confirms."""
         kind = op.kind
         if kind == "send":
-            self.unconfirmed.pop(receipt, None)
+            assert isinstance(op, SendResult)
+            self._unconfirmed_done(op)
             op.finish(Outcome.CONFIRMED)
             outbox_id = op.outbox_id  # type: ignore[attr-defined]
             if outbox_id is not None:
@@ -375,7 +401,9 @@ class Engine(Recovery, Transacting):
     def _refused(self, op: Op, error: ServerError) -> None:
         """The server answered this operation with ERROR: it is not tried again."""
         if op.kind == "send":
-            self.unconfirmed.pop(op.receipt or "", None)
+            assert isinstance(op, SendResult)
+            self._unconfirmed_done(op)
+            self._renumber_after(op)
         elif isinstance(op, SubOp) and op.kind in ("subscribe", "resubscribe"):
             self._recovering.pop(op.receipt or "", None)
             sub = self.subscriptions.pop(op.sub_id, None)
@@ -413,6 +441,10 @@ class Engine(Recovery, Transacting):
                     self._ack_frame([key], ack_id, None, "ACK", now)
                 return
         sub.buffer.append(Message(frame.body, headers, sub.id, self.generation))
+
+    def _unconfirmed_done(self, result: SendResult) -> None:
+        if self.unconfirmed.pop(result.receipt or "", None) is not None and result.app_ids:
+            self.sequences.settled_app_ids(result.destination, result.app_ids)
 
     # ------------------------------------------------------------ writing
 
@@ -457,22 +489,31 @@ class Engine(Recovery, Transacting):
     # ------------------------------------------------------------ the application's calls
 
     def send(self, destination: str, body: bytes, headers: dict[str, str] | None,
-             persistent: bool, now: float, outbox_id: int | None = None) -> SendResult:
-        """A SEND: persistent ones get a dup-id (unless the application gave one, or it is
-        a batch, client/batching.py) and, outside a transaction, a receipt; they stay in
-        `unconfirmed` until it comes."""
+             persistent: bool, now: float, outbox_id: int | None = None,
+             app_dup_ids: int | None = None) -> SendResult:
+        """A SEND: persistent ones get, outside a transaction, a producer stamp and a
+        receipt, and stay in `unconfirmed` until it comes; inside one, a dup-id (unless the
+        application gave one, or it is a batch, client/batching.py). `app_dup_ids`: how
+        many of the application's own dup-ids a batch carries."""
         hdrs = {**headers, "destination": destination} if headers else \
             {"destination": destination}
-        dup_id = None
+        dup_id = hdrs.get("dup-id")  # the application's, if any
+        tx = self.tx
+        app_ids = 0
         if persistent:
             hdrs["persistent"] = "true"
-            if SEND_BATCH_HEADER not in hdrs:  # a batch's messages carry their own
-                dup_id = hdrs.get("dup-id") or self.new_dup_id()
-                hdrs["dup-id"] = dup_id
-        tx = self.tx
+            if tx is not None:
+                if SEND_BATCH_HEADER not in hdrs and dup_id is None:
+                    dup_id = hdrs["dup-id"] = self.new_dup_id()  # doing it again is harmless
+            else:
+                app_ids = app_dup_ids if app_dup_ids is not None else int(dup_id is not None)
+                if app_ids:  # before the stamp: a refused send takes no number
+                    self.sequences.count_app_ids(destination, app_ids)
+                self.stamp(destination, hdrs)
         result = SendResult(destination, body, hdrs, persistent, dup_id,
                             tx.id if tx is not None else None)
         result.outbox_id = outbox_id
+        result.app_ids = app_ids
         if tx is not None:
             hdrs["transaction"] = tx.id
             tx.sends.append(result)
@@ -588,3 +629,4 @@ class Engine(Recovery, Transacting):
             self._finish_all(ClientClosed("the client was closed"))
         op.finish(Outcome.CONFIRMED)
         return op
+

@@ -3,8 +3,9 @@ a server confirmed them (store and forward, FioranoMQ's "durable connections").
 
 A SQLite file in WAL mode with `synchronous = FULL`, so a message `append` returned is on
 disk (an fsync of the WAL) and survives the client process being killed. Rows come back in
-the order they were stored, each with the dup-id it was given, so forwarding after a crash
-sends exactly what may be missing and the server drops what it already has.
+the order they were stored, each with the producer stamp it was given (client/sequences.py),
+so forwarding after a crash sends exactly what may be missing and the server drops what it
+already has.
 
 One process at a time: a lock file next to the database (`PATH.lock`, with the holder's
 pid) refuses a second client on the same outbox with a clear error.
@@ -149,6 +150,28 @@ class Outbox:
             self.bytes -= size
             self.forwarded += removed
             self._room.notify_all()
+
+    def restamp(self, rows: list[tuple[int, dict[str, str]]]) -> None:
+        """Messages numbered again (client/sequences.py): their new headers, so that a
+        restarted client resends them as the running one would."""
+        with self._room:
+            if self._closed:
+                return
+            for seq, headers in rows:
+                encoded = json.dumps(headers, separators=(",", ":"))
+                found = self._db.execute("SELECT LENGTH(headers) FROM outbox WHERE seq = ?",
+                                         (seq,)).fetchone()
+                if found is None:
+                    continue
+                self._db.execute("UPDATE outbox SET headers = ? WHERE seq = ?", (encoded, seq))
+                self.bytes += len(encoded.encode()) - found[0]
+
+    def update(self, forwarded: list[int], restamped: list[tuple[int, dict[str, str]]]
+               ) -> None:
+        """`restamp` then `remove`, in one call (the asyncio client's executor)."""
+        if restamped:
+            self.restamp(restamped)
+        self.remove(forwarded)
 
     def stored(self) -> list[Stored]:
         """Everything still waiting, oldest first."""

@@ -1,5 +1,5 @@
-"""What a failover does to what was in flight: part of the `Engine` (a mixin, as
-core/intake.py is of the Broker), kept apart because it is the client's one subtle part.
+"""What a failover (or a refusal) does to what was in flight: part of the `Engine` (a mixin,
+as core/intake.py is of the Broker), kept apart because it is the client's one subtle part.
 
 Two ways out of a failure:
 
@@ -29,9 +29,11 @@ from pairmq.client.errors import (
 )
 from pairmq.client.link import Link
 from pairmq.client.results import EventKind, FailoverEvent, Op, Outcome, SendResult
+from pairmq.client.sequences import Sequences, message_count, stamp_in
 from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState
 from pairmq.client.transactions import Transaction, TxOp, TxState, rolled_back_error
 from pairmq.protocol import ClientSession, Frame
+from pairmq.protocol.stamps import STAMP_HEADERS
 
 IN_DOUBT_LIMIT = 100_000  # acknowledgements in doubt remembered (oldest forgotten first)
 
@@ -72,6 +74,8 @@ class Recovery:
     _failed_server: str | None
     _failure: str
     _rolled_back: tuple[str, ...]
+    sequences: Sequences
+    restamped: list[tuple[int, dict[str, str]]]
 
     if TYPE_CHECKING:  # provided by the Engine
         @property
@@ -219,6 +223,35 @@ class Recovery:
             return False
         # a SUBSCRIBE made while disconnected: recovery creates it, with the others
         return not (op is not None and op.kind == "subscribe")
+
+    def _renumber_after(self, refused: SendResult) -> None:
+        """A stamped message was refused: what its producer sent to that destination after
+        it was not taken either (the server closed the connection), so it is numbered
+        again in a new epoch, which the server takes from any number (client/sequences.py).
+        Frames built but not written yet, and outbox rows, get the new stamps too."""
+        stamp = stamp_in(refused.headers)
+        if stamp is None or refused.transaction is not None:
+            return
+        later = []
+        for result in self.unconfirmed.values():
+            other = stamp_in(result.headers)
+            if result.destination == refused.destination and other is not None \
+                    and other.producer == stamp.producer and other.epoch == stamp.epoch \
+                    and other.seq > stamp.seq:
+                later.append(result)
+        self.sequences.renumber(stamp, refused.destination,
+                                [(r.headers, message_count(r.headers)) for r in later])
+        renumbered = {id(r) for r in later}
+        for frame, op, _ in self._pending:
+            if id(op) in renumbered:
+                assert isinstance(op, SendResult)
+                for name in STAMP_HEADERS:
+                    frame.headers.pop(name, None)
+                frame.headers.update((k, v) for k, v in op.headers.items()
+                                     if k in STAMP_HEADERS)
+        for result in later:
+            if result.outbox_id is not None:
+                self.restamped.append((result.outbox_id, dict(result.headers)))
 
     def give_up(self, error: ClientError, now: float) -> None:
         """No more connections: every operation still open ends (UNKNOWN or ROLLED_BACK)."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pairmq.client.errors import ClientError
+from pairmq.client.sequences import stamp_in
+from pairmq.protocol.stamps import Stamp
 
 
 class Outcome(StrEnum):
@@ -66,15 +68,17 @@ class Op:
 
 
 class SendResult(Op):
-    """A message sent: `dup_id` names it to the server, whatever happens to the connection.
+    """A message sent. Outside a transaction its producer `stamp` names it to the server,
+    whatever happens to the connection; `dup_id` is the application's own dup-id, if it gave
+    one (inside a transaction, the client gives one).
 
-    `outcome` is CONFIRMED once the server has it for good. A send the client could not
-    settle (UNKNOWN after it gave up) can be sent again with the same dup-id, harmlessly.
-    A batch (`send_batch`) is one SEND of many messages: `dup_id` is None and `dup_ids`
-    names its messages, in order; its outcome is theirs, all together."""
+    `outcome` is CONFIRMED once the server has it for good. A batch (`send_batch`) is one
+    SEND of many messages: `dup_id` is None and `dup_ids` are the dup-ids its messages
+    carry, in order (the application's; inside a transaction, every message has one); its
+    outcome is theirs, all together."""
 
-    __slots__ = ("body", "destination", "dup_id", "dup_ids", "headers", "outbox_id",
-                 "persistent", "transaction")
+    __slots__ = ("app_ids", "body", "destination", "dup_id", "dup_ids", "headers",
+                 "outbox_id", "persistent", "transaction")
 
     def __init__(self, destination: str, body: bytes, headers: dict[str, str],
                  persistent: bool, dup_id: str | None, transaction: str | None) -> None:
@@ -87,6 +91,13 @@ class SendResult(Op):
         self.dup_ids: tuple[str, ...] = (dup_id,) if dup_id is not None else ()
         self.transaction = transaction
         self.outbox_id: int | None = None
+        self.app_ids = 0  # the application's own dup-ids in it (client/engine.py counts them)
+
+    @property
+    def stamp(self) -> Stamp | None:
+        """Its producer stamp (producer, epoch, number of its first message), which names
+        it to the server outside a transaction (docs/clients.md, "Exactly once")."""
+        return stamp_in(self.headers)
 
 
 @dataclass(slots=True)

@@ -37,6 +37,7 @@ class Cause(StrEnum):
     MEMORY = Shortage.MEMORY.value
     DISK = Shortage.DISK.value
     JOURNAL = Shortage.JOURNAL.value
+    SEQUENCE = "sequence"  # a producer's message out of order (core/producers.py)
 
 
 class Outcome(NamedTuple):

@@ -56,7 +56,7 @@ class Broker(Intake, Follow, Resume, Streams):
         self.records: list[tuple] = []  # durable state changes for the journal (core.records)
         self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
                       "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0,
-                      "dropped": 0}
+                      "dropped": 0, "producers_evicted": 0}
         self.capacity = Capacity(self.settings)
         self._message_seq = 0
         self._order_seq = 0
@@ -103,6 +103,7 @@ class Broker(Intake, Follow, Resume, Streams):
             top = max(top, entries[-1].message.order)
         for destination, ids in replay.dups.items():
             self._dup_address(destination).dups.update(ids)
+        self._restore_producers(replay.producers)
         self._order_seq = max(self._order_seq, top)
         for address in self.addresses.values():
             self._check_full(address)
@@ -423,6 +424,7 @@ class Broker(Intake, Follow, Resume, Streams):
         """Expire waiting messages past their `expires` (and apply the streams' retention);
         returns how many expired."""
         self.retain_streams(now)
+        self.expire_producers(now)
         count = 0
         queues = [q for a in self.addresses.values() for q in a.queues]
         queues += [q for s in self.sessions.values() for q in s.temp_queues.values()]
@@ -561,7 +563,7 @@ class Broker(Intake, Follow, Resume, Streams):
         if address is None:
             rule = self.settings.rule_for(name)
             address = self.addresses[name] = Address(name, kind, rule.max_size_bytes,
-                                                     rule.policy)
+                                                     rule.policy, rule.dup_cache_size)
         return address
 
     def _plain_queue(self, destination: str) -> Queue:
@@ -582,7 +584,7 @@ class Broker(Intake, Follow, Resume, Streams):
             token = f"{session.token}.{name}"
             # No pattern names a temporary queue: the defaults apply.
             address = Address(f"/reply-queue/{token}", TEMP, self.settings.max_size_bytes,
-                              self.settings.address_full_policy)
+                              self.settings.address_full_policy, self.settings.dup_cache_size)
             q = Queue(f"/temp-queue/{name}", address, f"temp.{name}")
             q.owner = session.id
             address.queues.append(q)

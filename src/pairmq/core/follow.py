@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pairmq.core.capacity import INDEX_BYTES, Capacity
 from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
 from pairmq.core.message import Entry, Message
+from pairmq.core.producers import Producers
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.core.stream import StreamLog
@@ -51,6 +52,8 @@ class Follow:
         def _follow_stream_add(self, key: str, message: Message) -> Message: ...
         def _follow_stream_remove(self, key: str, message_id: str) -> Message | None: ...
         def _settle_streams(self) -> list[Message]: ...
+        @staticmethod
+        def _producers_of(address: Address) -> Producers: ...
 
     @property
     def following(self) -> bool:
@@ -77,6 +80,9 @@ class Follow:
         orphans.extend(self._settle_streams())
         for q in self._unsorted:
             q.sort()
+        for address in self.addresses.values():
+            if address.producers is not None:  # a full synchronisation's copies: any order
+                address.producers.order_by_time()
         self._index = None
         self._unsorted = set()
         self.records.clear()
@@ -196,9 +202,10 @@ class Follow:
 
     def follow_dup(self, destination: str, dup_id: str) -> str | None:
         """A dup-id is remembered; returns the one the cache evicted for it, if any."""
-        dups = self._dup_address(destination).dups
+        address = self._dup_address(destination)
+        dups = address.dups
         dups[dup_id] = None
-        if len(dups) > self.settings.dup_cache_size:
+        if len(dups) > address.dup_limit:
             return dups.popitem(last=False)[0]
         return None
 
@@ -206,10 +213,17 @@ class Follow:
         """Compaction rewrote the whole cache: it replaces what came before. Returns the ids
         no longer remembered."""
         address = self._dup_address(destination)
-        kept = OrderedDict.fromkeys(dup_ids[-self.settings.dup_cache_size:])
+        kept = OrderedDict.fromkeys(dup_ids[-address.dup_limit:])
         gone = [dup_id for dup_id in address.dups if dup_id not in kept]
         address.dups = kept
         return gone
+
+    def follow_producer(self, destination: str, producer: str, epoch: int, seq: int,
+                        seen: int) -> str | None:
+        """A producer's messages up to `seq` are taken; returns the producer forgotten past
+        max_producers to make room, if any."""
+        return self._producers_of(self._dup_address(destination)).restore(
+            producer, epoch, seq, seen, self.settings.max_producers)
 
     # ----------------------------------------------------------------- internals
 

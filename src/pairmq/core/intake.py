@@ -27,6 +27,13 @@ from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, STREAM, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
+from pairmq.core.producers import (
+    STAMP_HEADERS,
+    Producers,
+    SequenceRefused,
+    Stamp,
+    stamp_of,
+)
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.session import PendingSend, Session, Transaction
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
@@ -46,7 +53,7 @@ _PRIORITIES = frozenset("0123456789")
 # Headers that describe one frame's transport, not the message: never stored or forwarded.
 TRANSPORT_HEADERS = frozenset({
     "receipt", "transaction", "content-length", "destination", "message-id", "subscription",
-    "ack", "redelivered", "delivery-count",
+    "ack", "redelivered", "delivery-count", *STAMP_HEADERS,
 })
 
 
@@ -84,6 +91,7 @@ class Intake:
         def _dispatch(self, q: Queue, now: int) -> None: ...
         def _stream_route(self, destination: str, stored: dict[str, str], body: bytes,
                           now: int) -> Outcome: ...
+        def _dup_address(self, destination: str) -> Address: ...
 
     def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
              now: int, transaction: str | None = None,
@@ -94,12 +102,31 @@ class Intake:
         session = self._session(conn_id)
         kind, name = parse_destination(destination)
         _check_message_headers(headers)
+        stamp = stamp_of(headers)
         if kind == REPLY and name not in self.reply_queues:
             raise CoreError(f"temporary queue {destination!r} no longer exists")
         if transaction is not None:
+            if stamp is not None:
+                raise _stamp_in_transaction()
             self._tx(session, transaction).sends.append(PendingSend(destination, headers, body))
             return ACCEPTED
-        return self._route(session, destination, kind, name, headers, body, now, journal_full)
+        if stamp is None:
+            return self._route(session, destination, kind, name, headers, body, now,
+                               journal_full)
+        address = self._existing_address(session, destination, kind, name)
+        try:
+            if address is not None and address.producers is not None \
+                    and address.producers.duplicates(stamp, 1, destination):
+                self.stats["duplicates"] += 1  # taken already: confirm again, store nothing
+                return DUPLICATE
+        except SequenceRefused as e:
+            return Outcome(Admission.FAILED, Cause.SEQUENCE, None, str(e))
+        outcome = self._route(session, destination, kind, name, headers, body, now,
+                              journal_full)
+        if outcome.admission is not Admission.HELD and outcome.admission is not Admission.FAILED:
+            self._took(session, destination, kind, name, stamp, stamp.seq, now,
+                       headers.get("persistent") == "true")
+        return outcome
 
     def send_batch(self, conn_id: int, destination: str, headers: dict[str, str],
                    messages: list[tuple[dict[str, str], bytes]], now: int,
@@ -115,17 +142,36 @@ class Intake:
         if "dup-id" in headers:
             raise CoreError("a batched SEND carries a dup-id per message, in its records, "
                             "not on the frame")
+        stamp = stamp_of(headers)
         if kind == REPLY and name not in self.reply_queues:
             raise CoreError(f"temporary queue {destination!r} no longer exists")
         common = {k: v for k, v in headers.items() if k != SEND_BATCH_HEADER}
         merged = [({**common, **own} if own else common, body) for own, body in messages]
-        for hdrs, _ in merged:
+        for i, (hdrs, _) in enumerate(merged):
             _check_message_headers(hdrs)
+            own = messages[i][0]
+            if own and not STAMP_HEADERS.isdisjoint(own):
+                raise CoreError(f"message {i + 1} of a batched SEND names its producer "
+                                "stamp: a batch's stamp is on the frame (pairmq-seq numbers "
+                                "its first message, the others follow)")
         if transaction is not None:
+            if stamp is not None:
+                raise _stamp_in_transaction()
             self._tx(session, transaction).sends.extend(
                 PendingSend(destination, hdrs, body) for hdrs, body in merged)
             return ACCEPTED
         address = self._existing_address(session, destination, kind, name)
+        count = len(merged)
+        if stamp is not None and address is not None and address.producers is not None:
+            try:
+                taken = address.producers.duplicates(stamp, count, destination)
+            except SequenceRefused as e:
+                return Outcome(Admission.FAILED, Cause.SEQUENCE, None, str(e))
+            if taken:  # the first `taken` messages came before: confirmed, not stored again
+                self.stats["duplicates"] += taken
+                if taken == count:
+                    return DUPLICATE
+                merged = merged[taken:]
         if journal_full is not None or self.capacity.shortages or (
                 address is not None and address.state is not _OPEN
                 and address.policy in _HOLDING_POLICIES):
@@ -140,6 +186,9 @@ class Intake:
         for hdrs, body in merged:
             self._route(session, destination, kind, name, hdrs, body, now, journal_full,
                         admitted=True)
+        if stamp is not None:  # journaled if any of them is (a record may say persistent)
+            self._took(session, destination, kind, name, stamp, stamp.seq + count - 1, now,
+                       any(hdrs.get("persistent") == "true" for hdrs, _ in merged))
         return ACCEPTED
 
     def _admission(self, session: Session, destination: str, kind: str, name: str,
@@ -273,10 +322,62 @@ class Intake:
         durable = address.kind != TEMP  # a temp queue dies with its connection anyway
         if durable:
             self.records.append((rec.DUP, address.name, dup_id))
-        if len(dups) > self.settings.dup_cache_size:
+        if len(dups) > address.dup_limit:
             oldest = dups.popitem(last=False)[0]
             if durable:
                 self.records.append((rec.DUP_EVICT, address.name, oldest))
+
+    def _took(self, session: Session, destination: str, kind: str, name: str, stamp: Stamp,
+              last: int, now: int, persistent: bool) -> None:
+        """A producer's messages up to number `last` are taken: remember it (journaled
+        with them when they are persistent; a temporary queue's dies with it anyway)."""
+        address = self._existing_address(session, destination, kind, name)
+        if address is None:
+            return
+        evicted = self._producers_of(address).took(stamp.producer, stamp.epoch, last, now,
+                                                   self.settings.max_producers)
+        if address.kind == TEMP:
+            return
+        if persistent or kind == STREAM:
+            self.records.append((rec.PRODUCER, address.name, stamp.producer, stamp.epoch, last,
+                                 now))
+        if evicted is not None:
+            self.records.append((rec.PRODUCER_FORGET, address.name, evicted))
+            self.stats["producers_evicted"] += 1
+            if self.stats["producers_evicted"] == 1:
+                self.events.append(BrokerEvent(
+                    "producers-evicted", address,
+                    f"more than max_producers ({self.settings.max_producers}) producers "
+                    f"sent to {address.name}: the least recently active one ({evicted!r}) "
+                    "is forgotten before producer_expiry_ms; a resend of its messages "
+                    "would be taken as new"))
+
+    @staticmethod
+    def _producers_of(address: Address) -> Producers:
+        producers = address.producers
+        if producers is None:
+            producers = address.producers = Producers()
+        return producers
+
+    def _restore_producers(self, replayed: dict[str, dict[str, tuple[int, int, int]]]) -> None:
+        for destination, states in replayed.items():
+            producers = self._producers_of(self._dup_address(destination))
+            for producer, (epoch, seq, seen) in states.items():
+                producers.restore(producer, epoch, seq, seen)
+            producers.order_by_time()  # least recently active first, as before the restart
+
+    def expire_producers(self, now: int) -> int:
+        """Forget producers that took nothing for `producer_expiry_ms`; returns how many."""
+        idle = self.settings.producer_expiry_ms
+        count = 0
+        for address in self.addresses.values():
+            producers = address.producers
+            if producers is None:
+                continue
+            for producer in producers.expire(now, idle):
+                self.records.append((rec.PRODUCER_FORGET, address.name, producer))
+                count += 1
+        return count
 
     def _enqueue(self, q: Queue, entry: Entry, now: int) -> None:
         size = entry.message.size
@@ -312,6 +413,12 @@ class Intake:
             entered, sentence = change
             self.events.append(BrokerEvent("server-full" if entered else "server-resumed",
                                            None, sentence))
+
+
+def _stamp_in_transaction() -> CoreError:
+    return CoreError("a SEND inside a transaction carries no producer stamp (pairmq-producer): "
+                     "the transaction is taken whole at its COMMIT; name its messages with "
+                     "dup-id instead")
 
 
 def _check_message_headers(headers: dict[str, str]) -> None:

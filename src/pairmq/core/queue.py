@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pairmq.core.message import Entry
+from pairmq.core.producers import Producers
 from pairmq.core.settings import AddressFullPolicy
 
 if TYPE_CHECKING:
@@ -24,11 +25,12 @@ class AddressState(StrEnum):
 class Address:
     """A destination name and the bytes held for it by all its queues (until acknowledged)."""
 
-    __slots__ = ("dropped", "dups", "kind", "limit", "name", "period_dropped", "policy",
-                 "queues", "size", "state")
+    __slots__ = ("dropped", "dup_limit", "dups", "kind", "limit", "name", "period_dropped",
+                 "policy", "producers", "queues", "size", "state")
 
     def __init__(self, name: str, kind: str, limit: int,
-                 policy: AddressFullPolicy = AddressFullPolicy.PAGE) -> None:
+                 policy: AddressFullPolicy = AddressFullPolicy.PAGE,
+                 dup_limit: int = 20000) -> None:
         self.name = name  # e.g. "/queue/orders"
         self.kind = kind  # "queue" | "topic" | "temp"
         self.limit = limit  # 0 = unlimited
@@ -42,6 +44,9 @@ class Address:
         # (a dict's is found by scanning past every key deleted before it: about 9 µs a
         # message with the default cache of 20,000, docs/benchmarks.md)
         self.dups: OrderedDict[str, None] = OrderedDict()
+        self.dup_limit = dup_limit  # dup-ids remembered (dup_cache_size)
+        # producer sequences (core/producers.py); None until a producer stamps a message
+        self.producers: Producers | None = None
 
     @property
     def full(self) -> bool:

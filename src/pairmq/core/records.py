@@ -13,3 +13,6 @@ DEST = 6  # (DEST, destination)                       a queue is created
 DUP = 7  # (DUP, destination, dup id)                 a duplicate id is remembered
 DUP_EVICT = 8  # (DUP_EVICT, destination, dup id)    ... and forgotten (bookkeeping, not written)
 GROUP = 9  # (GROUP, stream, group, offset)            a stream's consumer group processed < offset
+# (PRODUCER, destination, producer, epoch, seq, ms)  a producer's messages up to seq are taken
+PRODUCER = 10
+PRODUCER_FORGET = 11  # (PRODUCER_FORGET, destination, producer)  ... expired (bookkeeping)

@@ -8,6 +8,7 @@ something unknown (its ADD was compacted away) is ignored.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pairmq.core.message import Entry, Message
@@ -15,13 +16,20 @@ from pairmq.core.message import Entry, Message
 
 @dataclass
 class Replay:
-    dup_cache_size: int = 20000
+    # dup-ids kept per destination: one size for all, or CoreSettings.dup_cache_size_for
+    dup_cache_size: int | Callable[[str], int] = 20000
     # queue key -> message id -> its entry (message, deliveries), in journal order
     queues: dict[str, dict[str, Entry]] = field(default_factory=dict)
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
     destinations: dict[str, None] = field(default_factory=dict)
     dups: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset
+    # destination -> producer -> (epoch, highest seq taken, ms): core/producers.py
+    producers: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+
+    def dup_limit(self, destination: str) -> int:
+        size = self.dup_cache_size
+        return size if isinstance(size, int) else size(destination)
 
     def add(self, message: Message, queue_keys: list[str], deliveries: int) -> Message:
         """Returns the message object the queues now share: an earlier copy if a queue still
@@ -84,12 +92,22 @@ class Replay:
         if cache is None:
             cache = self.dups[destination] = OrderedDict()
         cache[dup_id] = None
-        if len(cache) > self.dup_cache_size:
+        if len(cache) > self.dup_limit(destination):
             cache.popitem(last=False)
 
     def dup_snapshot(self, destination: str, dup_ids: list[str]) -> None:
         """Compaction rewrote the whole cache: it replaces what came before, order kept."""
-        self.dups[destination] = OrderedDict.fromkeys(dup_ids[-self.dup_cache_size:])
+        self.dups[destination] = OrderedDict.fromkeys(
+            dup_ids[-self.dup_limit(destination):])
+
+    def producer(self, destination: str, producer: str, epoch: int, seq: int,
+                 seen: int) -> None:
+        """A producer's state: the newest record is the truth (a compaction copy is the
+        state when it was copied, never older than what the journal held before it)."""
+        held = self.producers.get(destination)
+        if held is None:
+            held = self.producers[destination] = {}
+        held[producer] = (epoch, seq, seen)
 
     def group(self, stream: str, group: str, offset: int) -> None:
         """A consumer group's committed offset (only ever moves forward)."""

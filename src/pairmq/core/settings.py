@@ -30,6 +30,7 @@ class AddressRule:
 
     policy: AddressFullPolicy
     max_size_bytes: int  # 0 = unlimited
+    dup_cache_size: int = 20000  # dup-ids it remembers
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class DestinationOverride:
     pattern: str
     address_full_policy: AddressFullPolicy | None = None
     max_size_bytes: int | None = None
+    dup_cache_size: int | None = None
 
     @property
     def specificity(self) -> tuple[int, int, int]:
@@ -108,6 +110,11 @@ class CoreSettings:
     expired_policy: str = "dead-letter"
     max_size_bytes: int = 64 * 1024 * 1024
     dup_cache_size: int = 20000  # dup-ids remembered per destination, as Artemis
+    # Producer sequences (core/producers.py): a producer is forgotten once it stored nothing
+    # for this long (7 days, as Kafka's transactional ids), or when a destination has more
+    # than max_producers more recently active (0: no such limit).
+    producer_expiry_ms: int = 7 * 24 * 3600 * 1000
+    max_producers: int = 100_000
     resume_ratio: float = 0.9  # a full destination (or server) resumes below this share
     address_full_policy: AddressFullPolicy = AddressFullPolicy.PAGE
     overrides: tuple[DestinationOverride, ...] = ()  # most specific first
@@ -129,10 +136,10 @@ class CoreSettings:
     def rule_for(self, destination: str) -> AddressRule:
         """The policy and limit of one destination: per setting, the most specific override
         that sets it, else the default."""
-        policy, limit = self.address_full_policy, self.max_size_bytes
-        found_policy = found_limit = False
+        policy, limit, dups = self.address_full_policy, self.max_size_bytes, self.dup_cache_size
+        found_policy = found_limit = found_dups = False
         for override in self.overrides:
-            if found_policy and found_limit:
+            if found_policy and found_limit and found_dups:
                 break
             if not override.matches(destination):
                 continue
@@ -140,7 +147,23 @@ class CoreSettings:
                 policy, found_policy = override.address_full_policy, True
             if not found_limit and override.max_size_bytes is not None:
                 limit, found_limit = override.max_size_bytes, True
-        return AddressRule(policy, limit)
+            if not found_dups and override.dup_cache_size is not None:
+                dups, found_dups = override.dup_cache_size, True
+        return AddressRule(policy, limit, dups)
+
+    def dup_cache_size_for(self, destination: str) -> int:
+        """How many dup-ids `destination` remembers (streams and temporary queues: the
+        default; patterns name queues and topics)."""
+        if not self.overrides or not destination.startswith(PATTERN_PREFIXES):
+            return self.dup_cache_size
+        return self.rule_for(destination).dup_cache_size
+
+    @property
+    def smallest_dup_cache(self) -> int:
+        """The fewest dup-ids any destination remembers: what CONNECTED advertises, so a
+        client can refuse to keep more application dup-ids in flight than that."""
+        sizes = [o.dup_cache_size for o in self.overrides if o.dup_cache_size is not None]
+        return min([self.dup_cache_size, *sizes])
 
     def paged_beyond(self, destination: str) -> int:
         """Bytes of one destination's messages that recovery brings into memory before it

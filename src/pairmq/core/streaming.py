@@ -73,7 +73,8 @@ class Streams:
             address = self.addresses.get(destination)
             if address is None:
                 address = self.addresses[destination] = Address(
-                    destination, STREAM, 0, AddressFullPolicy.PAGE)
+                    destination, STREAM, 0, AddressFullPolicy.PAGE,
+                    self.settings.dup_cache_size)
             retention = self.settings.retention_for(destination[len(STREAM_PREFIX):])
             stream = self.streams[destination] = StreamLog(destination, address, retention)
             self.records.append((rec.DEST, destination))

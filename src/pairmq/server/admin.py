@@ -90,6 +90,11 @@ class _Collector:
             counter = CounterMetricFamily(f"pairmq_messages_{name}", f"messages {name}")
             counter.add_metric([], stats.get(name, 0))
             yield counter
+        evicted = CounterMetricFamily(
+            "pairmq_producers_evicted", "producer sequences forgotten before "
+            "producer_expiry_ms because a destination had max_producers others")
+        evicted.add_metric([], stats.get("producers_evicted", 0))
+        yield evicted
         gauge = GaugeMetricFamily("pairmq_connections", "open client connections")
         gauge.add_metric([], len(server.role.connections))
         yield gauge

@@ -142,7 +142,8 @@ class PairmqServer:
         self._data_lock = lock
 
     def _restore(self, broker: Broker, store: Store, recovered: tuple | None = None) -> None:
-        replay, report = recovered or store.recover(self.config.dup_cache_size)
+        replay, report = recovered or store.recover(
+            self.config.core_settings().dup_cache_size_for)
         broker.restore(replay)
         log.info("%s (epoch %d, last seq %d)", report.describe(), store.epoch,
                  store.appended_seq)
@@ -249,8 +250,9 @@ class PairmqServer:
         if self._ahead is None:
             self._ahead = self._new_store()
         try:
-            return await self.loop.run_in_executor(None, self._ahead.read_ahead,
-                                                   self.config.dup_cache_size, limit_bytes)
+            return await self.loop.run_in_executor(
+                None, self._ahead.read_ahead, self.config.core_settings().dup_cache_size_for,
+                limit_bytes)
         except (OSError, JournalCorrupt) as e:
             self._ahead = None  # a takeover reads it all, and reports what is wrong
             log.warning("Reading the shared journal ahead failed: %s", e)
@@ -268,7 +270,7 @@ class PairmqServer:
         store, self._ahead = self._ahead or self._new_store(), None
         with gc_paused(freeze=True):
             recovered = await self.loop.run_in_executor(None, store.recover,
-                                                        self.config.dup_cache_size)
+                                                        self.config.core_settings().dup_cache_size_for)
             broker = self._new_broker()
             # In the thread too: a million messages take seconds to restore, and meanwhile
             # the loop verifies the lock and answers heartbeats (nothing else sees `broker`).

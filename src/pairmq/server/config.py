@@ -107,7 +107,13 @@ KEYS: tuple[Key, ...] = (
         "or refused per [store] full_policy (-1 = half of this machine's memory, 0 = no "
         "limit)", _at_least(-1)),
     Key("destinations", "dup_cache_size", int, 20000,
-        "dup-ids remembered per destination", _at_least(1)),
+        "dup-ids remembered per destination (advertised on CONNECTED)", _at_least(1)),
+    Key("destinations", "producer_expiry_ms", int, 7 * 24 * 3600 * 1000,
+        "a producer's sequence is forgotten once it stored nothing for this long (ms, 0 = "
+        "never)", _at_least(0)),
+    Key("destinations", "max_producers", int, 100_000,
+        "producer sequences remembered per destination; past it the least recently active "
+        "is forgotten (0 = no limit)", _at_least(0)),
     Key("streams", "max_bytes", int, 1024 * 1024 * 1024,
         "bytes each stream keeps (bodies, headers, 64 per message); past it the oldest "
         "messages are removed (0 = unlimited)", _at_least(0)),
@@ -195,6 +201,8 @@ class ServerConfig:
             expired_policy=v["expired_policy"],
             max_size_bytes=v["max_size_bytes"],
             dup_cache_size=v["dup_cache_size"],
+            producer_expiry_ms=v["producer_expiry_ms"],
+            max_producers=v["max_producers"],
             address_full_policy=AddressFullPolicy(v["address_full_policy"]),
             overrides=self.overrides,
             global_max_size_bytes=memory_budget(v["global_max_size_bytes"]),
@@ -272,7 +280,8 @@ def memory_budget(configured: int) -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
-OVERRIDABLE = ("address_full_policy", "max_size_bytes")  # keys an override may set
+# keys an override may set
+OVERRIDABLE = ("address_full_policy", "max_size_bytes", "dup_cache_size")
 
 
 def _overrides(table: Any, source: str) -> list[DestinationOverride]:
@@ -288,20 +297,20 @@ def _overrides(table: Any, source: str) -> list[DestinationOverride]:
         if problem:
             raise ConfigError(f"{here}: the pattern {problem}")
         if not isinstance(spec, dict):
-            raise ConfigError(f"{here} must be a table setting {' and/or '.join(OVERRIDABLE)}")
+            raise ConfigError(f"{here} must be a table setting {', '.join(OVERRIDABLE)}")
         unknown = sorted(set(spec) - set(OVERRIDABLE))
         if unknown:
             raise ConfigError(f"{here} has unknown key {unknown[0]!r}: an override may set "
-                              f"{' and '.join(OVERRIDABLE)}")
+                              f"{', '.join(OVERRIDABLE)}")
         if not spec:
-            raise ConfigError(f"{here} sets nothing: give {' and/or '.join(OVERRIDABLE)}")
+            raise ConfigError(f"{here} sets nothing: give {', '.join(OVERRIDABLE)}")
         keys = KEYS_BY_SECTION["destinations"]
         values = {name: _typed(keys[name], value, f"{here} {name}")
                   for name, value in spec.items()}
         policy = values.get("address_full_policy")
         found.append(DestinationOverride(
             pattern, AddressFullPolicy(policy) if policy is not None else None,
-            values.get("max_size_bytes")))
+            values.get("max_size_bytes"), values.get("dup_cache_size")))
     return found
 
 

@@ -168,7 +168,9 @@ class Connecting:
         beat = self.config.heartbeat_ms
         outgoing, incoming = negotiate_heart_beat(beat, beat, cx, cy)
         headers = {"version": version, "heart-beat": f"{beat},{beat}",
-                   "session": self.token, "server": f"pairmq/{__version__}"}
+                   "session": self.token, "server": f"pairmq/{__version__}",
+                   # the fewest dup-ids a destination remembers (docs/stomp.md)
+                   "dup-cache-size": str(self.broker.settings.smallest_dup_cache)}
         topology = self.role.topology()
         if topology is not None:
             headers["topology"] = topology

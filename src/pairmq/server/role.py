@@ -382,6 +382,8 @@ class Role:
                       address.name if address else "?")
         elif kind == "expired":
             log.debug("Dropped expired message %s", event.detail)
+        elif kind == "producers-evicted":
+            log.warning("Producer sequences: %s", event.detail)
 
     def _store_full_changed(self, full: bool) -> None:
         if full:

@@ -16,9 +16,8 @@ class PairmqError(RuntimeError):
 def open_client(options: SourceOptions, what: str) -> Client:
     """A connected failover client, or PairmqError naming the servers and their answers.
 
-    `what` only names it in errors: a client's name prefixes the dup-ids it makes itself,
-    so two clients of one name (a query restarted) would make the same ones, and the
-    server would drop the second's messages (a group commit) as duplicates."""
+    `what` only names it in errors: the client keeps its random name (the producer id of
+    what it sends is its name plus a random part, unique either way)."""
     url, keywords = options.connect_arguments()
     try:
         return connect(url, **keywords)

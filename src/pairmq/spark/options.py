@@ -99,11 +99,12 @@ OPTIONS: tuple[Option, ...] = (
            "required to write: /queue/NAME, /topic/NAME or /stream/NAME", _destination),
     Option("sendBatchRecords", int, 1000, "write",
            "rows per SEND frame (pairmq-batch, 1 to 10000; a frame is also sent once it packs 1 "
-           "MiB); the server confirms a frame's rows together, each by its dup-id",
+           "MiB); the server confirms a frame's rows together",
            _per_frame),
     Option("queryId", str, None, "write",
-           "the first part of every dup-id (default: the streaming query's id, which a "
-           "restart from the checkpoint keeps; for a batch write, a new id per write)"),
+           "the first part of the producer id that numbers the rows (default: the streaming "
+           "query's id, which a restart from the checkpoint keeps; for a batch write, a new "
+           "id per write)"),
     Option("testing.failAfterRows", int, None, "write",
            "tests only: the first attempt of partition 0's task fails after sending (and "
            "confirming) this many rows, so that Spark retries it", lambda v: None

@@ -1,6 +1,7 @@
 """The reader's and writer's decisions, pure: where a query starts, how far a micro-batch
-goes, how it is split into tasks, which delivered offsets a task keeps, and the dup-id of
-each written row. The Spark classes (reader.py, writer.py) only do the I/O around these.
+goes, how it is split into tasks, which delivered offsets a task keeps, and the producer
+that numbers each task's written rows. The Spark classes (reader.py, writer.py) only do
+the I/O around these.
 """
 
 from __future__ import annotations
@@ -110,9 +111,8 @@ class RangeCursor:
         return self.done
 
 
-def dup_id_prefix(query_id: str, batch_id: int | str, partition: int) -> str:
-    """What the dup-ids of one task's rows start with; a row's dup-id is this then its
-    position in the task's input (client/batching.py's BatchBuilder appends it): the same
-    for every attempt of the same task and every replay of the same micro-batch,
-    different for every other row."""
-    return f"{query_id}:{batch_id}:{partition}:"
+def producer_of(query_id: str, partition: int) -> str:
+    """The producer a task's rows are numbered as (docs/spark.md, "Exactly once"): the same
+    for every attempt of the task and every micro-batch of the query (the batch id is the
+    epoch), different for every other task."""
+    return f"{query_id}:{partition}"

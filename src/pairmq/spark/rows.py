@@ -98,12 +98,14 @@ def body_bytes(value: Any) -> bytes:
 
 # headers a row may not set: the writer and the client own them
 RESERVED_HEADERS = frozenset({"dup-id", "receipt", "destination", "content-length",
-                              "transaction", "persistent"})
+                              "transaction", "persistent", "pairmq-producer",
+                              "pairmq-producer-epoch", "pairmq-seq", "pairmq-batch"})
 
 
 def row_headers(value: Any) -> dict[str, str]:
     """A headers cell (a map as a list of pairs, a dict, or null) -> the row's own headers
-    of its message (the writer adds its dup-id); reserved headers of the row are dropped."""
+    of its message (the writer numbers the rows itself); reserved headers of the row are
+    dropped."""
     pairs = value.items() if isinstance(value, Mapping) else (value or [])
     return {str(k): str(v) for k, v in pairs
             if k is not None and v is not None and str(k).lower() not in RESERVED_HEADERS}

@@ -1,14 +1,17 @@
 """Writing rows as messages: streaming and batch, both Arrow writers (record batches in).
 
-Every row is sent persistent with the dup-id `{query}:{batch}:{partition}:{row}`
-(plan.dup_id_prefix), the same on every attempt of a task and every replay of a micro-batch, so
-the server keeps one copy (within its dup-id cache, docs/spark.md). The query id comes from
-the task's local property `sql.streaming.queryId` (the id a restart from the checkpoint
-keeps; the run id changes); a batch write's id is made once on the driver.
+Every row is sent persistent and numbered for the server as a producer's message
+(docs/spark.md, "Exactly once"): the producer is `{query}:{partition}`, its epoch the
+micro-batch id (0 for a batch write), and a row's number its position in the task's input,
+from 0 (plan.producer_of). Every attempt of a task and every replay of a micro-batch
+numbers its rows the same way, so the server drops the rows it has and takes the rest,
+however many were in flight when a failover or a task failure came. The query id comes
+from the task's local property `sql.streaming.queryId` (the id a restart from the
+checkpoint keeps; the run id changes); a batch write's id is made once on the driver.
 
 Rows go `sendBatchRecords` to a SEND frame (`pairmq-batch`, docs/stomp.md): the server takes a
-frame's rows together and confirms them with one receipt; each row keeps its dup-id, so a
-frame sent again (a failover, a retried task) adds only the rows the server lacks.
+frame's rows together and confirms them with one receipt; the frame's stamp numbers its
+first row, the others follow.
 
 `write()` runs on executors; `commit()` on the driver on another instance: what a task
 did travels in its `PairmqCommitMessage`.
@@ -34,7 +37,7 @@ from pairmq.client import Client, ClientError, Outcome, SendResult
 from pairmq.client.batching import BatchBuilder
 from pairmq.spark.connecting import PairmqError, open_client
 from pairmq.spark.options import SourceOptions
-from pairmq.spark.plan import dup_id_prefix
+from pairmq.spark.plan import producer_of
 from pairmq.spark.rows import body_bytes, row_headers
 
 log = logging.getLogger("pairmq.spark")
@@ -67,20 +70,21 @@ class _Frame:
 
 class _FrameSender:
     """Packs one task's rows into batched SENDs and keeps at most FRAMES_AHEAD of them
-    unconfirmed; raises (failing the task, which Spark retries with the same dup-ids) once
+    unconfirmed; raises (failing the task, which Spark retries with the same numbers) once
     one is refused or its outcome is unknown."""
 
-    def __init__(self, client: Client, destination: str, prefix: str, per_frame: int) -> None:
+    def __init__(self, client: Client, destination: str, packing: BatchBuilder,
+                 per_frame: int) -> None:
         self.client = client
         self.destination = destination
-        self.packing = BatchBuilder(prefix)  # dup-ids: the prefix, then the row
+        self.packing = packing  # numbers the rows: the producer, the batch, the row
         self.per_frame = per_frame
         self.rows = 0  # rows packed so far, in all frames
         self.sent: deque[_Frame] = deque()
 
     def add(self, body: bytes, headers: dict[str, str] | None) -> None:
         packing = self.packing
-        packing.add(body, self.rows, headers)
+        packing.add(body, headers)
         self.rows += 1
         if packing.count >= self.per_frame or packing.size >= FRAME_BYTES:
             self.send()
@@ -108,9 +112,10 @@ class _FrameSender:
         result = frame.result
         result.wait()
         if result.outcome is not Outcome.CONFIRMED:
-            prefix = self.packing.prefix
+            packing = self.packing
             last = frame.first + frame.count - 1
-            raise PairmqError(f"pairmq: rows {prefix}{frame.first} to {prefix}{last} to "
+            raise PairmqError(f"pairmq: rows {frame.first} to {last} of producer "
+                              f"{packing.producer} (epoch {packing.epoch}) to "
                               f"{self.destination} ended {result.outcome}: {result.error}")
 
 
@@ -125,8 +130,8 @@ def write_rows(options: SourceOptions, query_id: str, batch_id: str,
     if not (fail_after is not None and partition == 0 and attempt == 0):
         fail_after = None
     client = open_client(options, f"spark-write-{batch_id}-{partition}-{attempt}")
-    sender = _FrameSender(client, destination, dup_id_prefix(query_id, batch_id, partition),
-                          options["sendBatchRecords"])
+    packing = BatchBuilder(producer_of(query_id, partition), _epoch(batch_id))
+    sender = _FrameSender(client, destination, packing, options["sendBatchRecords"])
     try:
         for batch in batches:
             bodies = batch.column("body").to_pylist()
@@ -146,6 +151,13 @@ def write_rows(options: SourceOptions, query_id: str, batch_id: str,
     finally:
         client.close(5.0)
     return PairmqCommitMessage(partition, attempt, sender.rows)
+
+
+def _epoch(batch_id: str) -> int:
+    """A micro-batch's id as its rows' epoch (Spark's ids are whole numbers)."""
+    if not batch_id.isdigit():
+        raise PairmqError(f"pairmq: the micro-batch id {batch_id!r} is not a whole number")
+    return int(batch_id)
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> int:
@@ -173,12 +185,14 @@ class PairmqStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("pairmq: batch %d failed after %d rows were confirmed; a retry sends "
-                    "them with the same dup-ids", batchId, _total(messages))
+                    "them with the same numbers (the server drops them)", batchId,
+                    _total(messages))
 
 
 class PairmqBatchWriter(DataSourceArrowWriter):
     """`df.write.format("pairmq")`: one id for the whole write, made on the driver, so a
-    retried task repeats its dup-ids (option queryId: the same id for a write run again)."""
+    retried task repeats its rows' numbers (option queryId: the same id for a write run
+    again)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options

@@ -163,6 +163,11 @@ class Mirroring:
                 keys.append(("group", entry[1], entry[2]))
             elif kind == disk.EPOCH:
                 keys.append(("epoch", entry[1]))
+            elif kind == disk.PRODUCER:
+                evicted = broker.follow_producer(*entry[1:])
+                keys.append(("producer", entry[1], entry[2]))
+                if evicted is not None:
+                    forget.append(("producer", entry[1], evicted))
         for key in keys:
             self._forget(key)
             info.live.add(key)

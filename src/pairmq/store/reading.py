@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,8 +54,8 @@ class SegmentRead:
 
 
 class JournalReading:
-    def __init__(self, directory: Path, dup_cache_size: int = 20000, rebuild: bool = True,
-                 ahead: bool = False) -> None:
+    def __init__(self, directory: Path, dup_cache_size: int | Callable[[str], int] = 20000,
+                 rebuild: bool = True, ahead: bool = False) -> None:
         self.directory = directory
         self.rebuild = rebuild  # False: only check the records (tools), do not decode them
         self.ahead = ahead  # reading ahead of a writer: every record must follow the last
@@ -154,12 +155,13 @@ class JournalReading:
 
     def _visitor(self, segment_id: int, path: Path):
         replay, rebuild, adds, apply = self.replay, self.rebuild, _apply_adds, self._apply
+        where = self.where
 
         def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
                   add: int = disk.ADD) -> None:
             try:
                 if rebuild and (payload[0] != add
-                                or not adds(replay, payload, segment_id, offset)):
+                                or not adds(replay, where, payload, segment_id, offset)):
                     apply(decode_entries(payload, load_bodies=False), segment_id, offset)
             except (CorruptRecord, *BAD_BYTES) as e:
                 raise JournalCorrupt(
@@ -209,6 +211,9 @@ class JournalReading:
                 where[("group", entry[1], entry[2])] = segment_id
             elif kind == disk.EPOCH:
                 where[("epoch", entry[1])] = segment_id
+            elif kind == disk.PRODUCER:
+                replay.producer(entry[1], entry[2], entry[3], entry[4], entry[5])
+                where[("producer", entry[1], entry[2])] = segment_id
 
 
 def message_of(e: disk.AddEntry) -> Message:
@@ -219,13 +224,19 @@ def message_of(e: disk.AddEntry) -> Message:
     return message
 
 
-def _apply_adds(replay: Replay, payload: memoryview, segment_id: int, offset: int) -> bool:
-    """The common record, messages added and nothing else, straight into Messages: a
-    million of them are read at every start, and by a shared-store backup. False when the
-    record holds other entries (the general path decodes it then)."""
-    adds = disk.decode_adds(payload)
+def _apply_adds(replay: Replay, where: dict[tuple, int], payload: memoryview, segment_id: int,
+                offset: int) -> bool:
+    """The common record, messages added (and their producers' sequences) and nothing
+    else, straight into Messages: a million of them are read at every start, and by a
+    shared-store backup. False when the record holds other entries (the general path
+    decodes it then)."""
+    producers: list[tuple] = []
+    adds = disk.decode_adds(payload, producers)
     if adds is None:
         return False
+    for _, destination, producer, epoch, seq, seen in producers:
+        replay.producer(destination, producer, epoch, seq, seen)
+        where[("producer", destination, producer)] = segment_id
     add = replay.add
     for (order, expires, priority, persistent, deliveries, message_id, destination,
          headers, queues, body_at, body_length, meta_length) in adds:

@@ -45,6 +45,7 @@ DUP = 7  # a duplicate id accepted for a destination
 EPOCH = 8  # the pair's epoch changed: this server became active with it
 DUPS = 9  # a destination's whole dup-id cache, oldest first (written by compaction)
 GROUP = 10  # a stream's consumer group processed every offset below this one
+PRODUCER = 11  # a producer's messages to a destination are taken up to a sequence number
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -186,6 +187,15 @@ def encode_group(stream: str, group: str, offset: int) -> bytes:
     return b"".join((_U8.pack(GROUP), _s(stream), _s(group), _U64.pack(offset)))
 
 
+_PRODUCER_NUMBERS = struct.Struct("<QQQ")  # epoch, seq, ms
+
+
+def encode_producer(destination: str, producer: str, epoch: int, seq: int, seen: int
+                    ) -> bytes:
+    return b"".join((_U8.pack(PRODUCER), _s(destination), _s(producer),
+                     _PRODUCER_NUMBERS.pack(epoch, seq, seen)))
+
+
 def encode_epoch(epoch: int) -> bytes:
     return _U8.pack(EPOCH) + _U32.pack(epoch)
 
@@ -232,19 +242,23 @@ def decode_lone_add(buf: memoryview) -> tuple | None:
             queues, body_at, body_length, n)
 
 
-def decode_adds(buf: memoryview) -> list[tuple] | None:
-    """A record made only of ADD entries (one SEND, or a group of them written together),
-    decoded without AddEntry objects and with headers left packed: one tuple per message,
-    as `decode_lone_add` returns them, or None when the record holds other entries (the
-    general loop decodes it then). A recovery reads a million of these. Raises BAD_BYTES
-    or CorruptRecord on damaged bytes."""
+def decode_adds(buf: memoryview, producers: list[tuple]) -> list[tuple] | None:
+    """A record made only of ADD entries (one SEND, or a group of them written together)
+    and the PRODUCER entries of their producers, decoded without AddEntry objects and with
+    headers left packed: one tuple per message, as `decode_lone_add` returns them (the
+    PRODUCER entries appended to `producers`), or None when the record holds other entries
+    (the general loop decodes it then). A recovery reads a million of these. Raises
+    BAD_BYTES or CorruptRecord on damaged bytes."""
     end = len(buf)
     pos = 0
     out: list[tuple] = []
     head, u32, head_size = _ADD_HEAD.unpack_from, _U32.unpack_from, _ADD_HEAD.size
     while pos < end:
         if buf[pos] != ADD:
-            return None
+            if buf[pos] != PRODUCER:
+                return None
+            pos = _decode_producer(buf, pos, producers)
+            continue
         _, order, expires, priority, persistent, deliveries, n = head(buf, pos)
         meta_at = pos + head_size
         body_len_at = meta_at + n
@@ -260,6 +274,23 @@ def decode_adds(buf: memoryview) -> list[tuple] | None:
         out.append((order, expires, priority, persistent, deliveries, message_id, destination,
                     headers, queues, body_at, body_length, n))
     return out
+
+
+def _decode_producer(buf: memoryview, pos: int, out: list[tuple]) -> int:
+    """One PRODUCER entry at `pos` into `out`; returns where the next entry starts."""
+    u32 = _U32.unpack_from
+    pos += 1
+    (n,) = u32(buf, pos)
+    destination = str(buf[pos + 4:pos + 4 + n], "utf-8")
+    pos += 4 + n
+    (n,) = u32(buf, pos)
+    producer = str(buf[pos + 4:pos + 4 + n], "utf-8")
+    pos += 4 + n
+    if pos + _PRODUCER_NUMBERS.size > len(buf):
+        raise CorruptRecord("a producer entry runs past the end of its record")
+    epoch, seq, seen = _PRODUCER_NUMBERS.unpack_from(buf, pos)
+    out.append((PRODUCER, destination, producer, epoch, seq, seen))
+    return pos + _PRODUCER_NUMBERS.size
 
 
 def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
@@ -364,6 +395,8 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 (epoch,) = u32(buf, pos + 1)
                 pos += 5
                 out.append((EPOCH, epoch))
+            elif etype == PRODUCER:
+                pos = _decode_producer(buf, pos, out)
             else:
                 raise CorruptRecord(f"unknown entry type {etype}")
     except BAD_BYTES as e:

@@ -33,6 +33,7 @@ from pairmq.store.records import (
     encode_durable,
     encode_epoch,
     encode_group,
+    encode_producer,
     encode_undurable,
 )
 from pairmq.store.writer import JournalWriter, SegmentInfo
@@ -105,7 +106,7 @@ class Store(Mirroring):
 
     # ------------------------------------------------------------ recovery
 
-    def recover(self, dup_cache_size: int = 20000,
+    def recover(self, dup_cache_size: int | Callable[[str], int] = 20000,
                 rebuild: bool = True) -> tuple[Replay, RecoveryReport]:
         """Read every segment back, cut a torn tail, refuse corruption. Before serving.
 
@@ -140,7 +141,8 @@ class Store(Mirroring):
         """The last record read ahead (0: none)."""
         return self._reading.last_seq if self._reading is not None else 0
 
-    def read_ahead(self, dup_cache_size: int = 20000, limit_bytes: int = 0) -> int:
+    def read_ahead(self, dup_cache_size: int | Callable[[str], int] = 20000,
+                   limit_bytes: int = 0) -> int:
         """Shared store, before holding the lock: read what the active server appended
         since the last call, about `limit_bytes` of it (0 = all; store/reading.py says why
         nothing is missed), so that `recover` reads only the rest. Never changes a file.
@@ -202,6 +204,9 @@ class Store(Mirroring):
         if key[0] == "epoch":
             return True
         address = broker.addresses.get(key[1])
+        if key[0] == "producer":
+            return address is not None and address.producers is not None \
+                and key[2] in address.producers
         return address is not None and key[2] in address.dups
 
     @property
@@ -251,9 +256,14 @@ class Store(Mirroring):
         added: list[tuple[Message, list[str], int, bytes]] = []  # message, queues, body at, body
         keys: list[tuple] = []
         pending: dict[int, int] = {}  # id(message) -> its place in `added` (an ADD here)
+        # a producer's newest state in this group: one entry each, after the messages
+        producers: dict[tuple[str, str], tuple] = {}
         size = 0
         for record in records:
             kind = record[0]
+            if kind == rec.PRODUCER:
+                producers[(record[1], record[2])] = record
+                continue
             if kind == rec.ADD:
                 message, queue_keys = record[1], record[2]
                 pending[id(message)] = len(added)
@@ -299,6 +309,10 @@ class Store(Mirroring):
             elif kind == rec.DUP_EVICT:
                 self._forget(("dup", record[1], record[2]))
                 continue
+            elif kind == rec.PRODUCER_FORGET:
+                producers.pop((record[1], record[2]), None)
+                self._forget(("producer", record[1], record[2]))
+                continue
             elif kind == EPOCH_RECORD:
                 entry = encode_epoch(record[1])
                 keys.append(("epoch", record[1]))
@@ -309,6 +323,9 @@ class Store(Mirroring):
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
             size += len(entry)
+        for record in producers.values():
+            parts.append(encode_producer(*record[1:]))
+            keys.append(("producer", record[1], record[2]))
         # Even with nothing to write (bookkeeping only) a record is appended: the receipts of
         # the frames that made it wait for this very sequence number (their ticket).
         seq, segment_id, offset = writer.append(b"".join(parts), self.epoch)
@@ -533,6 +550,13 @@ class Store(Mirroring):
                 q = broker.durables.get(obj[1])
                 if q is not None:
                     records.append((rec.DURABLE, obj[1], q.address.name))
+            elif obj[0] == "producer":
+                address = broker.addresses.get(obj[1])
+                state = address.producers.get(obj[2]) \
+                    if address is not None and address.producers is not None else None
+                if state is not None:
+                    records.append((rec.PRODUCER, obj[1], obj[2], state.epoch, state.seq,
+                                    state.seen))
             elif obj[1] not in dup_destinations:
                 # Rewrite the destination's whole cache in order: copying single ids after
                 # newer ones would change which ids a restart evicts first.

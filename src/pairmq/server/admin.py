@@ -140,6 +140,8 @@ class _Collector:
         serving = GaugeMetricFamily("pairmq_serving", "1 when this server serves clients")
         serving.add_metric([], 1 if server.serving else 0)
         yield serving
+        if server.watch is not None:
+            yield from server.watch.metrics()
 
 
 def _refused(status: int, problem: str) -> web.Response:

@@ -14,11 +14,19 @@ from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
 from pairmq.server.connection import StompConnection, now_ms
 from pairmq.server.ha import ReplicationDriver
+from pairmq.server.looplag import LoopWatch
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
-from pairmq.store.gcpause import collect_young_less_often, gc_paused, report_slow_collections
+from pairmq.store.gcpause import (
+    FULL_EVERY_S,
+    collect_oldest_in_steps,
+    collect_young_less_often,
+    collection_step,
+    gc_paused,
+    report_slow_collections,
+)
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
 from pairmq.store.store import Store
@@ -52,6 +60,8 @@ class PairmqServer:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.port = config.stomp_port
         self._admin = None
+        self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
+        self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
@@ -150,6 +160,8 @@ class PairmqServer:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.watch = LoopWatch(self.loop)
+        self.watch.start()
         self._lock_data_dir()
         report_slow_collections(SLOW_GC_S, lambda generation, took: log.warning(
             "A garbage collection (generation %s) paused the server for %.2f s", generation,
@@ -164,6 +176,7 @@ class PairmqServer:
         # Without a pair this serves at once (nothing awaited: no client is accepted before).
         await self.pair.start()
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
+        self._collector = self.loop.call_later(FULL_EVERY_S, self._collect)
         if not self.config.users and not self.config.allow_anonymous:
             log.warning("No users are configured and anonymous access is off: nobody can "
                         "connect. Add [auth.users] or set allow_anonymous = true.")
@@ -181,6 +194,10 @@ class PairmqServer:
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self.watch is not None:
+            self.watch.stop()
+        if self._collector is not None:
+            self._collector.cancel()
         await self.pair.stop()
         if self._admin is not None:
             await self._admin.cleanup()
@@ -332,6 +349,10 @@ class PairmqServer:
                                     self.pair.active_address())
         self.role.update_confirmed()
 
+    def _collect(self) -> None:
+        collection_step()
+        self._collector = self.loop.call_later(FULL_EVERY_S, self._collect)
+
     def _sweep(self) -> None:
         self._sample_disk()
         self.role.sweep(now_ms())
@@ -366,6 +387,7 @@ def run(config: ServerConfig) -> None:
     setup_logging(config.log_level)
     sys.setswitchinterval(GIL_SWITCH_S)
     collect_young_less_often()
+    collect_oldest_in_steps()
     log.info("Starting pairmq server %s (pid %d, config %s)", config.name, os.getpid(),
              config.source)
     try:

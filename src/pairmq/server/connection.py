@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
@@ -32,6 +33,7 @@ from pairmq.server.role import Role, RolePhase, Ticket
 
 log = logging.getLogger("pairmq.connection")
 
+TURN_BUDGET_S = 0.02  # frames applied per turn of the event loop, at most this long
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
 WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
@@ -63,7 +65,8 @@ class StompConnection(Connecting, asyncio.Protocol):
         self.version = "1.2"
         self.connected = False
         self.closing = False
-        self.waiting = False  # frames are held: a password check runs, or the journal is full
+        self.waiting = False  # frames are held: a password check runs, the journal is full,
+        # or this turn spent its budget (process)
         self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
         self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
@@ -171,11 +174,23 @@ class StompConnection(Connecting, asyncio.Protocol):
     # ------------------------------------------------------------ frames
 
     def process(self, frames: list[Frame]) -> None:
+        """Apply frames in order, for at most TURN_BUDGET_S: one socket read can bring
+        tens of thousands of messages (16 batched SENDs of 1,000), and a turn of the event
+        loop that long delays every other client and the pair's heartbeats. What is left
+        waits in the backlog, reading paused, until the next turn (issue 18)."""
+        started = time.perf_counter()
         for i, frame in enumerate(frames):
             if self.closing or self.disconnecting:
                 return
             if self.waiting:
                 self.backlog.extend(frames[i:])
+                return
+            if i and time.perf_counter() - started > TURN_BUDGET_S:
+                self.backlog.extend(frames[i:])
+                self.waiting = True
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                self.loop.call_soon(self.release_backlog)
                 return
             self.handle(frame)
 

@@ -1,7 +1,21 @@
-"""Pausing the garbage collector while a start builds millions of long-lived objects.
+"""The garbage collector of a broker that holds millions of long-lived objects.
 
-Each collection would scan every one of them again (about 40% of a million-message
-recovery); after recovery they are frozen, so later collections skip them too.
+A full collection scans every tracked object: with two million messages waiting it held
+the whole process, heartbeats and lease included, for 1.9 s (issue 18), long enough for
+the pair to take its active server for dead. So:
+
+- a start (recovery) builds its objects with the collector paused, then freezes them:
+  later collections skip them (`gc_paused`);
+- the server never lets the collector run a full collection by itself
+  (`collect_in_steps` sets the oldest generation's threshold out of reach): every
+  `FULL_EVERY_S` the server collects what was made since the previous step, then freezes
+  it too. A step's pause is bounded by what the server allocated in that time, not by
+  what it holds;
+- frozen objects are still freed when nothing refers to them (reference counting), but
+  a reference cycle among them is not, until they are thawed: each step thaws everything
+  first while fewer than `THAW_BELOW` objects are frozen (a full collection of them is
+  short), so cycles are collected whenever the heap is small, and at worst wait for a
+  backlog to drain.
 """
 
 from __future__ import annotations
@@ -27,6 +41,9 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
 
 
 YOUNG_THRESHOLD = 20_000  # allocations between two collections of the youngest objects
+NEVER = 1 << 30  # the oldest generation's threshold: the server collects it in steps
+FULL_EVERY_S = 2.0  # between two steps
+THAW_BELOW = 150_000  # frozen objects under which a step collects everything
 
 
 def collect_young_less_often() -> None:
@@ -39,6 +56,22 @@ def collect_young_less_often() -> None:
     but cycles at once; older generations keep their thresholds."""
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
+
+
+def collect_oldest_in_steps() -> None:
+    """No automatic full collection from now on: the server calls `collection_step`."""
+    young, older, _ = gc.get_threshold()
+    gc.set_threshold(young, older, NEVER)
+
+
+def collection_step() -> int:
+    """Collect what was made since the last step (everything, while the heap is small),
+    then freeze it. Returns the objects the collection found unreachable."""
+    if gc.get_freeze_count() < THAW_BELOW:
+        gc.unfreeze()
+    found = gc.collect()
+    gc.freeze()
+    return found
 
 
 def report_slow_collections(threshold_s: float, report) -> None:

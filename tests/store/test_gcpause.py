@@ -1,0 +1,64 @@
+"""The collector in steps (store/gcpause.py): a step collects what was made since the last
+one and freezes it; while few objects are frozen it thaws them first, so a reference
+cycle is collected; with many frozen, a step leaves them alone (its pause stays short)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from pairmq.store import gcpause
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def cycle() -> weakref.ref:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    gc.unfreeze()
+    gc.collect()
+    try:
+        gcpause.collect_oldest_in_steps()
+        assert gc.get_threshold()[2] == gcpause.NEVER
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+def test_a_step_freezes_what_it_kept_and_collects_a_cycle_while_the_heap_is_small(collector):
+    kept = [Node() for _ in range(1000)]
+    gcpause.collection_step()
+    assert gc.get_freeze_count() >= 1000
+    gone = cycle()
+    gcpause.collection_step()  # the cycle was just made: collected
+    assert gone() is None
+    frozen_cycle = cycle()
+    gc.freeze()  # as if it had lived through a step, then became garbage
+    assert frozen_cycle() is not None
+    gcpause.collection_step()  # few objects frozen: thawed, collected
+    assert frozen_cycle() is None
+    assert kept[0] is not None
+
+
+def test_with_many_objects_frozen_a_step_leaves_them_alone(collector, monkeypatch):
+    monkeypatch.setattr(gcpause, "THAW_BELOW", 10)
+    gc.freeze()  # everything alive now, far more than 10 objects
+    frozen = gc.get_freeze_count()
+    frozen_cycle = cycle()
+    gc.freeze()
+    gcpause.collection_step()
+    assert frozen_cycle() is not None, "not thawed: its collection would scan the backlog"
+    assert gc.get_freeze_count() >= frozen

@@ -16,6 +16,7 @@ from pairmq.core.settings import (
     pattern_problem,
     sorted_overrides,
 )
+from tests.support.pages import Pages
 
 NOW = 1_000_000
 P = {"persistent": "true"}
@@ -38,7 +39,10 @@ def fill(broker: Broker, destination: str = "/queue/q", count: int = 5,
 
 
 def drain(broker: Broker, destination: str = "/queue/q") -> list[str]:
+    """What the destination holds, in delivery order, paged messages read back as the
+    store would (tests/support/pages.py)."""
     broker.subscribe(2, "drain", destination, NOW)
+    Pages().serve(broker, NOW)
     return [d.entry.message.headers.get("n", "") for d in broker.take_outbox().get(2, [])]
 
 
@@ -91,15 +95,18 @@ def test_server_wide_shortages_hold_or_refuse_what_they_concern(shortage, persis
 # ----------------------------------------------------------------------------- policies
 
 
-def test_page_marks_persistent_messages_past_the_limit_and_keeps_the_order():
+def test_page_sends_persistent_messages_past_the_limit_to_the_log_in_order():
     broker = make(AddressFullPolicy.PAGE)
     assert fill(broker, count=8) == [Admission.ACCEPTED] * 5 + [Admission.PAGED] * 3
     added = [r[1] for r in broker.take_records() if r[0] == rec.ADD]
-    assert [m.page_out for m in added] == [False] * 5 + [True] * 3
-    # Non-persistent ones cannot be paged: they are taken into memory, never held.
+    assert [m.log is not None for m in added] == [False] * 5 + [True] * 3
+    q = broker.queues["/queue/q"]
+    assert (q.count, broker.paged_waiting(q)) == (5, 3)
+    # Non-persistent ones cannot be paged: they are taken into memory, never held, and
+    # come out before the paged ones (only the journal holds those).
     assert fill(broker, count=2, headers={"x": "np"}) == [Admission.ACCEPTED] * 2
     assert [e.kind for e in broker.take_events()] == ["address-full"]
-    assert drain(broker) == [str(i) for i in range(8)] + ["0", "1"]
+    assert drain(broker) == [str(i) for i in range(5)] + ["0", "1"] + ["5", "6", "7"]
 
 
 def test_block_holds_without_changing_anything():

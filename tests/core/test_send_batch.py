@@ -14,6 +14,7 @@ from pairmq.core import records as rec
 from pairmq.core.admission import Admission, Cause
 from pairmq.core.message import Message
 from pairmq.core.settings import AddressFullPolicy, Retention
+from tests.support.pages import Pages
 from tests.support.replay import replayed
 
 NOW = 1_000_000
@@ -280,12 +281,14 @@ def test_drop_applies_message_by_message_inside_a_batch():
     assert ns(drain(broker)) == [str(i) for i in range(5)]
 
 
-def test_page_marks_the_persistent_messages_past_the_limit_inside_a_batch():
+def test_page_sends_the_persistent_messages_past_the_limit_inside_a_batch_to_the_log():
     broker = make(address_full_policy=AddressFullPolicy.PAGE, max_size_bytes=LIMIT)
     assert batch(broker, numbered(8), persistent="true").admission is Admission.ACCEPTED
     added = [r[1] for r in kinds(broker.take_records(), rec.ADD)]
-    assert [m.page_out for m in added] == [False] * 5 + [True] * 3
-    assert ns(drain(broker)) == [str(i) for i in range(8)]
+    assert [m.log is not None for m in added] == [False] * 5 + [True] * 3
+    broker.subscribe(2, "drain", Q, NOW)
+    Pages().serve(broker, NOW)
+    assert ns([d.entry.message for d in broker.take_outbox()[2]]) == [str(i) for i in range(8)]
 
 
 # ----------------------------------------------------------------------------- transactions

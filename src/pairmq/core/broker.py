@@ -23,6 +23,7 @@ from pairmq.core.errors import CoreError
 from pairmq.core.follow import Follow
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
+from pairmq.core.paging import PAGE_LOW, Paging
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.replay import Replay
 from pairmq.core.resume import Resume
@@ -37,7 +38,7 @@ __all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/intake.py
 _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.py)
 
 
-class Broker(Intake, Follow, Resume, Streams):
+class Broker(Intake, Follow, Resume, Streams, Paging):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -56,7 +57,9 @@ class Broker(Intake, Follow, Resume, Streams):
         self.records: list[tuple] = []  # durable state changes for the journal (core.records)
         self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
                       "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0,
-                      "dropped": 0, "producers_evicted": 0}
+                      "dropped": 0, "producers_evicted": 0, "paged": 0, "paged_in": 0}
+        self.page_wanted: dict[Queue, None] = {}  # core/paging.py
+        self.moved_logs: dict = {}
         self.capacity = Capacity(self.settings)
         self._message_seq = 0
         self._order_seq = 0
@@ -279,6 +282,7 @@ class Broker(Intake, Follow, Resume, Streams):
         self.records.append((rec.UNDURABLE, key))
 
     def _delete_queue(self, q: Queue) -> None:
+        self._leave_log(q)
         address = q.address
         if q in address.queues:
             address.queues.remove(q)
@@ -449,7 +453,7 @@ class Broker(Intake, Follow, Resume, Streams):
         """Hand waiting messages to consumers with room, round-robin."""
         consumers = q.consumers
         n = len(consumers)
-        if not n or not q.count:
+        if not n:
             return
         idle = 0
         while q.count:
@@ -458,17 +462,19 @@ class Broker(Intake, Follow, Resume, Streams):
             if not sub.can_take() or (sub.ack_mode == ACK_AUTO and self._turn_full(sub)):
                 idle += 1
                 if idle >= n:
-                    return
+                    break
                 continue
             entry = q.pop()
             if entry is None:
-                return
+                break
             expires = entry.message.expires
             if expires and expires <= now:
                 self._expire(q, entry, now)
                 continue
             idle = 0
             self._deliver(sub, entry)
+        if q.count < PAGE_LOW and q.address.log is not None:
+            self._want_pages(q)  # core/paging.py: the next window, read by the store
 
     def _turn_full(self, sub: Subscription) -> bool:
         """An auto-ack consumer takes at most `prefetch` messages per turn of the server
@@ -556,7 +562,10 @@ class Broker(Intake, Follow, Resume, Streams):
         self.stats["dead_lettered"] += 1
         self.events.append(BrokerEvent("dead-lettered", dlq.address,
                                        f"{old.message_id} from {old.destination}: {reason}"))
-        self._enqueue(dlq, Entry(moved), now)
+        if moved.persistent and self._pages_to_log(dlq.address):
+            self._to_log(dlq.address, [dlq], moved)  # behind what the DLQ has paged
+        else:
+            self._enqueue(dlq, Entry(moved), now)
 
     def _address(self, name: str, kind: str) -> Address:
         address = self.addresses.get(name)

@@ -92,6 +92,10 @@ class Intake:
         def _stream_route(self, destination: str, stored: dict[str, str], body: bytes,
                           now: int) -> Outcome: ...
         def _dup_address(self, destination: str) -> Address: ...
+        def _to_log(self, address: Address, targets: list[Queue], message: Message
+                    ) -> None: ...
+        @staticmethod
+        def _pages_to_log(address: Address) -> bool: ...
 
     def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
              now: int, transaction: str | None = None,
@@ -288,14 +292,17 @@ class Intake:
         if not targets:
             self.stats["unroutable_topic"] += 1
             return ACCEPTED
+        keys = None
         if message.persistent:
             keys = [q.key for q in targets if q.key is not None]
             if keys:
                 self.records.append((rec.ADD, message, keys))
-        if admission is _IS_PAGED:
-            message.page_out = True
-        for q in list(targets):
-            self._enqueue(q, Entry(message), now)
+        if keys and len(keys) == len(targets) and (
+                admission is _IS_PAGED or self._pages_to_log(address)):
+            self._to_log(address, targets, message)  # core/paging.py: no object kept
+        else:
+            for q in list(targets):
+                self._enqueue(q, Entry(message), now)
         if address.size > address.limit and address.limit:
             self._check_full(address)
         return PAGED if admission is _IS_PAGED else ACCEPTED

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pairmq.core.paged import PagedLog
+
 DEFAULT_PRIORITY = 4
 
 
@@ -36,6 +38,9 @@ class Message:
     # The broker's word to the store: its destination was full (address_full_policy page),
     # so keep the body on disk only once the record is synced, whatever the paging budget.
     page_out: bool = False
+    # Routed to its address's paged log (core/paged.py) and not located yet: the store
+    # hands it to this log once its record is on disk, and the object is dropped.
+    log: PagedLog | None = field(default=None, repr=False)
     # The serializer caches the encoded header block here; it is not broker state.
     wire: dict[str, bytes] | None = field(default=None, repr=False)
 

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pairmq.core.message import Entry
+from pairmq.core.paged import PagedLog
 from pairmq.core.producers import Producers
 from pairmq.core.settings import AddressFullPolicy
 
@@ -25,8 +26,8 @@ class AddressState(StrEnum):
 class Address:
     """A destination name and the bytes held for it by all its queues (until acknowledged)."""
 
-    __slots__ = ("dropped", "dup_limit", "dups", "kind", "limit", "name", "period_dropped",
-                 "policy", "producers", "queues", "size", "state")
+    __slots__ = ("dropped", "dup_limit", "dups", "kind", "limit", "log", "name",
+                 "period_dropped", "policy", "producers", "queues", "size", "state")
 
     def __init__(self, name: str, kind: str, limit: int,
                  policy: AddressFullPolicy = AddressFullPolicy.PAGE,
@@ -47,6 +48,8 @@ class Address:
         self.dup_limit = dup_limit  # dup-ids remembered (dup_cache_size)
         # producer sequences (core/producers.py); None until a producer stamps a message
         self.producers: Producers | None = None
+        # messages kept only in the journal while the address pages (core/paged.py)
+        self.log: PagedLog | None = None
 
     @property
     def full(self) -> bool:

@@ -17,6 +17,7 @@ from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from pairmq.core import Broker
 from pairmq.core.capacity import Shortage
 from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
@@ -54,8 +55,13 @@ def server_status(server: PairmqServer) -> dict[str, Any]:
 
 
 def destination_status(address: Address, paged: int) -> dict[str, Any]:
-    """One destination: what it holds, how much of it is paged out, the rule in force."""
-    return {"messages": sum(q.count for q in address.queues), "bytes": address.size,
+    """One destination: what it holds, how much of it is paged out (bodies on disk only,
+    and messages kept only in the journal: `paged_messages`), the rule in force."""
+    log_bytes = Broker.paged_bytes(address)
+    paged += log_bytes
+    return {"messages": sum(q.count + Broker.paged_waiting(q) for q in address.queues),
+            "paged_messages": sum(Broker.paged_waiting(q) for q in address.queues),
+            "bytes": address.size,
             "memory_bytes": address.size - paged, "paged_bytes": paged,
             "consumers": sum(len(q.consumers) for q in address.queues),
             "address_full_policy": address.policy.value, "max_size_bytes": address.limit,
@@ -111,9 +117,10 @@ class _Collector:
                                  labels=["destination", "policy"])
         paged_by = server.store.paged.by_destination
         for name, address in server.broker.addresses.items():
-            depth.add_metric([name], sum(q.count for q in address.queues))
+            waiting = sum(Broker.paged_waiting(q) for q in address.queues)
+            depth.add_metric([name], sum(q.count for q in address.queues) + waiting)
             held.add_metric([name], address.size)
-            paged.add_metric([name], paged_by.get(name, 0))
+            paged.add_metric([name], paged_by.get(name, 0) + Broker.paged_bytes(address))
             full.add_metric([name, address.policy.value], 1 if address.full else 0)
         yield from (depth, held, paged, full)
         capacity = server.broker.capacity

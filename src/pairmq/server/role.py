@@ -26,10 +26,12 @@ from typing import Protocol
 from pairmq.core import Broker, BrokerEvent, Message
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing
-from pairmq.server.parking import Parking
+from pairmq.server.parking import Parking, now_ms
 from pairmq.server.policy import PairPolicy
 from pairmq.server.tickets import Ticket
 from pairmq.store.store import Store
+
+PAGES_PER_TURN = 4096  # paged messages read back per turn of the event loop, at most
 
 log = logging.getLogger("pairmq.server")
 
@@ -329,6 +331,8 @@ class Role:
         broker = self.broker
         if broker.records:
             self.persist()
+        if broker.page_wanted or broker.moved_logs:
+            self._serve_pages()
         if broker.outbox:
             for conn_id, deliveries in broker.take_outbox().items():
                 conn = self.connections.get(conn_id)
@@ -338,6 +342,33 @@ class Role:
             for event in broker.take_events():
                 self._on_event(event)
         self._write_dirty()
+
+    def _serve_pages(self) -> None:
+        """Read back the windows paging queues asked for (core/paging.py), at most
+        PAGES_PER_TURN messages this turn (the rest at the next one), and release the
+        journal entries every reader has passed."""
+        broker, store = self.broker, self.store
+        if self.kind is RoleKind.SERVING and store.writer is not None and not store.mirror:
+            budget = PAGES_PER_TURN
+            wanted = broker.take_page_wanted()
+            now = now_ms()
+            for i, (q, paged, cursor, count) in enumerate(wanted):
+                if budget <= 0:  # asked again at the next turn
+                    for later, *_ in wanted[i:]:
+                        broker.page_wanted[later] = None
+                    asyncio.get_running_loop().call_soon(self.flush)
+                    break
+                count = min(count, budget)
+                budget -= count
+                try:
+                    messages = store.page_in(paged, cursor, count, q.key or "")
+                except OSError as e:
+                    log.error("Cannot read paged messages of %s back from the journal: %s",
+                              q.name, e)
+                    continue
+                broker.paged_in(q, messages, now)
+        for paged in broker.take_moved_logs():
+            store.release_paged(paged)
 
     def _write_dirty(self) -> None:
         if self._dirty:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 from pairmq.core import Broker, Message
 from pairmq.core import records as rec
+from pairmq.core.paged import PagedLog
 from pairmq.core.replay import Replay
 from pairmq.store.mirror import KEY_OVERHEAD, Mirroring
+from pairmq.store.pages import PagedEntries
 from pairmq.store.paging import PagedBytes, load_bodies
 from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD, JournalReading
 from pairmq.store.records import (
@@ -103,6 +105,7 @@ class Store(Mirroring):
         self.hold_compaction = 0  # a backup is reading the segment files: delete nothing
         self.mirror = False  # a backup's journal: records arrive framed from the active
         self._reading: JournalReading | None = None  # a shared-store backup's, read ahead
+        self.pages = PagedEntries(self._writer_segments, self._read_fd)  # store/pages.py
 
     # ------------------------------------------------------------ recovery
 
@@ -259,6 +262,7 @@ class Store(Mirroring):
         # a producer's newest state in this group: one entry each, after the messages
         producers: dict[tuple[str, str], tuple] = {}
         size = 0
+        paged: list[tuple[Message, int, int]] = []  # paged messages: entry at, its length
         for record in records:
             kind = record[0]
             if kind == rec.PRODUCER:
@@ -266,13 +270,16 @@ class Store(Mirroring):
                 continue
             if kind == rec.ADD:
                 message, queue_keys = record[1], record[2]
-                pending[id(message)] = len(added)
                 body = message.body if message.body is not None else self.read_body(message)
                 entry, body_at = encode_add(message.order, message.message_id,
                                             message.destination, message.priority,
                                             message.expires, message.persistent, 0,
                                             message.headers, body, queue_keys)
-                added.append((message, queue_keys, size + body_at, body))
+                if message.log is not None:  # no object kept: its log gets the entry
+                    paged.append((message, size, len(entry)))
+                else:
+                    pending[id(message)] = len(added)
+                    added.append((message, queue_keys, size + body_at, body))
             elif kind == rec.DEL:
                 message = record[2]
                 entry = encode_del(record[1], message.message_id)
@@ -330,6 +337,8 @@ class Store(Mirroring):
         # the frames that made it wait for this very sequence number (their ticket).
         seq, segment_id, offset = writer.append(b"".join(parts), self.epoch)
         info = writer.segments[segment_id]
+        for message, at, length in paged:
+            self.pages.written(seq, message, segment_id, offset + at, length)
         paged_before = self.paged.total
         for message, queue_keys, body_at, body in added:
             if not queue_keys:  # nothing holds it (see DEL above); its delivery still
@@ -405,15 +414,38 @@ class Store(Mirroring):
                 info.live_bytes -= KEY_OVERHEAD
                 return
 
+    def _writer_segments(self) -> dict[int, SegmentInfo]:
+        assert self.writer is not None
+        return self.writer.segments
+
+    def _read_fd(self, segment_id: int) -> int:
+        fd = self._read_fds.get(segment_id)
+        if fd is None:
+            path = self.directory / f"journal-{segment_id:08d}.seg"
+            fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def page_in(self, log: PagedLog, cursor: int, count: int, queue_key: str
+                ) -> list[Message]:
+        """A queue's next `count` paged messages, read back from the journal; each is a
+        live message of that queue from now on (as if it had been in memory all along)."""
+        segments = self._writer_segments()
+        messages = []
+        for message, segment_id, body_offset, seq in self.pages.page_in(log, cursor, count):
+            self._locate(message, segments[segment_id], [queue_key], body_offset, seq)
+            messages.append(message)
+        return messages
+
+    def release_paged(self, log: PagedLog) -> None:
+        """Every reader of `log` passed some entries: they hold no segment any more."""
+        self.pages.release(log)
+
     def read_body(self, message: Message) -> bytes:
         """A paged-out body, read back from its segment (page cache, usually)."""
         if message.body is not None:
             return message.body
         segment_id = message.journal_segment
-        fd = self._read_fds.get(segment_id)
-        if fd is None:
-            path = self.directory / f"journal-{segment_id:08d}.seg"
-            fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
+        fd = self._read_fd(segment_id)
         body = os.pread(fd, message.body_length, message.body_offset)
         if len(body) != message.body_length:
             raise OSError(f"journal segment {segment_id}: read {len(body)} of "
@@ -468,6 +500,10 @@ class Store(Mirroring):
         self.writer.when_synced(seq, callback)
 
     def _synced(self, seq: int) -> None:
+        located = self.pages.synced(seq)
+        if located and self.broker is not None:
+            for log in located:
+                self.broker.pages_located(log)
         if self._to_page:
             keep = []
             for page_seq, message in self._to_page:
@@ -496,9 +532,11 @@ class Store(Mirroring):
             oldest = writer.segments[min(writer.segments)]
             if oldest is writer.current or oldest.last_seq > writer.synced_seq:
                 return
-            if not oldest.live:
+            if not oldest.live and not oldest.paged:
                 self._drop_segment(oldest.segment_id)
                 continue
+            if oldest.paged:
+                return  # paged messages keep it until they are consumed (docs/durability.md)
             if oldest.live_bytes < self.settings.segment_bytes * self.settings.compact_ratio:
                 self._compacting = oldest.segment_id
                 self._compact_queue = list(oldest.live)
@@ -570,7 +608,7 @@ class Store(Mirroring):
             writer.loop.call_soon(self._compact_step)
             return
         self._compacting = None
-        if not info.live:
+        if not info.live and not info.paged:
             self._drop_segment(info.segment_id)
             log.debug("Journal segment %d compacted", info.segment_id)
 

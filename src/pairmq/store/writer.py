@@ -40,7 +40,9 @@ class SegmentInfo:
     size: int = 0  # bytes assigned (written or waiting to be)
     durable_size: int = 0  # bytes known to be on disk
     live: set = field(default_factory=set)  # objects whose newest record lives here
-    live_bytes: int = 0
+    live_bytes: int = 0  # theirs, and the paged entries'
+    paged: int = 0  # entries of paged logs here (store/pages.py): they keep it too
+    tail: dict = field(default_factory=dict)  # paged log -> [count, lowest, highest entry]
     last_seq: int = 0
     first_seq: int = 0
 

@@ -1,0 +1,209 @@
+"""Paging as a mode of a destination (issue 18, docs/durability.md "Paging"): past its
+memory budget, an address's new persistent messages live only in the journal, and the
+server keeps no Python object for them, only where each one's journal entry lies.
+
+A `PagedLog` is one address's such messages, in routing order, as compact arrays (28
+bytes a message). Every durable queue of the address reads it with its own cursor
+(a topic's durable subscriptions share one log: one copy on disk, one cursor each): a
+paged message goes to every durable queue the address has when it is routed, and a queue
+made later starts at the log's end. A queue holds in memory only a small window, refilled
+from its cursor as consumers take messages ("page-in", done by the store, which reads the
+entries back).
+
+Entries are numbered from 0 for the log's life (`start` .. `end`). A message routed to
+the log is *pending* (its object kept here) until its journal record is on disk; the store
+then `locate`s it and the object is dropped. Only located entries are paged in, so a
+page-in never reads what the writer has not written. Entries every cursor has passed are
+dropped (`drop_passed`); the store releases their hold on the journal.
+
+Pure data: no I/O; the store fills in locations and reads entries.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Hashable
+from typing import Protocol
+
+
+class Routed(Protocol):
+    """What the log needs of a message it holds until its record is on disk."""
+
+    order: int
+    size: int
+
+
+Queue = Hashable  # a reader of the log: the broker's queues (identity is what counts)
+
+CHUNK = 4096  # entries per chunk: the unit in which passed entries are freed
+
+
+class Chunk:
+    """Up to CHUNK consecutive located entries: segment, offset and length of each one's
+    journal entry, its message's enqueue order and size (what the address counts for it),
+    and the newest record sequence among them (a consumer is handed a paged-in message
+    only once that record is confirmed)."""
+
+    __slots__ = ("length", "offset", "order", "segment", "seq", "size")
+
+    def __init__(self) -> None:
+        self.segment = array("I")
+        self.offset = array("I")
+        self.length = array("I")
+        self.order = array("Q")
+        self.size = array("I")
+        self.seq = 0
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+class PagedLog:
+    """One address's paged messages, and the cursors of the queues that read them."""
+
+    __slots__ = ("_chunks", "cursors", "held", "pending", "released", "start")
+
+    def __init__(self) -> None:
+        self._chunks: list[Chunk] = []
+        self.start = 0  # number of the first entry still held (the older ones are dropped)
+        self.released = 0  # entries before this one no longer hold their journal segment
+        self.pending: deque[Routed] = deque()  # routed here, record not on disk yet
+        self.cursors: dict[Queue, int] = {}  # queue -> number of its next entry to page in
+        self.held: dict[Queue, int] = {}  # queue -> bytes of its entries not paged in yet
+
+    # ------------------------------------------------------------ size
+
+    @property
+    def located_end(self) -> int:
+        """One past the last located entry."""
+        chunks = self._chunks
+        return self.start + (len(chunks) - 1) * CHUNK + len(chunks[-1]) if chunks \
+            else self.start
+
+    @property
+    def end(self) -> int:
+        """One past the last entry, pending ones included."""
+        return self.located_end + len(self.pending)
+
+    def waiting(self, q: Queue) -> int:
+        """Messages of `q` in the log (located or pending) it has not paged in yet."""
+        cursor = self.cursors.get(q)
+        return 0 if cursor is None else self.end - cursor
+
+    def ready(self, q: Queue) -> int:
+        """Located entries `q` may page in now."""
+        cursor = self.cursors.get(q)
+        return 0 if cursor is None else max(0, self.located_end - cursor)
+
+    def min_cursor(self) -> int:
+        return min(self.cursors.values(), default=self.end)
+
+    @property
+    def busy(self) -> bool:
+        """Some queue still has messages here: new ones for the address come here too, so
+        that each queue gets its messages in order."""
+        return any(cursor < self.end for cursor in self.cursors.values())
+
+    # ------------------------------------------------------------ queues
+
+    def attach(self, q: Queue) -> None:
+        """A durable queue of the address: it reads from what is routed from now on."""
+        if q not in self.cursors:
+            self.cursors[q] = self.end
+            self.held[q] = 0
+
+    def detach(self, q: Queue) -> int:
+        """`q` reads no more; returns the bytes of its messages it had not paged in."""
+        self.cursors.pop(q, None)
+        return self.held.pop(q, 0)
+
+    # ------------------------------------------------------------ entries
+
+    def append(self, message: Routed) -> None:
+        """A message routed here for every reader; its record is not on disk yet."""
+        self.pending.append(message)
+        held = self.held
+        for q in held:
+            held[q] += message.size
+
+    def locate(self, message: Routed, segment: int, offset: int, length: int,
+               seq: int) -> int:
+        """The oldest pending message's record is on disk: keep where its entry lies and
+        drop the object. Returns the entry's number."""
+        head = self.pending.popleft()
+        assert head is message, "paged messages are located in the order they were routed"
+        return self.add(segment, offset, length, message.order, message.size, seq)
+
+    def add(self, segment: int, offset: int, length: int, order: int, size: int,
+            seq: int) -> int:
+        """A located entry at the end (a recovery builds the log this way)."""
+        chunks = self._chunks
+        if not chunks or len(chunks[-1]) >= CHUNK:
+            chunks.append(Chunk())
+        chunk = chunks[-1]
+        chunk.segment.append(segment)
+        chunk.offset.append(offset)
+        chunk.length.append(length)
+        chunk.order.append(order)
+        chunk.size.append(size)
+        if seq > chunk.seq:
+            chunk.seq = seq
+        return self.located_end - 1
+
+    def where(self, number: int) -> tuple[int, int, int, int, int, int]:
+        """(segment, offset, length, order, size, seq) of located entry `number`."""
+        chunk, i = self._chunk_of(number)
+        return (chunk.segment[i], chunk.offset[i], chunk.length[i], chunk.order[i],
+                chunk.size[i], chunk.seq)
+
+    def move(self, number: int, segment: int, offset: int) -> None:
+        """Entry `number` was copied elsewhere in the journal (compaction)."""
+        chunk, i = self._chunk_of(number)
+        chunk.segment[i] = segment
+        chunk.offset[i] = offset
+
+    def find(self, order: int) -> int | None:
+        """The number of the located entry of the message with this enqueue order (orders
+        grow along the log), or None."""
+        chunks = self._chunks
+        lo, hi = 0, len(chunks)
+        while lo < hi:  # the first chunk whose last order is >= order
+            mid = (lo + hi) // 2
+            if chunks[mid].order[-1] < order:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(chunks):
+            return None
+        chunk = chunks[lo]
+        i = bisect_left(chunk.order, order)
+        if i < len(chunk) and chunk.order[i] == order:
+            return self.start + lo * CHUNK + i
+        return None
+
+    def advance(self, q: Queue, count: int, size: int) -> int:
+        """`q` paged in its next `count` entries (`size` bytes); returns its new cursor."""
+        cursor = self.cursors[q] + count
+        self.cursors[q] = cursor
+        self.held[q] -= size
+        return cursor
+
+    def drop_passed(self) -> None:
+        """Free the chunks every cursor has passed (their journal hold is released first,
+        by the store: `released` must have reached them)."""
+        limit = min(self.min_cursor(), self.released)
+        while self._chunks and self.start + len(self._chunks[0]) <= limit:
+            self.start += len(self._chunks.pop(0))
+
+    def _chunk_of(self, number: int) -> tuple[Chunk, int]:
+        index = number - self.start
+        if index < 0:
+            raise IndexError(f"paged entry {number} was dropped (log starts at {self.start})")
+        return self._chunks[index // CHUNK], index % CHUNK
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the located entries take."""
+        return sum(28 * len(c) for c in self._chunks)

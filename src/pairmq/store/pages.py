@@ -1,0 +1,151 @@
+"""The store's side of paging as a mode (core/paged.py, docs/durability.md "Paging"): where
+paged messages' entries lie, reading windows back, and the hold paged entries keep on the
+journal's segments.
+
+- A message routed to a paged log is journaled as any other (its ADD entry, replicated as
+  usual), but the store keeps no object for it: once its record is on disk (`synced`) the
+  log gets the entry's segment, offset and length, and the object goes.
+- A segment holds on to its paged entries like to its live objects: `SegmentInfo.paged`
+  counts them (their bytes are in `live_bytes`) and `SegmentInfo.tail` says, per log, how
+  many and between which entry numbers, so that a segment with paged entries is never
+  deleted, and compaction can find them.
+- `page_in` reads a queue's next entries back (one `pread` per run of neighbouring
+  entries, as a batched read of bodies does) into messages the store tracks as any live
+  message of that queue; `release` lets go of the entries every reader has passed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from pairmq.core import Message
+from pairmq.core.paged import PagedLog
+from pairmq.store.records import decode_lone_add
+from pairmq.store.writer import SegmentInfo
+
+_RUN_GAP = 64 * 1024  # bytes between two entries read along with them
+_RUN_BYTES = 8 * 1024 * 1024  # one pread reads at most this much
+
+
+class PagedEntries:
+    """The journal's paged entries: written, on disk, read back, released."""
+
+    def __init__(self, segments: Callable[[], dict[int, SegmentInfo]],
+                 read_fd: Callable[[int], int]) -> None:
+        self._segments = segments  # the writer's segments (they change at every roll)
+        self._read_fd = read_fd  # a file descriptor open on a segment, for pread
+        self._written: list[tuple[int, Message, int, int, int]] = []  # seq, message, where
+        self.count = 0  # entries held in all logs, located
+        self.bytes = 0  # ... and the bytes their messages count
+
+    # ------------------------------------------------------------ writing
+
+    def written(self, seq: int, message: Message, segment_id: int, offset: int,
+                length: int) -> None:
+        """The ADD entry of a paged message was appended at (segment, offset, length)."""
+        self._written.append((seq, message, segment_id, offset, length))
+
+    def synced(self, seq: int) -> list[PagedLog]:
+        """Records up to `seq` are on disk: their paged messages are located in their logs.
+        Returns the logs that got entries."""
+        written = self._written
+        if not written or written[0][0] > seq:
+            return []
+        segments = self._segments()
+        logs: dict[PagedLog, None] = {}
+        done = 0
+        for record_seq, message, segment_id, offset, length in written:
+            if record_seq > seq:
+                break
+            done += 1
+            log = message.log
+            if log is None:  # its log went (its queues were deleted) before it was on disk
+                continue
+            message.log = None
+            number = log.locate(message, segment_id, offset, length, record_seq)
+            self._hold(segments[segment_id], log, number, length)
+            self.bytes += message.size
+            logs[log] = None
+        del written[:done]
+        return list(logs)
+
+    def _hold(self, info: SegmentInfo, log: PagedLog, number: int, length: int) -> None:
+        info.paged += 1
+        info.live_bytes += length
+        span = info.tail.get(log)
+        if span is None:
+            info.tail[log] = [1, number, number]
+        else:
+            span[0] += 1
+            if number < span[1]:
+                span[1] = number
+            if number > span[2]:
+                span[2] = number
+        self.count += 1
+
+    # ------------------------------------------------------------ reading back
+
+    def page_in(self, log: PagedLog, cursor: int, count: int
+                ) -> list[tuple[Message, int, int, int]]:
+        """Entries cursor .. cursor + count - 1 of `log`, read back: (message, segment,
+        body offset, record seq) each, the message with its body and the size its log
+        kept for it. The caller tracks each as a live message of the queue that reads."""
+        where = [log.where(n) for n in range(cursor, cursor + count)]
+        out: list[tuple[Message, int, int, int]] = []
+        i = 0
+        while i < len(where):
+            segment_id, start = where[i][0], where[i][1]
+            end = start + where[i][2]
+            j = i + 1
+            while j < len(where):
+                seg, off, length = where[j][0], where[j][1], where[j][2]
+                if seg != segment_id or not end <= off <= end + _RUN_GAP \
+                        or off + length - start > _RUN_BYTES:
+                    break
+                end = off + length
+                j += 1
+            fd = self._read_fd(segment_id)
+            span = memoryview(os.pread(fd, end - start, start))
+            if len(span) != end - start:
+                raise OSError(f"journal segment {segment_id}: read {len(span)} of "
+                              f"{end - start} bytes of paged messages at offset {start}")
+            for seg, off, length, _order, size, seq in where[i:j]:
+                fields = decode_lone_add(span[off - start:off - start + length])
+                if fields is None:
+                    raise OSError(f"journal segment {seg}: no message entry at offset {off}")
+                (order, expires, priority, persistent, _deliveries, message_id, destination,
+                 headers, _queues, body_at, body_length, _meta) = fields
+                body = bytes(span[off - start + body_at:off - start + body_at + body_length])
+                message = Message(message_id, destination, headers, body, bool(persistent),
+                                  priority, expires, size, order)
+                message.body_length = body_length
+                out.append((message, seg, off + body_at, seq))
+            i = j
+        return out
+
+    # ------------------------------------------------------------ letting go
+
+    def release(self, log: PagedLog) -> None:
+        """Entries every reader of `log` has passed no longer hold their segments."""
+        upto = log.min_cursor()
+        upto = min(upto, log.located_end)
+        if upto <= log.released:
+            log.drop_passed()
+            return
+        segments = self._segments()
+        for number in range(log.released, upto):
+            segment_id, _off, length, _order, size, _seq = log.where(number)
+            info = segments.get(segment_id)
+            if info is not None:
+                info.paged -= 1
+                info.live_bytes -= length
+                span = info.tail.get(log)
+                if span is not None:
+                    span[0] -= 1
+                    if span[0] <= 0:
+                        del info.tail[log]
+            self.count -= 1
+            self.bytes -= size
+        log.released = upto
+        log.drop_passed()

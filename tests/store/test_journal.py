@@ -55,6 +55,14 @@ async def synced(store: Store) -> None:
 
 
 def persist(broker: Broker, store: Store) -> None:
+    """Journal what the broker changed, and read back the windows paging queues asked for
+    (as the server's role does after every read)."""
+    if broker.records:
+        store.persist(broker.take_records())
+    for q, log, numbers in broker.take_page_wanted():
+        broker.paged_in(q, numbers, store.page_in(log, numbers, q.key or ""), NOW)
+    for log in broker.take_moved_logs():
+        store.release_paged(log)
     if broker.records:
         store.persist(broker.take_records())
 
@@ -73,13 +81,13 @@ def test_entries_round_trip_with_awkward_values():
     add, body_at = encode_add(7, "id\\1", "/queue/a\nb", 9, 123, True, 2,
                               {"k:\\n": "v\nw\\", "": ""}, b"\x00body\n", ["/queue/a\nb", "x"])
     assert add[body_at:] == b"\x00body\n"
-    entries = decode_entries(add + encode_del("q", "id") + encode_dup("q", "d\n"))
+    entries = decode_entries(add + encode_del("q", "id", 7) + encode_dup("q", "d\n"))
     (kind, a), (k2, *d), (k3, *u) = entries
     assert kind == ADD and k2 == DEL and k3 == DUP
     assert (a.order, a.message_id, a.destination, a.priority, a.expires, a.persistent,
             a.deliveries) == (7, "id\\1", "/queue/a\nb", 9, 123, True, 2)
     assert a.headers == {"k:\\n": "v\nw\\", "": ""} and a.queues == ["/queue/a\nb", "x"]
-    assert a.body == b"\x00body\n" and d == ["q", "id"] and u == ["q", "d\n"]
+    assert a.body == b"\x00body\n" and d == ["q", "id", 7] and u == ["q", "d\n"]
 
 
 def test_a_record_of_messages_and_their_producers_takes_the_fast_path():
@@ -122,7 +130,7 @@ def test_lone_add_record_keeps_plain_headers_packed_until_first_use():
     fields = decode_lone_add(memoryview(add))
     assert fields is not None and fields[5:9] == ("id\\2", "/queue/b\nc", odd, ["/queue/b\nc"])
     # More than one entry in the record: the general decoder's job.
-    assert decode_lone_add(memoryview(add + encode_del("q", "id"))) is None
+    assert decode_lone_add(memoryview(add + encode_del("q", "id", 1))) is None
 
 
 def test_a_mirror_learns_where_the_journal_ends_without_rebuilding_anything(tmp_path):

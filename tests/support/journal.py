@@ -51,15 +51,27 @@ class JournalIndex:
 
 
 def broker_snapshot(broker, store) -> dict:
-    """What a broker holds, as recovery would rebuild it: each durable queue's entries in
-    delivery order (body, priority, delivery count, message id), durable subscriptions,
-    dup-id caches in eviction order, producer sequences (least recently active first), and
-    the bytes each destination holds."""
+    """What a broker holds, as recovery would rebuild it: each durable queue's messages
+    (body, priority, delivery count, message id), those in memory in delivery order, then
+    those kept only in its address's paged log (read back, not paged in); durable
+    subscriptions, dup-id caches in eviction order, producer sequences (least recently
+    active first), and the bytes each destination holds.
+
+    `content_only` below compares two snapshots whose split between memory and log may
+    differ (a backup follows the active's routing, a recovery its own budget)."""
     queues = {}
     for key, q in [*broker.queues.items(), *((f"durable:{k}", q) for k, q
                                              in broker.durables.items())]:
-        queues[key] = [(store.read_body(e.message), e.message.priority, e.deliveries,
-                        e.message.message_id) for e in q.entries()]
+        held = [(store.read_body(e.message), e.message.priority, e.deliveries,
+                 e.message.message_id, e.message.order) for e in q.entries()]
+        log = q.address.log
+        if log is not None and q in log.cursors:
+            numbers = log.next_numbers(q, 1 << 30)
+            for number, (message, *_rest) in zip(numbers, store.pages.page_in(log, numbers),
+                                                  strict=True):
+                held.append((message.body, message.priority, log.deliveries.get(number, 0),
+                             message.message_id, message.order))
+        queues[key] = held
     return {
         "queues": queues,
         "durables": {key: q.address.name for key, q in broker.durables.items()},
@@ -68,3 +80,12 @@ def broker_snapshot(broker, store) -> dict:
                       for name, a in broker.addresses.items() if a.producers},
         "sizes": {name: a.size for name, a in broker.addresses.items()},
     }
+
+
+def content_only(snapshot: dict) -> dict:
+    """The snapshot with each queue's messages by enqueue order, whatever waits in memory
+    and whatever in a paged log (priority orders only those in memory)."""
+    out = dict(snapshot)
+    out["queues"] = {key: sorted(held, key=lambda m: m[4])
+                     for key, held in snapshot["queues"].items()}
+    return out

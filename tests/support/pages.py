@@ -33,9 +33,9 @@ class Pages:
         """Answer every window asked for, until none is (sync first)."""
         self.sync(broker)
         while wanted := broker.take_page_wanted():
-            for q, log, cursor, count in wanted:
-                messages = [dataclasses.replace(self.disk[(id(log), cursor + i)], log=None)
-                            for i in range(count)]
-                self.read += count
-                broker.paged_in(q, messages, now)
+            for q, log, numbers in wanted:
+                messages = [dataclasses.replace(self.disk[(id(log), n)], log=None)
+                            for n in numbers]
+                self.read += len(numbers)
+                broker.paged_in(q, numbers, messages, now)
             broker.take_moved_logs()

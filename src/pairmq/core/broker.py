@@ -107,6 +107,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         for destination, ids in replay.dups.items():
             self._dup_address(destination).dups.update(ids)
         self._restore_producers(replay.producers)
+        top = max(top, self._restore_logs(replay.logs))
         self._order_seq = max(self._order_seq, top)
         for address in self.addresses.values():
             self._check_full(address)

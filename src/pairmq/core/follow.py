@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pairmq.core.capacity import INDEX_BYTES, Capacity
 from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
 from pairmq.core.message import Entry, Message
+from pairmq.core.paged import PagedLog
 from pairmq.core.producers import Producers
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
@@ -39,6 +40,7 @@ class Follow:
     events: list
     capacity: Capacity
     _order_seq: int
+    moved_logs: dict[PagedLog, None]
     _index: dict[str, dict[str, Entry]] | None
     _unsorted: set[Queue]
 
@@ -52,6 +54,11 @@ class Follow:
         def _follow_stream_add(self, key: str, message: Message) -> Message: ...
         def _follow_stream_remove(self, key: str, message_id: str) -> Message | None: ...
         def _settle_streams(self) -> list[Message]: ...
+        def _to_log(self, address: Address, targets: list[Queue], message: Message
+                    ) -> None: ...
+        @staticmethod
+        def _pages_to_log(address: Address) -> bool: ...
+        def _leave_log(self, q: Queue) -> None: ...
         @staticmethod
         def _producers_of(address: Address) -> Producers: ...
 
@@ -119,6 +126,8 @@ class Follow:
                 break
         if shared.order > self._order_seq:
             self._order_seq = shared.order
+        if shared is message and not deliveries and self._follow_to_log(message, queue_keys):
+            return message  # kept in the address's paged log (message.log), as the active
         for key in queue_keys:
             held = index.get(key)
             if held is None:
@@ -136,8 +145,10 @@ class Follow:
                 self._follow_push(q, entry)
         return shared
 
-    def follow_remove(self, queue_key: str, message_id: str) -> Message | None:
-        """The message left the queue (acked, expired, moved); None if it was not there."""
+    def follow_remove(self, queue_key: str, message_id: str, order: int = -1
+                      ) -> Message | None:
+        """The message left the queue (acked, expired, moved); None if it was not there,
+        or was in the queue's paged log (no object: the log lets go of its entry)."""
         index = self._index
         assert index is not None, "not following"
         if queue_key.startswith(STREAM_PREFIX):
@@ -145,16 +156,23 @@ class Follow:
         held = index.get(queue_key)
         entry = held.pop(message_id, None) if held is not None else None
         if entry is None:
+            self._follow_log_remove(queue_key, order)
             return None
         self._follow_drop(queue_key, entry)
         return entry.message
 
-    def follow_delivered(self, queue_key: str, message_id: str, count: int) -> Message | None:
+    def follow_delivered(self, queue_key: str, message_id: str, count: int,
+                         order: int = -1) -> Message | None:
         index = self._index
         assert index is not None, "not following"
         held = index.get(queue_key)
         entry = held.get(message_id) if held is not None else None
         if entry is None:
+            found = self._in_log(queue_key, order)
+            if found is not None:  # handed out by the active: say so if it comes again
+                log, number = found
+                if count > log.deliveries.get(number, 0):
+                    log.deliveries[number] = count
             return None
         if count > entry.deliveries:
             entry.deliveries = count
@@ -185,6 +203,7 @@ class Follow:
         held = self._index.pop(f"{DURABLE_PREFIX}{key}", {})
         q = self.durables.pop(key, None)
         if q is not None:
+            self._leave_log(q)
             address = q.address
             if q in address.queues:
                 address.queues.remove(q)
@@ -224,6 +243,67 @@ class Follow:
         max_producers to make room, if any."""
         return self._producers_of(self._dup_address(destination)).restore(
             producer, epoch, seq, seen, self.settings.max_producers)
+
+    # ----------------------------------------------------------------- paged logs
+
+    def follow_moved(self, message: Message, queue_keys: list[str]
+                     ) -> tuple[PagedLog, int] | None:
+        """Is this ADD a copy (compaction) of a message this broker keeps in a paged log?
+        Then (the log, its entry number): the store moves the entry there."""
+        if queue_keys[0].startswith(STREAM_PREFIX):
+            return None
+        return self._in_log(queue_keys[0], message.order)
+
+    def _in_log(self, queue_key: str, order: int) -> tuple[PagedLog, int] | None:
+        if order < 0:
+            return None
+        q = self._followed_queue(queue_key, create=False)
+        log = q.address.log if q is not None else None
+        if log is None:
+            return None
+        number = log.find(order)
+        return (log, number) if number is not None else None
+
+    def _follow_to_log(self, message: Message, queue_keys: list[str]) -> bool:
+        """A new message goes to its address's paged log on the backup by the rule the
+        active routes by (core/paging.py): the address is full under policy page, or a
+        queue still has messages in the log."""
+        if not message.persistent:
+            return False
+        queues: list[Queue] = []
+        for key in queue_keys:
+            q = self._followed_queue(key, create=True)
+            if q is None or q.key is None:
+                return False
+            queues.append(q)
+        address = queues[0].address
+        if any(q.address is not address for q in queues):
+            return False
+        log = address.log
+        if log is not None and message.order <= log.newest_order:
+            return False  # older than what the log holds: a copy of a message in memory
+        if not self._pages_to_log(address) and not (
+                address.state is AddressState.FULL and address.policy is AddressFullPolicy.PAGE):
+            return False
+        self._to_log(address, queues, message)
+        self._check_full(address)
+        return True
+
+    def _follow_log_remove(self, queue_key: str, order: int) -> None:
+        found = self._in_log(queue_key, order)
+        if found is None:
+            return
+        log, number = found
+        q = self._followed_queue(queue_key, create=False)
+        assert q is not None
+        if q not in log.cursors or number < log.cursors[q]:
+            return
+        address = q.address
+        address.size -= log.delete(q, number)
+        self.moved_logs[log] = None
+        if address.state is AddressState.FULL \
+                and address.size <= address.limit * self.settings.resume_ratio:
+            address.state = AddressState.OPEN  # as _consumed would (no one is told on a backup)
 
     # ----------------------------------------------------------------- internals
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Protocol
 
 
@@ -63,7 +63,8 @@ class Chunk:
 class PagedLog:
     """One address's paged messages, and the cursors of the queues that read them."""
 
-    __slots__ = ("_chunks", "cursors", "held", "pending", "released", "start")
+    __slots__ = ("_chunks", "cursors", "deliveries", "held", "pending", "released", "skip",
+                 "start")
 
     def __init__(self) -> None:
         self._chunks: list[Chunk] = []
@@ -72,6 +73,11 @@ class PagedLog:
         self.pending: deque[Routed] = deque()  # routed here, record not on disk yet
         self.cursors: dict[Queue, int] = {}  # queue -> number of its next entry to page in
         self.held: dict[Queue, int] = {}  # queue -> bytes of its entries not paged in yet
+        # A backup follows acknowledgements of messages it never paged in (the active did):
+        # entries a queue has deleted past its cursor, and delivery counts of entries handed
+        # out but not acknowledged (so a message redelivered after a takeover says so).
+        self.skip: dict[Queue, set[int]] = {}
+        self.deliveries: dict[int, int] = {}
 
     # ------------------------------------------------------------ size
 
@@ -90,7 +96,7 @@ class PagedLog:
     def waiting(self, q: Queue) -> int:
         """Messages of `q` in the log (located or pending) it has not paged in yet."""
         cursor = self.cursors.get(q)
-        return 0 if cursor is None else self.end - cursor
+        return 0 if cursor is None else self.end - cursor - len(self.skip.get(q, ()))
 
     def ready(self, q: Queue) -> int:
         """Located entries `q` may page in now."""
@@ -117,6 +123,7 @@ class PagedLog:
     def detach(self, q: Queue) -> int:
         """`q` reads no more; returns the bytes of its messages it had not paged in."""
         self.cursors.pop(q, None)
+        self.skip.pop(q, None)
         return self.held.pop(q, 0)
 
     # ------------------------------------------------------------ entries
@@ -138,7 +145,9 @@ class PagedLog:
 
     def add(self, segment: int, offset: int, length: int, order: int, size: int,
             seq: int) -> int:
-        """A located entry at the end (a recovery builds the log this way)."""
+        """A located entry at the end (a recovery builds the log this way). Orders grow
+        along the log (`find` relies on it)."""
+        assert order > self.last_order, f"order {order} after {self.last_order}"
         chunks = self._chunks
         if not chunks or len(chunks[-1]) >= CHUNK:
             chunks.append(Chunk())
@@ -168,6 +177,8 @@ class PagedLog:
         """The number of the located entry of the message with this enqueue order (orders
         grow along the log), or None."""
         chunks = self._chunks
+        if not chunks or order > chunks[-1].order[-1]:
+            return None  # newer than every entry (the common case: a new message)
         lo, hi = 0, len(chunks)
         while lo < hi:  # the first chunk whose last order is >= order
             mid = (lo + hi) // 2
@@ -183,12 +194,46 @@ class PagedLog:
             return self.start + lo * CHUNK + i
         return None
 
-    def advance(self, q: Queue, count: int, size: int) -> int:
-        """`q` paged in its next `count` entries (`size` bytes); returns its new cursor."""
-        cursor = self.cursors[q] + count
-        self.cursors[q] = cursor
+    def next_numbers(self, q: Queue, count: int) -> list[int]:
+        """The numbers of the next `count` located entries `q` has to page in (those it
+        deleted already skipped), in order."""
+        cursor = self.cursors[q]
+        skip = self.skip.get(q)
+        end = self.located_end
+        numbers: list[int] = []
+        while cursor < end and len(numbers) < count:
+            if not skip or cursor not in skip:
+                numbers.append(cursor)
+            cursor += 1
+        return numbers
+
+    def advance(self, q: Queue, upto: int, size: int) -> int:
+        """`q` paged in its entries before `upto` (`size` bytes of them); returns its new
+        cursor."""
+        self.cursors[q] = upto
         self.held[q] -= size
-        return cursor
+        skip = self.skip.get(q)
+        if skip:
+            skip.difference_update([n for n in skip if n < upto])
+        return upto
+
+    def delete(self, q: Queue, number: int) -> int:
+        """`q` let go of entry `number` without paging it in (a backup following the
+        active's acknowledgements); returns the bytes its message counted."""
+        size = self.where(number)[4]
+        self.held[q] -= size
+        self.deliveries.pop(number, None)
+        cursor = self.cursors[q]
+        if number != cursor:
+            self.skip.setdefault(q, set()).add(number)
+            return size
+        skip = self.skip.get(q)
+        cursor += 1
+        while skip and cursor in skip:
+            skip.discard(cursor)
+            cursor += 1
+        self.cursors[q] = cursor
+        return size
 
     def drop_passed(self) -> None:
         """Free the chunks every cursor has passed (their journal hold is released first,
@@ -197,11 +242,39 @@ class PagedLog:
         while self._chunks and self.start + len(self._chunks[0]) <= limit:
             self.start += len(self._chunks.pop(0))
 
+    def chunks_from(self, number: int) -> Iterator[tuple[int, Chunk, int]]:
+        """(number of the first, chunk, index in it) of each chunk holding entries from
+        `number` on: whole arrays, for bulk work (a recovery's accounting)."""
+        if number >= self.located_end:
+            return
+        chunk_index, i = divmod(number - self.start, CHUNK)
+        for k in range(chunk_index, len(self._chunks)):
+            first = self.start + k * CHUNK + i
+            yield first, self._chunks[k], i
+            i = 0
+
     def _chunk_of(self, number: int) -> tuple[Chunk, int]:
         index = number - self.start
         if index < 0:
             raise IndexError(f"paged entry {number} was dropped (log starts at {self.start})")
         return self._chunks[index // CHUNK], index % CHUNK
+
+    @property
+    def last_order(self) -> int:
+        """The enqueue order of the newest located entry (0: none)."""
+        return self._chunks[-1].order[-1] if self._chunks else 0
+
+    @property
+    def newest_order(self) -> int:
+        """The enqueue order of the newest entry, pending ones included (0: none)."""
+        return self.pending[-1].order if self.pending else self.last_order
+
+    def rekey(self, readers: dict[Queue, Queue]) -> None:
+        """Name the readers anew (a recovery knows them by queue key until the broker's
+        queues exist); readers not in `readers` are gone."""
+        self.cursors = {readers[k]: v for k, v in self.cursors.items() if k in readers}
+        self.held = {readers[k]: v for k, v in self.held.items() if k in readers}
+        self.skip = {readers[k]: v for k, v in self.skip.items() if k in readers}
 
     @property
     def nbytes(self) -> int:

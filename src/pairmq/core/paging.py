@@ -20,6 +20,7 @@ from pairmq.core.message import Entry, Message
 from pairmq.core.paged import PagedLog
 from pairmq.core.queue import Address, Queue
 
+DURABLE = "durable:"
 PAGE_LOW = 256  # paged-in messages under which a queue with consumers asks for more
 PAGE_WINDOW = 1024  # messages one window brings back, at most
 
@@ -29,12 +30,14 @@ class Paging:
 
     capacity: Capacity
     stats: dict[str, int]
+    durables: dict[str, Queue]
     page_wanted: dict[Queue, None]  # queues asking for their next window, in order
     moved_logs: dict[PagedLog, None]  # logs whose readers moved: the store may release
 
     if TYPE_CHECKING:  # provided by the Broker
         def _dispatch(self, q: Queue, now: int) -> None: ...
         def _check_full(self, address: Address) -> None: ...
+        def _plain_queue(self, destination: str) -> Queue: ...
 
     def _to_log(self, address: Address, targets: list[Queue], message: Message) -> None:
         """The message lives in the journal only; each durable queue reads it in turn."""
@@ -69,31 +72,33 @@ class Paging:
             assert isinstance(q, Queue)
             self._want_pages(q)
 
-    def take_page_wanted(self) -> list[tuple[Queue, PagedLog, int, int]]:
-        """(queue, its log, its cursor, how many entries to read) for every queue that asked
+    def take_page_wanted(self) -> list[tuple[Queue, PagedLog, list[int]]]:
+        """(queue, its log, the numbers of the entries to read) for every queue that asked
         for a window since the last call."""
         wanted, self.page_wanted = self.page_wanted, {}
         out = []
         for q in wanted:
             log = q.address.log
-            if log is None or q.deleted:
+            if log is None or q.deleted or q not in log.cursors:
                 continue
-            count = min(PAGE_WINDOW - q.count, log.ready(q))
-            if count > 0:
-                out.append((q, log, log.cursors[q], count))
+            numbers = log.next_numbers(q, PAGE_WINDOW - q.count)
+            if numbers:
+                out.append((q, log, numbers))
         return out
 
-    def paged_in(self, q: Queue, messages: list[Message], now: int) -> None:
-        """The store read `q`'s next entries back: they are waiting messages in memory now
-        (their bytes were counted in the address when routed)."""
+    def paged_in(self, q: Queue, numbers: list[int], messages: list[Message],
+                 now: int) -> None:
+        """The store read `q`'s entries `numbers` back: they are waiting messages in memory
+        now (their bytes were counted in the address when routed)."""
         log = q.address.log
-        if q.deleted or log is None:
+        if q.deleted or log is None or q not in log.cursors:
             return
-        log.advance(q, len(messages), sum(m.size for m in messages))
+        log.advance(q, numbers[-1] + 1, sum(m.size for m in messages))
         self.moved_logs[log] = None
         capacity = self.capacity
-        for message in messages:
-            q.push(Entry(message))
+        deliveries = log.deliveries
+        for number, message in zip(numbers, messages, strict=True):
+            q.push(Entry(message, deliveries.pop(number, 0)))
             capacity.memory += message.size + INDEX_BYTES
         self.stats["paged_in"] += len(messages)
         self._dispatch(q, now)
@@ -113,6 +118,28 @@ class Paging:
         """Bytes the address counts for its messages in its log (not paged in yet)."""
         log = address.log
         return sum(log.held.values()) if log is not None else 0
+
+    def _restore_logs(self, logs: dict[str, PagedLog]) -> int:
+        """A recovery's logs, their readers named by queue key: each to its address, read by
+        the broker's queues. Returns the newest enqueue order in them."""
+        top = 0
+        for destination, log in logs.items():
+            readers: dict[object, Queue] = {}
+            for key in log.cursors:
+                assert isinstance(key, str)
+                q = self.durables.get(key[len(DURABLE):]) if key.startswith(DURABLE) \
+                    else self._plain_queue(key)
+                if q is not None:
+                    readers[key] = q
+            log.rekey(readers)
+            if not readers:
+                continue
+            address = next(iter(readers.values())).address
+            assert address.name == destination
+            address.log = log
+            address.size += sum(log.held.values())
+            top = max(top, log.last_order)
+        return top
 
     def _leave_log(self, q: Queue) -> None:
         """A durable queue goes (deleted, unsubscribed): it reads the log no more."""

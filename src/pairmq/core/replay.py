@@ -3,6 +3,12 @@
 Entries are idempotent where compaction can repeat them: a message re-added to a
 queue that already holds it keeps the higher delivery count; a removal of
 something unknown (its ADD was compacted away) is ignored.
+
+Paging (core/paged.py): a destination under address_full_policy page keeps in memory
+what fits in its limit (`paged_beyond`); what came after goes to its paged log, by where
+its entry lies and nothing else, as it would have while serving. A removal names the
+message's enqueue order, which finds it in a log; one from a journal written before the
+order was recorded (`legacy_miss`) cannot, and the caller replays without logs.
 """
 
 from __future__ import annotations
@@ -12,6 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pairmq.core.message import Entry, Message
+from pairmq.core.paged import PagedLog
+
+DURABLE = "durable:"
+STREAM = "/stream/"
 
 
 @dataclass
@@ -26,6 +36,81 @@ class Replay:
     groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset
     # destination -> producer -> (epoch, highest seq taken, ms): core/producers.py
     producers: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+    # destination -> bytes it keeps in memory before what follows goes to its paged log
+    # (0: no log); None: no paging (a tool, or a journal with removals by id only)
+    paged_beyond: Callable[[str], int] | None = None
+    logs: dict[str, PagedLog] = field(default_factory=dict)  # destination -> its log
+    in_memory: dict[str, int] = field(default_factory=dict)  # destination -> bytes not paged
+    _caps: dict[str, int] = field(default_factory=dict)  # paged_beyond, asked once each
+    legacy_miss: bool = False  # a removal by id only missed: it may have been in a log
+
+    # ------------------------------------------------------------ paged logs
+
+    def to_log(self, destination: str, queue_keys: list[str], message_id: str, size: int,
+               order: int) -> bool:
+        """Does this ADD go to (or move within) the destination's paged log?"""
+        beyond = self.paged_beyond
+        if beyond is None or queue_keys[0].startswith(STREAM):
+            return False
+        log = self.logs.get(destination)
+        if log is not None and order <= log.last_order:
+            # A compaction copy: of a paged entry (it moves), or of a message that was in
+            # memory (older than every paged one, whose original record is gone).
+            return log.find(order) is not None
+        queues = self.queues
+        if any(message_id in queues.get(key, ()) for key in queue_keys):
+            return False  # a compaction copy of a message in memory
+        cap = self._caps.get(destination)
+        if cap is None:
+            cap = self._caps[destination] = beyond(destination)
+        if not cap:
+            return False
+        if log is not None and log.busy:
+            return True
+        return self.in_memory.get(destination, 0) + size * len(queue_keys) > cap
+
+    def add_to_log(self, destination: str, queue_keys: list[str], segment: int, offset: int,
+                   length: int, order: int, size: int) -> None:
+        """The ADD entry at (segment, offset, length) goes to the destination's log, for
+        these queues (a copy made by compaction moves the entry instead)."""
+        log = self.logs.get(destination)
+        if log is None:
+            log = self.logs[destination] = PagedLog()
+        number = log.find(order)
+        if number is not None:
+            log.move(number, segment, offset)
+            return
+        for key in queue_keys:
+            log.attach(key)
+        # On disk and recovered: confirmed (a consumer waits for no record, seq 0).
+        number = log.add(segment, offset, length, order, size, 0)
+        listed = set(queue_keys)
+        for key in log.cursors:
+            if key in listed:
+                log.held[key] += size
+            else:  # a reader the message was not routed to: as if it had taken it
+                log.skip.setdefault(key, set()).add(number)
+
+    def _log_of(self, queue_key: str) -> PagedLog | None:
+        destination = self.durables.get(queue_key[len(DURABLE):]) \
+            if queue_key.startswith(DURABLE) else queue_key
+        return self.logs.get(destination) if destination is not None else None
+
+    def _in_log(self, queue_key: str, order: int) -> tuple[PagedLog, int] | None:
+        log = self._log_of(queue_key)
+        if log is None or order < 0:
+            return None
+        number = log.find(order)
+        cursor = log.cursors.get(queue_key)
+        if number is None or cursor is None or number < cursor \
+                or number in log.skip.get(queue_key, ()):
+            return None
+        return log, number
+
+    def _counted(self, message: Message, sign: int) -> None:
+        if self.paged_beyond is not None:
+            self.in_memory[message.destination] = \
+                self.in_memory.get(message.destination, 0) + sign * message.size
 
     def dup_limit(self, destination: str) -> int:
         size = self.dup_cache_size
@@ -44,6 +129,7 @@ class Replay:
             entry = held.get(message_id)
             if entry is None:
                 held[message_id] = Entry(message, deliveries)
+                self._counted(message, 1)
                 return message
         shared = message
         for queue_key in queue_keys:
@@ -60,29 +146,48 @@ class Replay:
             entry = held.get(message_id)
             if entry is None or entry.message is not shared:
                 held[message_id] = Entry(shared, deliveries)
+                if entry is None:
+                    self._counted(shared, 1)
             elif deliveries > entry.deliveries:
                 entry.deliveries = deliveries
         return shared
 
-    def remove(self, queue_key: str, message_id: str) -> Message | None:
+    def remove(self, queue_key: str, message_id: str, order: int = -1) -> Message | None:
         held = self.queues.get(queue_key)
-        if held is None:
-            return None
-        found = held.pop(message_id, None)
-        return found.message if found else None
+        found = held.pop(message_id, None) if held is not None else None
+        if found is not None:
+            self._counted(found.message, -1)
+            return found.message
+        paged = self._in_log(queue_key, order)
+        if paged is not None:
+            paged[0].delete(queue_key, paged[1])
+        elif order < 0 and self.logs:
+            self.legacy_miss = True
+        return None
 
-    def delivered(self, queue_key: str, message_id: str, count: int) -> None:
+    def delivered(self, queue_key: str, message_id: str, count: int, order: int = -1) -> None:
         held = self.queues.get(queue_key)
         entry = held.get(message_id) if held is not None else None
-        if entry is not None and count > entry.deliveries:
-            entry.deliveries = count
+        if entry is not None:
+            if count > entry.deliveries:
+                entry.deliveries = count
+            return
+        paged = self._in_log(queue_key, order)
+        if paged is not None:
+            log, number = paged
+            log.deliveries[number] = max(count, log.deliveries.get(number, 0))
 
     def durable(self, key: str, topic: str) -> None:
         self.durables[key] = topic
 
     def undurable(self, key: str) -> None:
+        log = self._log_of(f"{DURABLE}{key}")
+        if log is not None:
+            log.detach(f"{DURABLE}{key}")
         self.durables.pop(key, None)
-        self.queues.pop(f"durable:{key}", None)
+        held = self.queues.pop(f"durable:{key}", None)
+        for entry in (held or {}).values():
+            self._counted(entry.message, -1)
 
     def destination(self, name: str) -> None:
         self.destinations[name] = None

@@ -352,21 +352,21 @@ class Role:
             budget = PAGES_PER_TURN
             wanted = broker.take_page_wanted()
             now = now_ms()
-            for i, (q, paged, cursor, count) in enumerate(wanted):
+            for i, (q, paged, numbers) in enumerate(wanted):
                 if budget <= 0:  # asked again at the next turn
                     for later, *_ in wanted[i:]:
                         broker.page_wanted[later] = None
                     asyncio.get_running_loop().call_soon(self.flush)
                     break
-                count = min(count, budget)
-                budget -= count
+                numbers = numbers[:budget]
+                budget -= len(numbers)
                 try:
-                    messages = store.page_in(paged, cursor, count, q.key or "")
+                    messages = store.page_in(paged, numbers, q.key or "")
                 except OSError as e:
                     log.error("Cannot read paged messages of %s back from the journal: %s",
                               q.name, e)
                     continue
-                broker.paged_in(q, messages, now)
+                broker.paged_in(q, numbers, messages, now)
         for paged in broker.take_moved_logs():
             store.release_paged(paged)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pairmq.core import Broker, Message
 from pairmq.store import records as disk
+from pairmq.store.pages import PagedEntries
 from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import message_of
 from pairmq.store.records import RECORD_HEADER, decode_entries
@@ -52,6 +53,7 @@ class Mirroring:
     _to_page: list[tuple[int, Message]]
     _where: dict[tuple, int]
     _read_fds: dict[int, int]
+    pages: PagedEntries
 
     if TYPE_CHECKING:  # provided by the Store
         def _account(self, broker: Broker) -> None: ...
@@ -106,7 +108,8 @@ class Mirroring:
         message = Message(message_id, destination, headers, None, bool(persistent), priority,
                           expires, body_length + meta_length + 64, order)
         message.body_length = body_length
-        self._follow_add(message, queues, deliveries, payload, body_at, seq, info, offset)
+        self._follow_add(message, queues, deliveries, payload, body_at, seq, info, offset,
+                         (0, len(payload)))
         broker = self.broker
         assert broker is not None
         broker.take_records()
@@ -126,15 +129,16 @@ class Mirroring:
                 e = entry[1]
                 message = message_of(e)
                 self._follow_add(message, e.queues, e.deliveries, payload, e.body_offset, seq,
-                                 info, offset)
+                                 info, offset,
+                                 disk.add_span(e.body_offset, e.body_length, e.meta_length))
             elif kind == disk.DEL:
-                message = broker.follow_remove(entry[1], entry[2])
+                message = broker.follow_remove(entry[1], entry[2], entry[3])
                 if message is not None:
                     if message.journal_delivered:
                         message.journal_delivered.pop(entry[1], None)
                     self._release(message, entry[1])
             elif kind == disk.DELIVERED:
-                message = broker.follow_delivered(entry[1], entry[2], entry[3])
+                message = broker.follow_delivered(entry[1], entry[2], entry[3], entry[4])
                 if message is not None:
                     if message.journal_delivered is None:
                         message.journal_delivered = {}
@@ -174,6 +178,8 @@ class Mirroring:
             info.live_bytes += KEY_OVERHEAD
         for key in forget:
             self._forget(key)
+        for log in broker.take_moved_logs():  # entries acknowledged on the active
+            self.pages.release(log)
         broker.take_records()  # what following changed is this record, already written
         broker.take_events()
         if self.paged.total != paged_before:
@@ -181,11 +187,19 @@ class Mirroring:
 
     def _follow_add(self, message: Message, queue_keys: list[str], deliveries: int,
                     payload: memoryview, body_at: int, seq: int, info: SegmentInfo,
-                    offset: int) -> None:
+                    offset: int, span: tuple[int, int]) -> None:
+        """`span`: where the ADD entry lies in the payload (a paged log keeps that)."""
         broker = self.broker
         assert broker is not None
+        moved = broker.follow_moved(message, queue_keys)
+        if moved is not None:  # a compaction copy of a message kept in a paged log
+            self.pages.moved(seq, moved[0], moved[1], info.segment_id, offset + span[0])
+            return
         paged_before = self.paged.total
         shared = broker.follow_add(message, queue_keys, deliveries)
+        if shared.log is not None:  # kept in its address's paged log: no object, no body
+            self.pages.written(seq, shared, info.segment_id, offset + span[0], span[1])
+            return
         if shared is message:
             message.body = bytes(payload[body_at:body_at + message.body_length])
             self._locate(message, info, queue_keys, offset + body_at, seq)

@@ -36,6 +36,7 @@ class PagedEntries:
         self._segments = segments  # the writer's segments (they change at every roll)
         self._read_fd = read_fd  # a file descriptor open on a segment, for pread
         self._written: list[tuple[int, Message, int, int, int]] = []  # seq, message, where
+        self._moved: list[tuple[int, PagedLog, int, int, int]] = []  # seq, log, entry, where
         self.count = 0  # entries held in all logs, located
         self.bytes = 0  # ... and the bytes their messages count
 
@@ -46,13 +47,38 @@ class PagedEntries:
         """The ADD entry of a paged message was appended at (segment, offset, length)."""
         self._written.append((seq, message, segment_id, offset, length))
 
+    def moved(self, seq: int, log: PagedLog, number: int, segment_id: int,
+              offset: int) -> None:
+        """Entry `number` of `log` was copied to (segment, offset) (compaction): it moves
+        there once that record is on disk."""
+        self._moved.append((seq, log, number, segment_id, offset))
+
+    def _settle_moves(self, seq: int, segments: dict[int, SegmentInfo]) -> None:
+        moved = self._moved
+        done = 0
+        for record_seq, log, number, segment_id, offset in moved:
+            if record_seq > seq:
+                break
+            done += 1
+            if number < log.released or number >= log.located_end:
+                continue  # passed by every reader meanwhile: nothing to move
+            old_segment, _old, length, _order, _size, _seq = log.where(number)
+            self._let_go(segments.get(old_segment), log, length)
+            log.move(number, segment_id, offset)
+            self._hold(segments[segment_id], log, number, length)
+            self.count -= 1  # _hold counted it again
+        del moved[:done]
+
     def synced(self, seq: int) -> list[PagedLog]:
-        """Records up to `seq` are on disk: their paged messages are located in their logs.
-        Returns the logs that got entries."""
+        """Records up to `seq` are on disk: their paged messages are located in their logs
+        (and copies made by compaction take over from the originals). Returns the logs
+        that got entries."""
+        segments = self._segments()
+        if self._moved and self._moved[0][0] <= seq:
+            self._settle_moves(seq, segments)
         written = self._written
         if not written or written[0][0] > seq:
             return []
-        segments = self._segments()
         logs: dict[PagedLog, None] = {}
         done = 0
         for record_seq, message, segment_id, offset, length in written:
@@ -84,14 +110,58 @@ class PagedEntries:
                 span[2] = number
         self.count += 1
 
+    @staticmethod
+    def _let_go(info: SegmentInfo | None, log: PagedLog, length: int) -> None:
+        """One entry of `log` no longer holds this segment."""
+        if info is None:
+            return
+        info.paged -= 1
+        info.live_bytes -= length
+        span = info.tail.get(log)
+        if span is not None:
+            span[0] -= 1
+            if span[0] <= 0:
+                del info.tail[log]
+
+    def hold_recovered(self, log: PagedLog) -> None:
+        """A recovered log: its entries from the first one a reader still needs hold their
+        segments (those before are let go at once)."""
+        segments = self._segments()
+        log.released = min(log.min_cursor(), log.located_end)
+        log.drop_passed()
+        for first, chunk, i in log.chunks_from(log.released):
+            seg = chunk.segment[i:]
+            if min(seg) == max(seg):  # the common case: a chunk written into one segment
+                info = segments.get(seg[0])
+                if info is None:
+                    raise OSError(f"paged messages' entries are in journal segment {seg[0]}, "
+                                  "which is gone")
+                count = len(seg)
+                info.paged += count
+                info.live_bytes += sum(chunk.length[i:])
+                span = info.tail.setdefault(log, [0, first, first])
+                span[0] += count
+                span[1] = min(span[1], first)
+                span[2] = max(span[2], first + count - 1)
+                self.count += count
+                self.bytes += sum(chunk.size[i:])
+                continue
+            for k in range(i, len(chunk)):
+                info = segments.get(chunk.segment[k])
+                if info is None:
+                    raise OSError(f"a paged message's entry is in journal segment "
+                                  f"{chunk.segment[k]}, which is gone")
+                self._hold(info, log, first + k - i, chunk.length[k])
+                self.bytes += chunk.size[k]
+
     # ------------------------------------------------------------ reading back
 
-    def page_in(self, log: PagedLog, cursor: int, count: int
+    def page_in(self, log: PagedLog, numbers: list[int]
                 ) -> list[tuple[Message, int, int, int]]:
-        """Entries cursor .. cursor + count - 1 of `log`, read back: (message, segment,
-        body offset, record seq) each, the message with its body and the size its log
-        kept for it. The caller tracks each as a live message of the queue that reads."""
-        where = [log.where(n) for n in range(cursor, cursor + count)]
+        """Entries `numbers` of `log`, read back: (message, segment, body offset, record
+        seq) each, the message with its body and the size its log kept for it. The caller
+        tracks each as a live message of the queue that reads."""
+        where = [log.where(n) for n in numbers]
         out: list[tuple[Message, int, int, int]] = []
         i = 0
         while i < len(where):
@@ -136,15 +206,7 @@ class PagedEntries:
         segments = self._segments()
         for number in range(log.released, upto):
             segment_id, _off, length, _order, size, _seq = log.where(number)
-            info = segments.get(segment_id)
-            if info is not None:
-                info.paged -= 1
-                info.live_bytes -= length
-                span = info.tail.get(log)
-                if span is not None:
-                    span[0] -= 1
-                    if span[0] <= 0:
-                        del info.tail[log]
+            self._let_go(segments.get(segment_id), log, length)
             self.count -= 1
             self.bytes -= size
         log.released = upto

@@ -55,11 +55,12 @@ class SegmentRead:
 
 class JournalReading:
     def __init__(self, directory: Path, dup_cache_size: int | Callable[[str], int] = 20000,
-                 rebuild: bool = True, ahead: bool = False) -> None:
+                 rebuild: bool = True, ahead: bool = False,
+                 paged_beyond: Callable[[str], int] | None = None) -> None:
         self.directory = directory
         self.rebuild = rebuild  # False: only check the records (tools), do not decode them
         self.ahead = ahead  # reading ahead of a writer: every record must follow the last
-        self.replay = Replay(dup_cache_size)
+        self.replay = Replay(dup_cache_size, paged_beyond=paged_beyond)
         self.records = 0
         self.read_ahead = 0  # records read before the final pass
         self.torn_bytes = 0
@@ -179,6 +180,12 @@ class JournalReading:
             kind = entry[0]
             if kind == disk.ADD:
                 e = entry[1]
+                size = e.body_length + e.meta_length + 64
+                if replay.to_log(e.destination, e.queues, e.message_id, size, e.order):
+                    start, length = disk.add_span(e.body_offset, e.body_length, e.meta_length)
+                    replay.add_to_log(e.destination, e.queues, segment_id, offset + start,
+                                      length, e.order, size)
+                    continue
                 message = message_of(e)
                 message.body_offset = offset + e.body_offset
                 message.journal_segment = segment_id
@@ -187,9 +194,9 @@ class JournalReading:
                     shared.journal_segment = segment_id
                     shared.body_offset = message.body_offset
             elif kind == disk.DEL:
-                replay.remove(entry[1], entry[2])
+                replay.remove(entry[1], entry[2], entry[3])
             elif kind == disk.DELIVERED:
-                replay.delivered(entry[1], entry[2], entry[3])
+                replay.delivered(entry[1], entry[2], entry[3], entry[4])
             elif kind == disk.DURABLE:
                 replay.durable(entry[1], entry[2])
                 where[("durable", entry[1])] = segment_id
@@ -237,9 +244,15 @@ def _apply_adds(replay: Replay, where: dict[tuple, int], payload: memoryview, se
     for _, destination, producer, epoch, seq, seen in producers:
         replay.producer(destination, producer, epoch, seq, seen)
         where[("producer", destination, producer)] = segment_id
-    add = replay.add
+    add, to_log = replay.add, replay.to_log
     for (order, expires, priority, persistent, deliveries, message_id, destination,
          headers, queues, body_at, body_length, meta_length) in adds:
+        size = body_length + meta_length + 64
+        if to_log(destination, queues, message_id, size, order):
+            start, length = disk.add_span(body_at, body_length, meta_length)
+            replay.add_to_log(destination, queues, segment_id, offset + start, length, order,
+                              size)
+            continue
         body_offset = offset + body_at
         message = Message(message_id, destination, headers, None, bool(persistent),
                           priority, expires, body_length + meta_length + 64, order,

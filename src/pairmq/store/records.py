@@ -46,6 +46,10 @@ EPOCH = 8  # the pair's epoch changed: this server became active with it
 DUPS = 9  # a destination's whole dup-id cache, oldest first (written by compaction)
 GROUP = 10  # a stream's consumer group processed every offset below this one
 PRODUCER = 11  # a producer's messages to a destination are taken up to a sequence number
+DEL_ORDER = 12  # DEL naming the message's enqueue order too (a paged message has no id in
+#                 memory, store/pages.py); decoded as (DEL, queue, id, order), a plain DEL
+#                 (older journals) as (DEL, queue, id, -1)
+DELIVERED_ORDER = 13  # DELIVERED with the order too: (DELIVERED, queue, id, count, order)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -154,12 +158,22 @@ def encode_add(order: int, message_id: str, destination: str, priority: int, exp
     return head + body, len(head)
 
 
-def encode_del(queue: str, message_id: str) -> bytes:
-    return b"".join((_U8.pack(DEL), _s(queue), _s(message_id)))
+def encode_del(queue: str, message_id: str, order: int) -> bytes:
+    return b"".join((_U8.pack(DEL_ORDER), _s(queue), _s(message_id), _U64.pack(order)))
 
 
-def encode_delivered(queue: str, message_id: str, deliveries: int) -> bytes:
-    return b"".join((_U8.pack(DELIVERED), _s(queue), _s(message_id), _U32.pack(deliveries)))
+def encode_delivered(queue: str, message_id: str, deliveries: int, order: int) -> bytes:
+    return b"".join((_U8.pack(DELIVERED_ORDER), _s(queue), _s(message_id),
+                     _U32.pack(deliveries), _U64.pack(order)))
+
+
+_ADD_BEFORE_META = 1 + 8 + 8 + 1 + 1 + 4 + 4  # _ADD_FIXED, then the metadata's length
+
+
+def add_span(body_offset: int, body_length: int, meta_length: int) -> tuple[int, int]:
+    """(start, length) of an ADD entry in its payload, from where its body lies."""
+    start = body_offset - 4 - meta_length - _ADD_BEFORE_META
+    return start, body_offset + body_length - start
 
 
 def encode_durable(key: str, topic: str) -> bytes:
@@ -305,7 +319,7 @@ def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
 
 
 def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> list[tuple]:
-    """Decode a batch payload into tuples: (ADD, AddEntry), (DEL, queue, id), ..."""
+    """Decode a batch payload into tuples: (ADD, AddEntry), (DEL, queue, id, order), ..."""
     buf = memoryview(payload)
     end = len(buf)
     if end > _ADD_HEAD.size and buf[0] == ADD:
@@ -353,17 +367,32 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                                           bool(persistent), deliveries, headers, queues, body,
                                           pos, n, meta_n)))
                 pos += n
+            elif etype == DEL_ORDER:
+                pos += 1
+                queue = string()
+                message_id = string()
+                (order,) = _U64.unpack_from(buf, pos)
+                pos += 8
+                out.append((DEL, queue, message_id, order))
             elif etype == DEL:
                 pos += 1
                 queue = string()
-                out.append((DEL, queue, string()))
+                out.append((DEL, queue, string(), -1))
             elif etype == DELIVERED:
                 pos += 1
                 queue = string()
                 message_id = string()
                 (count,) = u32(buf, pos)
                 pos += 4
-                out.append((DELIVERED, queue, message_id, count))
+                out.append((DELIVERED, queue, message_id, count, -1))
+            elif etype == DELIVERED_ORDER:
+                pos += 1
+                queue = string()
+                message_id = string()
+                (count,) = u32(buf, pos)
+                (order,) = _U64.unpack_from(buf, pos + 4)
+                pos += 12
+                out.append((DELIVERED, queue, message_id, count, order))
             elif etype == DURABLE:
                 pos += 1
                 key = string()

@@ -72,6 +72,7 @@ class RecoveryReport:
     seconds: float = 0.0
     paged: bool = False  # the paging budget was spent: some bodies stay on disk
     in_memory: int = 0  # messages whose bodies were loaded
+    in_logs: int = 0  # messages kept only in the journal (paged logs, store/pages.py)
 
     def describe(self) -> str:
         return (f"Recovered {self.messages} messages in {self.queues} queues and "
@@ -80,7 +81,10 @@ class RecoveryReport:
                 + (f" ({self.read_ahead} of the records read ahead, before)"
                    if self.read_ahead else "")
                 + (f" (paging: {self.in_memory} bodies in memory, the others read from disk "
-                   "when delivered)" if self.paged else ""))
+                   "when delivered"
+                   + (f"; {self.in_logs} messages only in the journal, in paged logs"
+                      if self.in_logs else "") + ")"
+                   if self.paged or self.in_logs else ""))
 
 
 class Store(Mirroring):
@@ -119,7 +123,15 @@ class Store(Mirroring):
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         reading, self._reading = self._reading, None
+        beyond = self.settings.paged_beyond if rebuild else None
         if reading is None or not rebuild or not reading.advance(final=True):
+            reading = JournalReading(self.directory, dup_cache_size, rebuild,
+                                     paged_beyond=beyond)
+            reading.advance(final=True)
+        if reading.replay.legacy_miss:
+            log.warning("The journal names some removed messages by id only (it was written "
+                        "by an earlier version): recovering every message into memory, "
+                        "without paged logs")
             reading = JournalReading(self.directory, dup_cache_size, rebuild)
             reading.advance(final=True)
         self.epoch, self.epochs, self._where = reading.epoch, reading.epochs, reading.where
@@ -130,8 +142,11 @@ class Store(Mirroring):
                                 read_ahead=reading.read_ahead,
                                 torn_bytes=reading.torn_bytes)
         report.durables = len(replay.durables)
-        report.queues = len(replay.queues)
-        report.messages = sum(len(held) for held in replay.queues.values())
+        report.queues = len(set(replay.queues).union(
+            *(log.cursors for log in replay.logs.values())))
+        report.in_logs = sum(log.waiting(key) for log in replay.logs.values()
+                             for key in log.cursors)
+        report.messages = sum(len(held) for held in replay.queues.values()) + report.in_logs
         if rebuild:
             self.memory_bytes = load_bodies(self.directory, replay, report,
                                             self.settings.paging_bytes, self.memory_bytes,
@@ -153,8 +168,9 @@ class Store(Mirroring):
         `recover`."""
         reading = self._reading
         if reading is None or not reading.advance(final=False, limit_bytes=limit_bytes):
-            reading = self._reading = JournalReading(self.directory, dup_cache_size,
-                                                     ahead=True)
+            reading = self._reading = JournalReading(
+                self.directory, dup_cache_size, ahead=True,
+                paged_beyond=self.settings.paged_beyond)
             reading.advance(final=False, limit_bytes=limit_bytes)
         return reading.bytes_read
 
@@ -186,6 +202,9 @@ class Store(Mirroring):
                 assert q.key is not None
                 message.journal_queues.append(q.key)
         broker.set_paged_bytes(self.paged.total)
+        for address in broker.addresses.values():
+            if address.log is not None:
+                self.pages.hold_recovered(address.log)
         for key, segment_id in self._where.items():
             info = segments.get(segment_id)
             if info is not None and self._still_live(key):
@@ -282,7 +301,7 @@ class Store(Mirroring):
                     added.append((message, queue_keys, size + body_at, body))
             elif kind == rec.DEL:
                 message = record[2]
-                entry = encode_del(record[1], message.message_id)
+                entry = encode_del(record[1], message.message_id, message.order)
                 at = pending.get(id(message)) if message.journal_queues is None else None
                 if at is not None:
                     # Added and removed in this very group (an auto-ack consumer, a
@@ -294,7 +313,8 @@ class Store(Mirroring):
                 self._release(message, record[1])
             elif kind == rec.DELIVERED:
                 message = record[2]
-                entry = encode_delivered(record[1], message.message_id, record[3])
+                entry = encode_delivered(record[1], message.message_id, record[3],
+                                         message.order)
                 if message.journal_delivered is None:
                     message.journal_delivered = {}
                 message.journal_delivered[record[1]] = record[3]
@@ -425,13 +445,13 @@ class Store(Mirroring):
             fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
         return fd
 
-    def page_in(self, log: PagedLog, cursor: int, count: int, queue_key: str
-                ) -> list[Message]:
-        """A queue's next `count` paged messages, read back from the journal; each is a
-        live message of that queue from now on (as if it had been in memory all along)."""
+    def page_in(self, log: PagedLog, numbers: list[int], queue_key: str) -> list[Message]:
+        """Paged messages of a queue (its entries `numbers`), read back from the journal;
+        each is a live message of that queue from now on (as if it had been in memory all
+        along)."""
         segments = self._writer_segments()
         messages = []
-        for message, segment_id, body_offset, seq in self.pages.page_in(log, cursor, count):
+        for message, segment_id, body_offset, seq in self.pages.page_in(log, numbers):
             self._locate(message, segments[segment_id], [queue_key], body_offset, seq)
             messages.append(message)
         return messages

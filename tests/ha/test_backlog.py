@@ -1,0 +1,80 @@
+"""A pair that holds a large backlog (issue 18), scaled down for `make test`: limits of 2 MiB
+so that hundreds of thousands of 1 KiB messages already page. The pair, formed with the
+default intervals (heartbeat 500 ms, activation 2000 ms), keeps its roles while the
+backlog builds; both servers stay under a memory budget whatever waits (before paging as
+a mode, each one's memory grew by about 1.1 KB per waiting message: 300,000 took each
+past 600 MB); kill -9 of the active, then every message drained from the backup, once,
+in order. `benchmarks/backlog.py` does the same at 10 million."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+import pairmq.client
+from tests.ha.pair import Pair, wait_for
+
+pytestmark = pytest.mark.slow
+
+MESSAGES = 300_000
+BUDGET_MB = 250  # RSS of each server, whatever waits
+LIMITS = ["--max-size-bytes", str(2 * 1024 * 1024), "--paging-bytes", str(2 * 1024 * 1024)]
+QUEUE = "/queue/backlog"
+BODY = b"x" * 1000
+
+
+def rss_mb(pair: Pair, name: str) -> float:
+    server = pair.servers[name]
+    assert server is not None
+    return psutil.Process(server.proc.pid).memory_info().rss / 2**20
+
+
+@pytest.mark.timeout(600)
+def test_a_backlog_keeps_the_pair_its_roles_and_each_server_under_budget_then_fails_over(
+        pair_factory) -> None:
+    pair: Pair = pair_factory(heartbeat_ms=500, activation_ms=2000, flags=LIMITS)
+    pair.start(parallel=True)
+    pair.wait_formed()
+    switched = {n: pair.logs(n).count("Local server switched to") for n in ("primary",
+                                                                            "backup")}
+    url = f"stomp://{pair.stomp_address('primary')}"
+    largest = {"primary": 0.0, "backup": 0.0}
+    with pairmq.client.connect(url, send_window=16) as client:
+        for first in range(0, MESSAGES, 1000):
+            client.send_batch_async(QUEUE, [(BODY, {"n": str(first + i)})
+                                            for i in range(1000)])
+            if first % 50_000 == 0:
+                client.flush()
+                for name in largest:
+                    largest[name] = max(largest[name], rss_mb(pair, name))
+        client.flush()
+    for name in largest:
+        largest[name] = max(largest[name], rss_mb(pair, name))
+    assert max(largest.values()) < BUDGET_MB, f"RSS (MB) with {MESSAGES} waiting: {largest}"
+    assert (pair.state("primary"), pair.state("backup")) == ("ACTIVE", "PASSIVE")
+    assert {n: pair.logs(n).count("Local server switched to") for n in switched} == switched, \
+        "no role changed while the backlog built"
+    status = pair.status("backup")
+    assert status is not None
+    paged = status["destinations"][QUEUE]["paged_messages"]
+    assert paged > MESSAGES * 0.9, f"the backup keeps them in its paged log: {paged}"
+
+    pair.kill("primary")
+    pair.wait_active(15, "backup")
+    started = time.monotonic()
+    got: list[int] = []
+    with pairmq.client.connect(f"stomp://{pair.stomp_address('backup')}") as consumer:
+        sub = consumer.subscribe(QUEUE, ack="client", headers={"prefetch-count": "2000"})
+        while len(got) < MESSAGES:
+            message = sub.receive(10)
+            assert message is not None, f"only {len(got)} of {MESSAGES} came"
+            got.append(int(message.headers["n"]))
+            if len(got) % 1000 == 0:
+                consumer.ack(message)  # cumulative: every one before it too
+        assert sub.receive(1.0) is None, "nothing more"
+    assert got == list(range(MESSAGES)), "each once, in order"
+    wait_for(lambda: (pair.status("backup") or {}).get("destinations", {}).get(QUEUE, {})
+             .get("messages") == 0, 10, "the queue empty")
+    print(f"drained {MESSAGES} in {time.monotonic() - started:.1f} s; RSS MB {largest}")

@@ -188,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
         backup.kill()
         pair.stop()
         started = time.monotonic()
-        restarted = start_server(workdir, name="backup", port=backup.port)
+        restarted = start_server(workdir, name="backup", port=backup.port,
+                                 start_timeout=args.give_up * 5)
         summary["restart_s"] = round(wait_confirmed(restarted.host, restarted.port,
                                                     args.give_up), 2)
         summary["restart_log"] = [line for line in restarted.logs().splitlines()

@@ -91,6 +91,7 @@ def start_server(
     anonymous: bool = True,
     name: str = "test",
     env: dict[str, str] | None = None,
+    start_timeout: float = 20.0,
 ) -> ServerProcess:
     """Start `python -m pairmq server` with the given flags and wait until it listens.
 
@@ -119,7 +120,7 @@ def start_server(
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     log.close()
     try:
-        wait_for_port("127.0.0.1", port, proc)
+        wait_for_port("127.0.0.1", port, proc, start_timeout)
     except Exception:
         proc.kill()
         proc.wait()

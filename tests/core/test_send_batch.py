@@ -460,3 +460,24 @@ def test_a_broker_rebuilt_from_the_records_keeps_the_dup_cache_and_its_order():
     batch(broker, one("c"), persistent="true")
     assert list(again.addresses[Q].dups) == list(broker.addresses[Q].dups) == ["e", "b", "c"]
     assert [r[2] for r in kinds(again.take_records(), rec.DUP_EVICT)] == ["a"]
+
+
+# ----------------------------------------------------------------------------- in slices
+
+
+def test_a_big_batch_is_routed_a_slice_at_a_time_and_its_numbers_taken_as_it_goes():
+    """The server routes a batch of more than a slice over several turns (a turn stays
+    short); what another connection resends meanwhile is not routed twice."""
+    broker = make()
+    records: Records = [({"n": str(i)}, b"m") for i in range(10)]
+    headers = frame(10, **{"persistent": "true", "pairmq-producer": "p", "pairmq-seq": "0"})
+    outcome = broker.send_batch(1, Q, headers, records, NOW, slice_size=4)
+    assert outcome.admission is Admission.ACCEPTED and broker.batch_open(1)
+    assert ns(drain(broker)) == ["0", "1", "2", "3"]
+    # meanwhile the producer, failed over, resends numbers 0 to 5 on another connection
+    again = frame(6, **{"persistent": "true", "pairmq-producer": "p", "pairmq-seq": "0"})
+    broker.send_batch(2, Q, again, records[:6], NOW)
+    # 4 and 5 were taken from the other connection: skipped; 6 to 9 routed, and done
+    assert broker.continue_batch(1, 4, NOW) and not broker.batch_open(1)
+    assert ns(drain(broker)) == ["4", "5", "6", "7", "8", "9"]
+    assert broker.addresses[Q].producers.get("p").seq == 9

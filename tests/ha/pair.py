@@ -30,7 +30,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -270,6 +271,18 @@ class Pair:
         if srv is not None and srv.alive():
             srv.stop()
         return self.start_server(name, *extra)
+
+    @contextmanager
+    def frozen(self, name: str) -> Iterator[None]:
+        """`name` frozen with SIGSTOP for the block (SIGCONT after it, whatever happens):
+        alive for the kernel, its sockets open, but it reads and answers nothing."""
+        srv = self.servers[name]
+        assert srv is not None
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(srv.proc.pid, signal.SIGCONT)
 
     def alive(self, name: str) -> bool:
         srv = self.servers[name]

@@ -11,11 +11,6 @@ which no MESSAGE arrived, the message was unconfirmed during all of that window.
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 
 from tests.ha.clients import parse_address
@@ -26,18 +21,6 @@ from tests.integration.rawstomp import RawStomp, unique
 P = {"persistent": "true"}
 HEARTBEAT_MS, ACTIVATION_MS = 250, 4000  # a window of seconds before the backup is dropped
 WATCH = 1.5  # seconds a held message is watched for not arriving
-
-
-@contextmanager
-def stopped(pair: Pair, name: str) -> Iterator[None]:
-    """`name` frozen with SIGSTOP for the block (SIGCONT after it, whatever happens)."""
-    srv = pair.servers[name]
-    assert srv is not None
-    os.kill(srv.proc.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(srv.proc.pid, signal.SIGCONT)
 
 
 def journal(pair: Pair, name: str) -> dict:
@@ -84,7 +67,7 @@ def test_delivery_waits_for_the_backup_or_for_confirming_alone(pair_factory) -> 
         consumer.request("SUBSCRIBE", {"destination": queue, "id": "q"})
 
         # The backup comes back before it is dropped: its acknowledgement releases both.
-        with stopped(pair, "backup"):
+        with pair.frozen("backup"):
             record = send_and_watch(pair, producer, consumer, queue, b"acked-by-backup")
         assert consumer.read_message(5.0).body == b"acked-by-backup"
         assert journal(pair, "primary")["confirmed_seq"] >= record
@@ -93,7 +76,7 @@ def test_delivery_waits_for_the_backup_or_for_confirming_alone(pair_factory) -> 
 
         # The backup stays away: the active drops it, goes STANDALONE with the witness's
         # lease and then confirms (and delivers) on its own disk.
-        with stopped(pair, "backup"):
+        with pair.frozen("backup"):
             record = send_and_watch(pair, producer, consumer, queue, b"confirmed-alone")
             message = consumer.read_message(ACTIVATION_MS / 1000 * 3 + 5)
             after = journal(pair, "primary")

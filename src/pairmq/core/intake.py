@@ -35,7 +35,7 @@ from pairmq.core.producers import (
     stamp_of,
 )
 from pairmq.core.queue import Address, AddressState, Queue
-from pairmq.core.session import PendingSend, Session, Transaction
+from pairmq.core.session import BatchRest, PendingSend, Session, Transaction
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.protocol.batch import SEND_BATCH_HEADER
 
@@ -72,6 +72,7 @@ class Intake:
 
     settings: CoreSettings
     id_prefix: str
+    sessions: dict[int, Session]
     addresses: dict[str, Address]
     reply_queues: dict[str, Queue]
     stats: dict[str, int]
@@ -134,13 +135,15 @@ class Intake:
 
     def send_batch(self, conn_id: int, destination: str, headers: dict[str, str],
                    messages: list[tuple[dict[str, str], bytes]], now: int,
-                   transaction: str | None = None, journal_full: str | None = None
-                   ) -> Outcome:
+                   transaction: str | None = None, journal_full: str | None = None,
+                   slice_size: int = 0) -> Outcome:
         """A batched SEND (`pairmq-batch`, docs/stomp.md): each of `messages` is one message to
         `destination`, with the frame's headers and its own over them. Taken as a COMMIT
         takes its sends: held or refused as a whole when one message would be, else every
         message routed (a duplicate answered, page and drop applied message by message).
-        Inside a transaction the messages wait for its COMMIT."""
+        Inside a transaction the messages wait for its COMMIT. With `slice_size`, at most
+        that many are routed now: the rest waits in the session (`batch_open`) for
+        `continue_batch`, one slice per turn of the server (a turn must stay short)."""
         session = self._session(conn_id)
         kind, name = parse_destination(destination)
         if "dup-id" in headers:
@@ -187,13 +190,54 @@ class Intake:
                                                              hdrs, journal_full)
                 if admission is Admission.HELD or admission is Admission.FAILED:
                     return refusal(admission, cause, address, self.capacity, journal_full)
-        for hdrs, body in merged:
-            self._route(session, destination, kind, name, hdrs, body, now, journal_full,
-                        admitted=True)
-        if stamp is not None:  # journaled if any of them is (a record may say persistent)
-            self._took(session, destination, kind, name, stamp, stamp.seq + count - 1, now,
-                       any(hdrs.get("persistent") == "true" for hdrs, _ in merged))
+        if stamp is not None and len(merged) < count:
+            stamp = stamp._replace(seq=stamp.seq + count - len(merged))
+        rest = BatchRest(destination, kind, name, merged, journal_full, stamp)
+        if not self._route_slice(session, rest, slice_size or len(merged), now):
+            session.batch = rest
         return ACCEPTED
+
+    def batch_open(self, conn_id: int) -> bool:
+        """A batched SEND of this connection is not routed whole yet."""
+        session = self.sessions.get(conn_id)
+        return session is not None and session.batch is not None
+
+    def continue_batch(self, conn_id: int, most: int, now: int) -> bool:
+        """Route the next `most` messages of the open batch; True once it is all routed."""
+        session = self._session(conn_id)
+        rest = session.batch
+        assert rest is not None, "no batch open"
+        stamp = rest.stamp
+        if stamp is not None:  # numbers taken meanwhile (a resend on another connection)
+            address = self._existing_address(session, rest.destination, rest.kind, rest.name)
+            producers = address.producers if address is not None else None
+            first = stamp._replace(seq=stamp.seq + rest.done)
+            left = len(rest.messages) - rest.done
+            taken = producers.duplicates(first, left, rest.destination) \
+                if producers is not None else 0
+            if taken:
+                self.stats["duplicates"] += taken
+                rest.done += taken
+        if self._route_slice(session, rest, most, now):
+            session.batch = None
+            return True
+        return False
+
+    def _route_slice(self, session: Session, rest: BatchRest, most: int, now: int) -> bool:
+        """Route the next `most` messages of a batch; True when none is left."""
+        start = rest.done
+        end = min(len(rest.messages), start + most)
+        for hdrs, body in rest.messages[start:end]:
+            self._route(session, rest.destination, rest.kind, rest.name, hdrs, body, now,
+                        rest.journal_full, admitted=True)
+        rest.done = end
+        stamp = rest.stamp
+        if stamp is not None and end > start:  # journaled if any is (a record may say so)
+            self._took(session, rest.destination, rest.kind, rest.name, stamp,
+                       stamp.seq + end - 1, now,
+                       any(hdrs.get("persistent") == "true"
+                           for hdrs, _ in rest.messages[start:end]))
+        return end >= len(rest.messages)
 
     def _admission(self, session: Session, destination: str, kind: str, name: str,
                    headers: dict[str, str], journal_full: str | None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
+from pairmq.protocol.stamps import Stamp
 
 if TYPE_CHECKING:
     from pairmq.core.queue import Queue
@@ -22,6 +23,20 @@ class PendingSend:
 
 
 @dataclass(slots=True)
+class BatchRest:
+    """A batched SEND taken (admitted as a whole) and routed a slice per turn of the server
+    (core/intake.py `send_batch`): what is left of it."""
+
+    destination: str
+    kind: str
+    name: str
+    messages: list[tuple[dict[str, str], bytes]]
+    journal_full: str | None
+    stamp: Stamp | None  # its producer stamp: the number of messages[0] is stamp.seq
+    done: int = 0  # messages routed (or found taken already)
+
+
+@dataclass(slots=True)
 class Transaction:
     """Work deferred to COMMIT: sends to route, and deliveries acked or nacked meanwhile."""
 
@@ -31,8 +46,8 @@ class Transaction:
 
 
 class Session:
-    __slots__ = ("ack_seq", "acks", "client_id", "cursors", "id", "legacy_index", "subs",
-                 "temp_queues", "token", "txs", "version", "writable")
+    __slots__ = ("ack_seq", "acks", "batch", "client_id", "cursors", "id", "legacy_index",
+                 "subs", "temp_queues", "token", "txs", "version", "writable")
 
     def __init__(self, conn_id: int, token: str, version: str, client_id: str | None) -> None:
         self.id = conn_id
@@ -48,6 +63,7 @@ class Session:
         self.txs: dict[str, Transaction] = {}
         self.temp_queues: dict[str, Queue] = {}
         self.ack_seq = 0
+        self.batch: BatchRest | None = None  # a batched SEND still being routed
 
     def check_free(self, sub_id: str) -> None:
         """A SUBSCRIBE's id must not name a live subscription, to a queue or a stream."""

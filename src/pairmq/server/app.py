@@ -337,6 +337,10 @@ class PairmqServer:
         standby.watch_mirror()
         self._switch_role(standby, why)
 
+    def throttle(self, paused: bool) -> None:
+        """Stop (or go on) reading from clients: the pair's replication is behind."""
+        self.role.throttle(paused)
+
     def watch_mirror(self) -> None:
         self.role.watch_mirror()
 

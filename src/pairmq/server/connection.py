@@ -34,6 +34,7 @@ from pairmq.server.role import Role, RolePhase, Ticket
 log = logging.getLogger("pairmq.connection")
 
 TURN_BUDGET_S = 0.02  # frames applied per turn of the event loop, at most this long
+BATCH_SLICE = 256  # messages of a batched SEND routed per turn
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
 WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
@@ -97,6 +98,8 @@ class StompConnection(Connecting, asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.clock = HeartbeatClock(0, 0, self.loop.time())
         self.role.attach(self)
+        if self.role.throttled:
+            self.transport.pause_reading()
         self._timers["connect"] = self.loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
         log.debug("Connection %d opened from %s (role %d)", self.conn_id, self.peer,
                   self.role.generation)
@@ -287,7 +290,7 @@ class StompConnection(Connecting, asyncio.Protocol):
             return  # still blocked by a full destination: its unblocking releases us
         self.waiting = False
         if not self.closing:
-            if self.transport is not None:
+            if self.transport is not None and not self.role.throttled:
                 self.transport.resume_reading()
             frames = list(self.backlog)
             self.backlog.clear()
@@ -304,13 +307,53 @@ class StompConnection(Connecting, asyncio.Protocol):
             messages = decode_send_records(frame.body, count)
             outcome = self.broker.send_batch(self.conn_id, destination, h, messages, now_ms(),
                                              h.get("transaction"),
-                                             self.role.journal_full_reason())
+                                             self.role.journal_full_reason(),
+                                             slice_size=BATCH_SLICE)
+            if self.broker.batch_open(self.conn_id):
+                return self._route_later(frame)
             return self._no_room(frame, outcome)
         journal_full = self.role.journal_full_reason() if h.get("persistent") == "true" \
             or destination.startswith(STREAM_PREFIX) else None
         outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
                                    h.get("transaction"), journal_full)
         return self._no_room(frame, outcome)
+
+    def _route_later(self, frame: Frame) -> object:
+        """A big batch was admitted and its first slice routed: the rest goes a slice per
+        turn (a turn stays short), frames after it waiting, and its RECEIPT after the
+        last slice."""
+        self.waiting = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.loop.call_soon(self._next_slice, frame)
+        return HELD
+
+    def _next_slice(self, frame: Frame) -> None:
+        if self.closing or not self.broker.batch_open(self.conn_id):
+            return
+        role = self.role
+        mark = role.frame_mark()
+        try:
+            done = self.broker.continue_batch(self.conn_id, BATCH_SLICE, now_ms())
+        except Exception:
+            log.exception("Internal error while routing a batch of connection %d",
+                          self.conn_id)
+            self.fail("internal server error (logged on the server)", frame)
+            role.flush()
+            return
+        if not done:
+            role.flush()
+            self.loop.call_soon(self._next_slice, frame)
+            return
+        self.frames += 1
+        ticket = role.ticket_since(mark)
+        if ticket is not None:
+            self.last_ticket = ticket
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self.drain_deliveries()
+            self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
+        self.release_backlog()  # the frames that came meanwhile, and reading again
 
     def on_subscribe(self, frame: Frame) -> dict[str, str] | None:
         h = frame.headers
@@ -495,6 +538,15 @@ class StompConnection(Connecting, asyncio.Protocol):
             self.transport.close()
 
     # ------------------------------------------------------------ flow control
+
+    def throttle(self, paused: bool) -> None:
+        """The role pauses reading from every client while the backup is far behind."""
+        if self.transport is None or self.closing:
+            return
+        if paused:
+            self.transport.pause_reading()
+        elif not self.waiting:
+            self.transport.resume_reading()
 
     def unblock(self, address: Address) -> None:
         self.blocked_on.discard(address)

@@ -26,6 +26,9 @@ from pairmq.server.halink import Link, accept_link, open_link, split_address
 from pairmq.server.policy import PairHost
 from pairmq.store.stream import MirrorError, new_records, segment_chunks
 
+REPLICATION_HIGH = 32 * 1024 * 1024  # bytes for the backup, unsent, past which clients wait
+REPLICATION_LOW = 8 * 1024 * 1024  # ... until it is back under this
+
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")  # deeper HA tracing, at DEBUG
 
@@ -57,6 +60,7 @@ class ReplicationDriver:
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
+        self._throttled = False  # clients paused: the replication stream is too far ahead
         self._applying = False
         self._pending: list[ev.Event] = []
         self._said: set[str] = set()
@@ -414,9 +418,30 @@ class ReplicationDriver:
 
     def _flush_records(self) -> None:
         self._flush_scheduled = False
-        if self.link is not None and self.outgoing:
-            self.link.send(ch.encode(ch.RECORDS, b"".join(self.outgoing)))
+        link = self.link
+        if link is not None and self.outgoing:
+            link.send(ch.encode(ch.RECORDS, b"".join(self.outgoing)))
+            if link.buffered > REPLICATION_HIGH and not self._throttled:
+                self._throttle(link)
         self.outgoing.clear()
+
+    def _throttle(self, link: Link) -> None:
+        """The backup takes the records more slowly than clients send them: stop reading
+        from clients until the backup has caught up (REPLICATION_LOW), instead of letting
+        the replication stream grow in memory without bound."""
+        self._throttled = True
+        self.server.throttle(True)
+        trace.debug("Replication stream %d bytes behind: clients paused", link.buffered)
+
+        async def until_drained() -> None:
+            try:
+                while not link.closed and link.buffered > REPLICATION_LOW:
+                    await asyncio.sleep(0.005)
+            finally:
+                self._throttled = False
+                self.server.throttle(False)
+
+        self._spawn(until_drained(), "wait for the backup to catch up")
 
     async def _drain(self, link: Link) -> None:
         try:

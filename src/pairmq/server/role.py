@@ -75,6 +75,8 @@ class Client(Protocol):
 
     def release_backlog(self) -> None: ...
 
+    def throttle(self, paused: bool) -> None: ...
+
 
 FrameMark = tuple[int, int]  # (records pending, duplicates seen) before a frame
 
@@ -90,6 +92,7 @@ class Role:
         self._policy = policy
         self._own_address = own_address
         self.connections: dict[int, Client] = {}
+        self.throttled = False  # reading from clients paused: replication is behind
         self._dirty: set[Client] = set()  # connections with output waiting
         self._address_waiters: dict[Address, set[Client]] = {}  # full address -> producers
         self._room_waiters: set[Client] = set()  # held while the journal is full
@@ -140,6 +143,13 @@ class Role:
         self.parking.close_all()
         self._confirm_waiters.clear()
         self._batch = None
+
+    def throttle(self, paused: bool) -> None:
+        """Clients' frames are not read while the backup is too far behind (server/ha.py);
+        a connection that holds frames for its own reason stays paused."""
+        self.throttled = paused
+        for conn in self.connections.values():
+            conn.throttle(paused)
 
     def close_clients(self, message: str, active: str | None) -> None:
         extra = {"active-server": active} if active else None

@@ -10,9 +10,11 @@ from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core import records as rec
 from pairmq.core.settings import Retention
 from pairmq.core.stream import StartKind, parse_start
+from tests.support.pages import Pages
 from tests.support.replay import replayed
 
 S = "/stream/s"
+pages = Pages()  # the store's part: records on disk, read back
 
 
 def broker(**retention) -> Broker:
@@ -23,8 +25,12 @@ def broker(**retention) -> Broker:
 
 
 def append(b: Broker, n: int, now: int = 1000, start: int = 0, size: int = 10) -> None:
+    """Append n records, each on disk before the next comes (retention removes only
+    those), and apply retention once more, as the server's tick does."""
     for i in range(start, start + n):
         b.send(1, S, {}, (f"m{i}".ljust(size)).encode(), now)
+        pages.sync(b)
+    b.retain_streams(now)
 
 
 def delivered(b: Broker) -> list[tuple[str, int | str]]:

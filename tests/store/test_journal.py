@@ -55,12 +55,14 @@ async def synced(store: Store) -> None:
 
 
 def persist(broker: Broker, store: Store) -> None:
-    """Journal what the broker changed, and read back the windows paging queues asked for
-    (as the server's role does after every read)."""
+    """Journal what the broker changed, and read back the windows paging queues and
+    stream readers asked for (as the server's role does after every read)."""
     if broker.records:
         store.persist(broker.take_records())
     for q, log, numbers in broker.take_page_wanted():
         broker.paged_in(q, numbers, store.page_in(log, numbers, q.key or ""), NOW)
+    for cursor, offsets in broker.take_stream_reads():
+        broker.stream_read(cursor, offsets, store.read_stream(cursor.stream.log, offsets))
     for log in broker.take_moved_logs():
         store.release_paged(log)
     if broker.records:

@@ -4,6 +4,9 @@ paged message's "journal entry" is its object, kept here by (log, entry number).
     pages = Pages()
     pages.sync(broker)          # records on disk: pending log entries are located
     pages.serve(broker, now)    # windows asked for are read back (as new objects)
+
+A stream's records are paged entries too (all of them): `sync` locates them, `serve`
+answers the stream readers that reached records held only "on disk".
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ class Pages:
         self.read = 0  # entries read back
 
     def sync(self, broker: Broker) -> None:
-        for address in list(broker.addresses.values()):
-            log = address.log
-            if log is None or not log.pending:
+        logs = [a.log for a in broker.addresses.values() if a.log is not None]
+        logs += [stream.log for stream in broker.streams.values()]
+        for log in logs:
+            if not log.pending:
                 continue
             while log.pending:
                 message = log.pending[0]
-                number = log.locate(message, 0, 0, 0, 0)
+                stamp = int(message.headers.get("timestamp", "0")) if log.stamped else None
+                number = log.locate(message, 0, 0, 0, 0, stamp)
+                message.log = None
                 self.disk[(id(log), number)] = message
             broker.pages_located(log)
 
@@ -39,3 +45,10 @@ class Pages:
                 self.read += len(numbers)
                 broker.paged_in(q, numbers, messages, now)
             broker.take_moved_logs()
+        while reads := broker.take_stream_reads():
+            for cursor, offsets in reads:
+                log = cursor.stream.log
+                records = [dataclasses.replace(self.disk[(id(log), n)], log=None)
+                           for n in offsets]
+                self.read += len(offsets)
+                broker.stream_read(cursor, offsets, records)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pairmq.core import records as rec
+from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
+from pairmq.core.stream import OFFSET_HEADER
 
 
 def replayed(records: list[tuple], dup_cache_size: int = 20000,
@@ -22,7 +24,14 @@ def replayed(records: list[tuple], dup_cache_size: int = 20000,
         kind = record[0]
         if kind == rec.ADD:
             message, keys = record[1], record[2]
-            if replay.to_log(message.destination, keys, message.message_id, message.size,
+            if message.destination.startswith(STREAM_PREFIX):
+                segment, offset, length = (located or {}).get(message.order, (0, 0, 0))
+                replay.add_stream_record(message.destination,
+                                         int(message.headers[OFFSET_HEADER]),
+                                         int(message.headers.get("timestamp", "0")),
+                                         segment, offset, length, message.order,
+                                         message.size)
+            elif replay.to_log(message.destination, keys, message.message_id, message.size,
                              message.order):
                 segment, offset, length = (located or {})[message.order]
                 replay.add_to_log(message.destination, keys, segment, offset, length,
@@ -39,4 +48,5 @@ def replayed(records: list[tuple], dup_cache_size: int = 20000,
             replay.group(record[1], record[2], record[3])
         elif kind == rec.PRODUCER:
             replay.producer(*record[1:])
+    replay.settle_streams()
     return replay

@@ -60,6 +60,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
                       "dropped": 0, "producers_evicted": 0, "paged": 0, "paged_in": 0}
         self.page_wanted: dict[Queue, None] = {}  # core/paging.py
         self.moved_logs: dict = {}
+        self.stream_reads: dict = {}  # stream cursors waiting for a read back (streaming.py)
         self.capacity = Capacity(self.settings)
         self._message_seq = 0
         self._order_seq = 0

@@ -46,7 +46,7 @@ class Chunk:
     and the newest record sequence among them (a consumer is handed a paged-in message
     only once that record is confirmed)."""
 
-    __slots__ = ("length", "offset", "order", "segment", "seq", "size")
+    __slots__ = ("length", "offset", "order", "segment", "seq", "size", "stamp")
 
     def __init__(self) -> None:
         self.segment = array("I")
@@ -54,6 +54,7 @@ class Chunk:
         self.length = array("I")
         self.order = array("Q")
         self.size = array("I")
+        self.stamp = array("Q")  # a stream's append times (empty for a queue's log)
         self.seq = 0
 
     def __len__(self) -> int:
@@ -63,12 +64,14 @@ class Chunk:
 class PagedLog:
     """One address's paged messages, and the cursors of the queues that read them."""
 
-    __slots__ = ("_chunks", "cursors", "deliveries", "held", "pending", "released", "skip",
-                 "start")
+    __slots__ = ("_chunks", "cursors", "deliveries", "held", "located_end", "pending",
+                 "released", "skip", "stamped", "start")
 
-    def __init__(self) -> None:
+    def __init__(self, stamped: bool = False) -> None:
+        self.stamped = stamped  # a stream's: each entry keeps its append time too
         self._chunks: list[Chunk] = []
         self.start = 0  # number of the first entry still held (the older ones are dropped)
+        self.located_end = 0  # one past the last located entry
         self.released = 0  # entries before this one no longer hold their journal segment
         self.pending: deque[Routed] = deque()  # routed here, record not on disk yet
         self.cursors: dict[Queue, int] = {}  # queue -> number of its next entry to page in
@@ -80,13 +83,6 @@ class PagedLog:
         self.deliveries: dict[int, int] = {}
 
     # ------------------------------------------------------------ size
-
-    @property
-    def located_end(self) -> int:
-        """One past the last located entry."""
-        chunks = self._chunks
-        return self.start + (len(chunks) - 1) * CHUNK + len(chunks[-1]) if chunks \
-            else self.start
 
     @property
     def end(self) -> int:
@@ -136,20 +132,19 @@ class PagedLog:
             held[q] += message.size
 
     def locate(self, message: Routed, segment: int, offset: int, length: int,
-               seq: int) -> int:
+               seq: int, stamp: int | None = None) -> int:
         """The oldest pending message's record is on disk: keep where its entry lies and
         drop the object. Returns the entry's number."""
         head = self.pending.popleft()
         assert head is message, "paged messages are located in the order they were routed"
-        return self.add(segment, offset, length, message.order, message.size, seq)
+        return self.add(segment, offset, length, message.order, message.size, seq, stamp)
 
     def add(self, segment: int, offset: int, length: int, order: int, size: int,
-            seq: int) -> int:
+            seq: int, stamp: int | None = None) -> int:
         """A located entry at the end (a recovery builds the log this way). Orders grow
         along the log (`find` relies on it)."""
-        assert order > self.last_order, f"order {order} after {self.last_order}"
         chunks = self._chunks
-        if not chunks or len(chunks[-1]) >= CHUNK:
+        if not chunks or len(chunks[-1].order) >= CHUNK:
             chunks.append(Chunk())
         chunk = chunks[-1]
         chunk.segment.append(segment)
@@ -157,15 +152,51 @@ class PagedLog:
         chunk.length.append(length)
         chunk.order.append(order)
         chunk.size.append(size)
+        if stamp is not None:
+            chunk.stamp.append(stamp)
         if seq > chunk.seq:
             chunk.seq = seq
-        return self.located_end - 1
+        number = self.located_end
+        self.located_end = number + 1
+        return number
 
     def where(self, number: int) -> tuple[int, int, int, int, int, int]:
         """(segment, offset, length, order, size, seq) of located entry `number`."""
         chunk, i = self._chunk_of(number)
         return (chunk.segment[i], chunk.offset[i], chunk.length[i], chunk.order[i],
                 chunk.size[i], chunk.seq)
+
+    def start_at(self, number: int) -> None:
+        """An empty log whose first entry will be `number` (a stream's offsets)."""
+        assert not self._chunks and not self.pending, "only an empty log starts anew"
+        self.start = self.located_end = self.released = number
+
+    def size_of(self, number: int) -> int:
+        chunk, i = self._chunk_of(number)
+        return chunk.size[i]
+
+    def stamp_of(self, number: int) -> int:
+        chunk, i = self._chunk_of(number)
+        return chunk.stamp[i]
+
+    def order_of(self, number: int) -> int:
+        chunk, i = self._chunk_of(number)
+        return chunk.order[i]
+
+    def first_stamp_at_or_after(self, ms: int) -> int:
+        """The first located entry appended at or after `ms` (stamps never decrease along
+        a stream); `located_end` when none is."""
+        chunks = self._chunks
+        lo, hi = 0, len(chunks)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if chunks[mid].stamp[-1] < ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(chunks):
+            return self.located_end
+        return self.start + lo * CHUNK + bisect_left(chunks[lo].stamp, ms)
 
     def move(self, number: int, segment: int, offset: int) -> None:
         """Entry `number` was copied elsewhere in the journal (compaction)."""
@@ -239,8 +270,10 @@ class PagedLog:
         """Free the chunks every cursor has passed (their journal hold is released first,
         by the store: `released` must have reached them)."""
         limit = min(self.min_cursor(), self.released)
-        while self._chunks and self.start + len(self._chunks[0]) <= limit:
-            self.start += len(self._chunks.pop(0))
+        chunks = self._chunks
+        while chunks and self.start + len(chunks[0]) <= limit \
+                and (len(chunks) > 1 or len(chunks[0]) == CHUNK):  # a partial last one stays
+            self.start += len(chunks.pop(0))
 
     def chunks_from(self, number: int) -> Iterator[tuple[int, Chunk, int]]:
         """(number of the first, chunk, index in it) of each chunk holding entries from

@@ -38,6 +38,7 @@ class Paging:
         def _dispatch(self, q: Queue, now: int) -> None: ...
         def _check_full(self, address: Address) -> None: ...
         def _plain_queue(self, destination: str) -> Queue: ...
+        def _stream_located(self, log: PagedLog) -> None: ...
 
     def _to_log(self, address: Address, targets: list[Queue], message: Message) -> None:
         """The message lives in the journal only; each durable queue reads it in turn."""
@@ -67,7 +68,10 @@ class Paging:
 
     def pages_located(self, log: PagedLog) -> None:
         """Input from the store: entries of `log` are on disk now; readers that wait for
-        them ask for their window."""
+        them ask for their window (a stream's: core/streaming.py)."""
+        if log.stamped:
+            self._stream_located(log)
+            return
         for q in log.cursors:
             assert isinstance(q, Queue)
             self._want_pages(q)

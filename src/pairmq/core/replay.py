@@ -42,7 +42,83 @@ class Replay:
     logs: dict[str, PagedLog] = field(default_factory=dict)  # destination -> its log
     in_memory: dict[str, int] = field(default_factory=dict)  # destination -> bytes not paged
     _caps: dict[str, int] = field(default_factory=dict)  # paged_beyond, asked once each
+    top_order: int = 0  # the newest enqueue order an ADD brought: a newer one is no copy
     legacy_miss: bool = False  # a removal by id only missed: it may have been in a log
+    # stream -> [its log by offset, first offset held, bytes held, newest append time]
+    streams: dict[str, list] = field(default_factory=dict)
+    # stream -> offset -> (segment, offset, length, order, size, stamp): records that came
+    # before the log's start (compaction copies in a journal of an earlier version)
+    _early: dict[str, dict[int, tuple[int, int, int, int, int, int]]] = \
+        field(default_factory=dict)
+
+    # ------------------------------------------------------------ streams
+
+    def add_stream_record(self, stream: str, offset: int, stamp: int, segment: int,
+                          at: int, length: int, order: int, size: int) -> None:
+        """A stream's record (or a copy of one): into its log at its offset."""
+        held = self.streams.get(stream)
+        if held is None:
+            log = PagedLog(stamped=True)
+            log.start_at(offset)
+            held = self.streams[stream] = [log, offset, 0, 0]
+        log = held[0]
+        if offset < log.located_end:
+            if offset >= held[1]:
+                log.move(offset, segment, at)  # a copy: the newest place wins
+            elif offset >= log.start or not held[2]:
+                pass  # removed by retention already
+            else:
+                self._early.setdefault(stream, {})[offset] = (segment, at, length, order,
+                                                               size, stamp)
+            return
+        if offset > log.located_end:
+            if held[1] < log.located_end:  # a gap in a stream that holds records
+                self._early.setdefault(stream, {})[offset] = (segment, at, length, order,
+                                                               size, stamp)
+                return
+            log.start_at(offset)  # everything before was removed
+            held[1] = offset
+        log.add(segment, at, length, order, size, 0, stamp)
+        held[2] += size
+        held[3] = max(held[3], stamp)
+
+    def _remove_stream_head(self, stream: str, order: int) -> None:
+        held = self.streams.get(stream)
+        if held is None:
+            return
+        log, first = held[0], held[1]
+        if first >= log.located_end or (order >= 0 and log.order_of(first) != order):
+            return
+        held[2] -= log.size_of(first)
+        held[1] = first + 1
+
+    def settle_streams(self) -> None:
+        """Records that came out of order (an earlier version's compaction copies) put in
+        place: each stream's log rebuilt in offset order, from the newest run with no gap
+        (what is older than a gap was removed by retention)."""
+        for stream, early in self._early.items():
+            log, first = self.streams[stream][0], self.streams[stream][1]
+            found = dict(early)
+            for offset in range(first, log.located_end):
+                found[offset] = (*log.where(offset)[:5], log.stamp_of(offset))
+            offsets = sorted(found)
+            start = 0
+            for i in range(1, len(offsets)):
+                if offsets[i] != offsets[i - 1] + 1:
+                    start = i
+            rebuilt = PagedLog(stamped=True)
+            kept = offsets[start:]
+            if kept:
+                rebuilt.start_at(kept[0])
+            total = newest = 0
+            for offset in kept:
+                segment, at, length, order, size, stamp = found[offset]
+                rebuilt.add(segment, at, length, order, size, 0, stamp)
+                total += size
+                newest = max(newest, stamp)
+            self.streams[stream] = [rebuilt, kept[0] if kept else log.located_end, total,
+                                    newest]
+        self._early.clear()
 
     # ------------------------------------------------------------ paged logs
 
@@ -53,21 +129,24 @@ class Replay:
         if beyond is None or queue_keys[0].startswith(STREAM):
             return False
         log = self.logs.get(destination)
-        if log is not None and order <= log.last_order:
-            # A compaction copy: of a paged entry (it moves), or of a message that was in
-            # memory (older than every paged one, whose original record is gone).
-            return log.find(order) is not None
-        queues = self.queues
-        if any(message_id in queues.get(key, ()) for key in queue_keys):
-            return False  # a compaction copy of a message in memory
+        if order <= self.top_order:
+            if log is not None and order <= log.last_order:
+                # A compaction copy: of a paged entry (it moves), or of a message that was
+                # in memory (older than every paged one, whose original record is gone).
+                return log.find(order) is not None
+            queues = self.queues
+            if any(message_id in queues.get(key, ()) for key in queue_keys):
+                return False  # a compaction copy of a message in memory
+        else:
+            self.top_order = order
         cap = self._caps.get(destination)
         if cap is None:
             cap = self._caps[destination] = beyond(destination)
         if not cap:
             return False
-        if log is not None and log.busy:
+        if self.in_memory.get(destination, 0) + size * len(queue_keys) > cap:
             return True
-        return self.in_memory.get(destination, 0) + size * len(queue_keys) > cap
+        return log is not None and log.busy
 
     def add_to_log(self, destination: str, queue_keys: list[str], segment: int, offset: int,
                    length: int, order: int, size: int) -> None:
@@ -76,18 +155,25 @@ class Replay:
         log = self.logs.get(destination)
         if log is None:
             log = self.logs[destination] = PagedLog()
-        number = log.find(order)
-        if number is not None:
-            log.move(number, segment, offset)
-            return
+        if order <= log.last_order:
+            number = log.find(order)
+            if number is not None:
+                log.move(number, segment, offset)
+                return
+        cursors, held = log.cursors, log.held
         for key in queue_keys:
-            log.attach(key)
+            if key not in cursors:
+                log.attach(key)
         # On disk and recovered: confirmed (a consumer waits for no record, seq 0).
         number = log.add(segment, offset, length, order, size, 0)
+        if len(cursors) == len(queue_keys):  # every reader got it (the common case)
+            for key in queue_keys:
+                held[key] += size
+            return
         listed = set(queue_keys)
-        for key in log.cursors:
+        for key in cursors:
             if key in listed:
-                log.held[key] += size
+                held[key] += size
             else:  # a reader the message was not routed to: as if it had taken it
                 log.skip.setdefault(key, set()).add(number)
 
@@ -153,6 +239,9 @@ class Replay:
         return shared
 
     def remove(self, queue_key: str, message_id: str, order: int = -1) -> Message | None:
+        if queue_key.startswith(STREAM):
+            self._remove_stream_head(queue_key, order)
+            return None
         held = self.queues.get(queue_key)
         found = held.pop(message_id, None) if held is not None else None
         if found is not None:

@@ -2,23 +2,24 @@
 that read it. Pure: time comes in as `now`, nothing here journals or delivers (the
 Broker's stream side, core/streaming.py, does).
 
-A stream holds, per message, only its index in memory: the `Message` (id, headers, size,
-where its body lies in the journal) and its append time. Bodies are paged out once their
-record is on disk and read back when delivered. Offsets are dense: the message at offset
-`first + i` is the i-th one held; retention removes whole messages from the head only,
-and always keeps the newest, so `next` survives a restart without another record.
+A stream keeps every record in the journal and, in memory, 28 bytes and an append time
+per record (its paged log, core/paged.py) plus the objects of its newest records; older
+ones are read back when a reader gets there (issue 18). Offsets are dense: the message at
+offset `first + i` is the i-th one held; retention removes whole messages from the head
+only, and always keeps the newest, so `next` survives a restart without another record.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterator
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core.errors import CoreError
-from pairmq.core.message import Entry, Message
+from pairmq.core.message import Message
+from pairmq.core.paged import PagedLog
 from pairmq.core.queue import Address
 from pairmq.core.settings import Retention
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery
@@ -31,7 +32,7 @@ END_HEADER = "x-stream-end"
 BATCH_HEADER = "x-stream-batch"
 MAX_BATCH = 10000  # records in one batched MESSAGE, at most
 BATCH_BYTES = 1024 * 1024  # a batch stops once its records' sizes reach this (>= 1 record)
-_COMPACT_AT = 4096  # dropped head slots kept before the lists are cut
+HOT = 1024  # newest records of a stream whose objects stay in memory, for tail readers
 
 
 class StartKind(StrEnum):
@@ -88,10 +89,16 @@ def parse_batch(value: str | None) -> int | None:
 
 
 class StreamLog:
-    """One stream's messages in offset order, its consumer groups' offsets and readers."""
+    """One stream's messages in offset order, its consumer groups' offsets and readers.
 
-    __slots__ = ("_head", "_loose", "_messages", "_stamps", "address", "bytes", "cursors",
-                 "first", "groups", "key", "name", "retention")
+    Every record lives in the journal; in memory a stream keeps a paged log (28 bytes and
+    an append time per record: where its entry lies, core/paged.py), numbered by offset,
+    and the objects of its newest HOT records (and of those whose record is not on disk
+    yet) for the readers at its tail. A reader further back has its records read back by
+    the store (core/streaming.py asks, `take_stream_reads`)."""
+
+    __slots__ = ("_hot", "_last_stamp", "address", "bytes", "cursors", "first", "groups",
+                 "key", "log", "name", "retention")
 
     def __init__(self, destination: str, address: Address, retention: Retention) -> None:
         self.name = destination  # "/stream/NAME"
@@ -102,45 +109,75 @@ class StreamLog:
         self.bytes = 0  # sizes (body, headers, 64) of the messages held
         self.groups: dict[str, int] = {}  # consumer group -> offset it processed all below
         self.cursors: list[StreamCursor] = []
-        self._messages: list[Message] = []
-        self._stamps: list[int] = []  # append time of each message, never decreasing
-        self._head = 0  # slots of the lists before it were removed by retention
-        self._loose: dict[int, tuple[int, Message]] = {}  # a backup's out-of-order copies
+        self.log = PagedLog(stamped=True)  # every record, by offset (pending until synced)
+        self.log.attach(self)  # its one reader: retention, which passes the head
+        self._hot: deque[Message] = deque()  # the newest records' objects, to `next`
+        self._last_stamp = 0
 
     @property
     def next(self) -> int:
-        return self.first + len(self._messages) - self._head
+        return self.log.end
 
     @property
     def count(self) -> int:
-        return len(self._messages) - self._head
+        return self.next - self.first
+
+    @property
+    def hot_first(self) -> int:
+        """The oldest offset whose object is in memory."""
+        return self.next - len(self._hot)
+
+    @property
+    def newest_stamp(self) -> int:
+        """The stamp of the newest record (0 while there is none)."""
+        return self._last_stamp if self.count else 0
 
     def stamp_for(self, now: int) -> int:
         """The append time of a message appended at `now`: never before the previous one,
         so that a time lookup is a binary search even if the clock stepped back."""
-        return max(now, self._stamps[-1]) if self.count else now
+        return max(now, self._last_stamp) if self.count else now
 
     def append(self, message: Message, stamp: int) -> int:
         """Add the message at `next` (its headers already say so); returns its offset."""
         offset = self.next
-        self._messages.append(message)
-        self._stamps.append(stamp)
+        message.log = self.log
+        self.log.append(message)
+        self._hot.append(message)
+        self._last_stamp = stamp
         self.bytes += message.size
         return offset
 
+    def cool(self) -> list[Message]:
+        """Let go of the objects of located records past the HOT newest (their entries
+        stay in the log); returns them (the broker stops counting their memory)."""
+        gone: list[Message] = []
+        hot = self._hot
+        located = self.log.located_end
+        while len(hot) > HOT and self.hot_first < located:
+            gone.append(hot.popleft())
+        return gone
+
     def at(self, offset: int) -> Message | None:
-        if offset < self.first or offset >= self.next:
+        """The record at `offset`, if its object is in memory (None: past the end, or only
+        in the journal: `cold`)."""
+        first = self.hot_first
+        if offset < max(first, self.first) or offset >= self.next:
             return None
-        return self._messages[self._head + offset - self.first]
+        return self._hot[offset - first]
+
+    def cold(self, offset: int) -> bool:
+        """Is the record at `offset` held only in the journal (read back to deliver it)?"""
+        return self.first <= offset < self.hot_first
 
     def run(self, offset: int, most: int, max_bytes: int = BATCH_BYTES) -> list[Message]:
-        """Up to `most` consecutive messages from `offset` (fewer at the stream's end), and
-        no more once their sizes reach `max_bytes` (one at least): a batch stays a frame
-        any client accepts."""
-        if offset < self.first:
+        """Up to `most` consecutive in-memory records from `offset` (fewer at the stream's
+        end), and no more once their sizes reach `max_bytes` (one at least): a batch
+        stays a frame any client accepts."""
+        first = self.hot_first
+        if offset < max(first, self.first):
             return []
-        i = self._head + offset - self.first
-        run = self._messages[i:i + most]
+        i = offset - first
+        run = list(islice(self._hot, i, i + most))
         total = 0
         for n, message in enumerate(run):
             total += message.size
@@ -148,10 +185,31 @@ class StreamLog:
                 return run[:n + 1]
         return run
 
+    def cold_run(self, offset: int, most: int, max_bytes: int = BATCH_BYTES) -> list[int]:
+        """The offsets of up to `most` consecutive records from `offset` held only in the
+        journal, within `max_bytes` as `run`."""
+        end = min(offset + most, self.hot_first, self.log.located_end)
+        numbers: list[int] = []
+        total = 0
+        for number in range(max(offset, self.first), end):
+            numbers.append(number)
+            total += self.log.size_of(number)
+            if total >= max_bytes:
+                break
+        return numbers
+
     def offset_at_time(self, ms: int) -> int:
         """The first offset appended at or after `ms` (`next` when none is)."""
-        i = bisect_left(self._stamps, ms, lo=self._head)
-        return self.first + i - self._head
+        found = self.log.first_stamp_at_or_after(ms) if self.log.located_end > self.first \
+            else self.first
+        found = max(found, self.first)
+        if found < min(self.hot_first, self.log.located_end):
+            return found
+        for offset in range(max(self.hot_first, self.first), self.next):
+            message = self._hot[offset - self.hot_first]
+            if int(message.headers.get("timestamp", "0")) >= ms:
+                return offset
+        return self.next
 
     def resolve(self, start: Start) -> int:
         """The offset a subscription starting at `start` reads first."""
@@ -176,12 +234,24 @@ class StreamLog:
 
     # ----------------------------------------------------------------- retention
 
+    def _size_at(self, offset: int) -> int:
+        first = self.hot_first
+        return self._hot[offset - first].size if offset >= first \
+            else self.log.size_of(offset)
+
+    def _stamp_at(self, offset: int) -> int:
+        first = self.hot_first
+        if offset >= first:
+            return int(self._hot[offset - first].headers.get("timestamp", "0"))
+        return self.log.stamp_of(offset)
+
     def to_remove(self, now: int) -> int:
         """How many head messages retention removes now: while the stream is over
         `max_bytes`, or they are older than `max_age_ms`; never the newest, never one at or
-        past the protecting group's offset (all, while that group has committed nothing)."""
+        past the protecting group's offset (all, while that group has committed nothing),
+        never one whose record is not on disk yet."""
         retention = self.retention
-        limit = self.count - 1
+        limit = min(self.count - 1, self.log.located_end - self.first)
         if retention.group is not None:
             limit = min(limit, self.groups.get(retention.group, self.first) - self.first)
         if limit <= 0 or not (retention.max_bytes or retention.max_age_ms):
@@ -189,93 +259,75 @@ class StreamLog:
         too_old = now - retention.max_age_ms if retention.max_age_ms else None
         left = self.bytes
         n = 0
-        head = self._head
         while n < limit:
             over = retention.max_bytes and left > retention.max_bytes
-            old = too_old is not None and self._stamps[head + n] < too_old
+            old = too_old is not None and self._stamp_at(self.first + n) < too_old
             if not (over or old):
                 break
-            left -= self._messages[head + n].size
+            left -= self._size_at(self.first + n)
             n += 1
         return n
 
-    def drop_head(self, n: int) -> list[Message]:
-        """Remove the `n` oldest messages; returns them."""
-        head = self._head
-        gone = self._messages[head:head + n]
-        self._head = head + n
-        self.first += n
-        self.bytes -= sum(m.size for m in gone)
-        if self._head >= _COMPACT_AT and self._head * 2 >= len(self._messages):
-            del self._messages[:self._head]
-            del self._stamps[:self._head]
-            self._head = 0
+    def drop_head(self, n: int) -> list[tuple[int, int, Message | None]]:
+        """Remove the `n` oldest messages; returns (enqueue order, size, its object if it
+        was in memory) of each, for the journal's removal and the memory count."""
+        gone: list[tuple[int, int, Message | None]] = []
+        first = self.first
+        hot_first = self.hot_first
+        for offset in range(first, first + n):
+            if offset >= hot_first:
+                message = self._hot.popleft()
+                hot_first += 1
+                gone.append((message.order, message.size, message))
+            else:
+                gone.append((self.log.order_of(offset), self.log.size_of(offset), None))
+            self.bytes -= gone[-1][1]
+        self.first = first + n
+        self.log.advance(self, self.first, 0)
         return gone
 
     # ----------------------------------------------------------------- rebuilding
 
-    def place(self, offset: int, stamp: int, message: Message) -> Message:
-        """A message read back from the journal (recovery, a backup following): at the end
-        when it is the next offset; otherwise kept aside until `settle`. Returns the message
-        held at that offset (an earlier copy, if there is one)."""
-        held = self.at(offset)
-        if held is not None and held.message_id == message.message_id:
-            return held
-        loose = self._loose.get(offset)
-        if loose is not None and loose[1].message_id == message.message_id:
-            return loose[1]
-        if (offset == self.next and self.count) or not (self.count or self._loose):
-            if not self.count:
-                self.first = offset
-                self._head = len(self._messages)
-            self.append(message, stamp)
-        else:
-            self._loose[offset] = (stamp, message)
+    def restore(self, log: PagedLog, first: int, nbytes: int, last_stamp: int) -> None:
+        """What a recovery rebuilt: the records from offset `first` on, in `log`."""
+        self.log = log
+        log.cursors = {self: first}
+        log.held = {self: 0}
+        log.released = min(log.released, first)
+        self.first = first
+        self.bytes = nbytes
+        self._last_stamp = last_stamp
+
+    def place(self, offset: int, message: Message) -> Message | None:
+        """A backup follows an append: at `next` it is appended (True); an offset below
+        `next` is a copy of one held (ignored, None); past it, what was between is gone
+        (retention, before this backup joined): the stream starts there."""
+        if offset < self.next:
+            return None
+        if offset > self.next:
+            if self.count:
+                return None  # a gap in a stream that holds records: not ours to fill
+            self.log.start_at(offset)
+            self.log.cursors[self] = offset
+            self.first = offset
+        self.append(message, int(message.headers.get("timestamp", "0")))
         return message
 
-    def settle(self) -> list[Message]:
-        """Put what arrived out of order in its place; returns messages that cannot be
-        (older than a gap: retention removed what was between), now dropped."""
-        if not self._loose:
+    def remove_head(self, order: int) -> list[tuple[int, int, Message | None]]:
+        """A backup applies a retention removal: the head record, when it is that one."""
+        if not self.count:
             return []
-        held = {self.first + i: (self._stamps[self._head + i], m)
-                for i, m in enumerate(self._messages[self._head:])}
-        held.update(self._loose)
-        self._loose = {}
-        offsets = sorted(held)
-        start = 0
-        for i in range(1, len(offsets)):
-            if offsets[i] != offsets[i - 1] + 1:
-                start = i
-        dropped = [held[o][1] for o in offsets[:start]]
-        kept = offsets[start:]
-        self._messages = [held[o][1] for o in kept]
-        self._stamps = [held[o][0] for o in kept]
-        self._head = 0
-        self.first = kept[0] if kept else self.next
-        self.bytes = sum(m.size for m in self._messages)
-        return dropped
-
-    def remove(self, message_id: str) -> Message | None:
-        """A backup applies a retention DEL: the head message (or one kept aside)."""
-        if self.count and self._messages[self._head].message_id == message_id:
-            return self.drop_head(1)[0]
-        for offset, (_, message) in self._loose.items():
-            if message.message_id == message_id:
-                del self._loose[offset]
-                return message
-        return None
-
-    def entries(self) -> Iterator[Entry]:
-        """What the stream holds, as the store accounts durable queues."""
-        for message in self._messages[self._head:]:
-            yield Entry(message)
-        for _, message in self._loose.values():
-            yield Entry(message)
+        first = self.first
+        head_order = self._hot[0].order if first >= self.hot_first \
+            else self.log.order_of(first)
+        if order >= 0 and head_order != order:
+            return []
+        return self.drop_head(1)
 
     def status(self) -> dict[str, int]:
         return {"first_offset": self.first, "next_offset": self.next,
-                "messages": self.count, "bytes": self.bytes, "readers": len(self.cursors)}
+                "messages": self.count, "bytes": self.bytes, "readers": len(self.cursors),
+                "in_memory": len(self._hot)}
 
 
 class CursorState(StrEnum):

@@ -18,6 +18,7 @@ from pairmq.core.capacity import INDEX_BYTES, Capacity
 from pairmq.core.destinations import STREAM, STREAM_PREFIX, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
+from pairmq.core.paged import PagedLog
 from pairmq.core.queue import Address
 from pairmq.core.replay import Replay
 from pairmq.core.session import Session
@@ -39,6 +40,7 @@ from pairmq.core.stream import (
 from pairmq.core.subscription import ACK_AUTO, Delivery, ack_mode_of
 
 _SERVER_HEADERS = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit-offset")
+STREAM_READ = 1000  # records read back from the journal for one plain (unbatched) cursor
 
 
 class Streams:
@@ -54,6 +56,8 @@ class Streams:
     stats: dict[str, int]
     capacity: Capacity
     _capped: set[int]
+    stream_reads: dict[StreamCursor, None]  # cursors whose next records are only on disk
+    moved_logs: dict[PagedLog, None]
     _message_seq: int
     _order_seq: int
 
@@ -61,6 +65,8 @@ class Streams:
         def _session(self, conn_id: int) -> Session: ...
         def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
         def _remember_dup(self, address: Address, dup_id: str) -> None: ...
+        @property
+        def following(self) -> bool: ...
         @staticmethod
         def _forget_legacy(session: Session, sub_id: str, message_id: str,
                            ack_id: str) -> None: ...
@@ -110,14 +116,32 @@ class Streams:
         self._order_seq += 1
         message = Message(f"{self.id_prefix}{self._message_seq}", destination, stored, body,
                           True, DEFAULT_PRIORITY, 0, size, self._order_seq)
-        message.page_out = True  # a stream's bodies live in the journal, not in memory
         self.stats["received"] += 1
         self.records.append((rec.ADD, message, [stream.key]))
-        stream.append(message, stamp)
+        stream.append(message, stamp)  # in its paged log once on disk (core/paged.py)
         self._held(message, 1)
+        self._cool(stream)
         self._retain(stream, now)
         self._feed_stream(stream)
         return ACCEPTED
+
+    def _cool(self, stream: StreamLog) -> None:
+        """Objects of records past the stream's newest HOT leave memory (their entries stay
+        in its log)."""
+        for message in stream.cool():
+            self._held(message, -1)
+
+    def _stream_located(self, log: PagedLog) -> None:
+        """Records of a stream are on disk: the objects of those past its HOT newest may
+        leave memory (its one reader is the stream itself, core/stream.py), and retention
+        may now remove them (it only removes records on disk). The time is the newest
+        record's stamp: never later than now, so an age limit removes no more than the
+        next tick would. A backup follows the active's removals instead."""
+        for stream in log.cursors:
+            assert isinstance(stream, StreamLog)
+            self._cool(stream)
+            if not self.following:
+                self._retain(stream, stream.newest_stamp)
 
     def _held(self, message: Message, sign: int) -> None:
         capacity = self.capacity
@@ -129,9 +153,21 @@ class Streams:
         n = stream.to_remove(now)
         if not n:
             return
-        for message in stream.drop_head(n):
-            self._held(message, -1)
+        self._removed(stream, stream.drop_head(n))
+
+    def _removed(self, stream: StreamLog, gone: list[tuple[int, int, Message | None]]
+                 ) -> None:
+        """Head records removed: journaled (by enqueue order: most have no object), and
+        their log entries let go of."""
+        for order, size, message in gone:
+            if message is not None:
+                self._held(message, -1)
+            else:  # only in the journal: the removal names it by its order
+                message = Message("", stream.name, {}, None, True, DEFAULT_PRIORITY, 0, size,
+                                  order)
             self.records.append((rec.DEL, stream.key, message))
+        if gone:
+            self.moved_logs[stream.log] = None
 
     def retain_streams(self, now: int) -> int:
         """Apply every stream's retention (the periodic tick); returns messages removed."""
@@ -264,9 +300,12 @@ class Streams:
                 # a turn's output is bounded by the window, in records (so about
                 # prefetch / batch batched frames)
                 if box is not None and len(box) * (cursor.batch or 1) >= cursor.prefetch:
-                    if stream.at(cursor.position) is not None:
+                    if cursor.position < stream.next:
                         self._capped.add(session.id)  # the rest next turn (as for queues)
                     return
+            if stream.cold(cursor.position):  # only in the journal: the store reads it back
+                self.stream_reads[cursor] = None
+                return
             if cursor.batch is not None:
                 run = stream.run(cursor.position, cursor.batch_room())
                 if not run:
@@ -279,6 +318,40 @@ class Streams:
                 return  # waits for appends
             self._deliver_cursor(cursor, message, cursor.position)
             cursor.position += 1
+
+    def take_stream_reads(self) -> list[tuple[StreamCursor, list[int]]]:
+        """(cursor, offsets to read back) for every cursor whose next records are held
+        only in the journal; the store reads them and `stream_read` delivers them."""
+        wanted, self.stream_reads = self.stream_reads, {}
+        out = []
+        for cursor in wanted:
+            if not cursor.can_take() or cursor not in cursor.stream.cursors:
+                continue  # fed again once it can take (set_writable, an ACK)
+            room = cursor.batch_room() if cursor.batch is not None else min(
+                cursor.prefetch - cursor.outstanding if cursor.ack_mode != ACK_AUTO
+                else cursor.prefetch, STREAM_READ)
+            if cursor.end is not None:
+                room = min(room, cursor.end - cursor.position)
+            offsets = cursor.stream.cold_run(cursor.position, max(1, room))
+            if offsets:
+                out.append((cursor, offsets))
+        return out
+
+    def stream_read(self, cursor: StreamCursor, offsets: list[int],
+                    messages: list[Message]) -> None:
+        """The store read these records back: deliver them (if the cursor still reads
+        there), then go on."""
+        if cursor.state is CursorState.ENDED or cursor.position != offsets[0] \
+                or cursor not in cursor.stream.cursors:
+            return
+        if cursor.batch is not None:
+            self._deliver_batch(cursor, messages)
+            cursor.position += len(messages)
+        else:
+            for message in messages:
+                self._deliver_cursor(cursor, message, cursor.position)
+                cursor.position += 1
+        self._feed(cursor)
 
     def _deliver_batch(self, cursor: StreamCursor, run: list[Message]) -> None:
         session = cursor.session
@@ -323,52 +396,43 @@ class Streams:
     # ----------------------------------------------------------------- recovery, following
 
     def _restore_streams(self, replay: Replay) -> int:
-        """Streams the journal rebuilt; returns the highest enqueue order among them."""
+        """Streams the journal rebuilt (each a paged log by offset); returns the highest
+        enqueue order among them."""
         top = 0
-        for key, held in replay.queues.items():
-            if not key.startswith(STREAM_PREFIX):
-                continue
+        for key, (log, first, nbytes, last_stamp) in replay.streams.items():
             stream = self._stream(key)
-            found = [(int(e.message.headers[OFFSET_HEADER]), e.message) for e in held.values()]
-            found.sort(key=lambda pair: pair[0])
-            for offset, message in found:
-                self._place(stream, offset, message)
-                top = max(top, message.order)
-            stream.settle()
+            stream.restore(log, first, nbytes, last_stamp)
+            top = max(top, log.last_order)
         for destination, groups in replay.groups.items():
             stream = self._stream(destination)
             stream.groups.update(groups)
         return top
 
-    def _place(self, stream: StreamLog, offset: int, message: Message) -> Message:
-        message.page_out = True
-        placed = stream.place(offset, int(message.headers.get("timestamp", "0")), message)
-        if placed is message:
-            self._held(message, 1)
-        return placed
-
     def _follow_stream_add(self, key: str, message: Message) -> Message:
-        """A backup: the stream's message (or a compaction copy of one it holds)."""
+        """A backup: the stream's message, appended (or, at an offset it holds, a copy:
+        ignored; the object comes back without a log, nothing to locate)."""
+        stream = self._stream(key)
         offset = int(message.headers[OFFSET_HEADER])
-        placed = self._place(self._stream(key), offset, message)
-        if placed.order > self._order_seq:
-            self._order_seq = placed.order
-        return placed
-
-    def _follow_stream_remove(self, key: str, message_id: str) -> Message | None:
-        stream = self.streams.get(key)
-        message = stream.remove(message_id) if stream is not None else None
-        if message is not None:
-            self._held(message, -1)
+        if message.order > self._order_seq:
+            self._order_seq = message.order
+        if stream.place(offset, message) is None:
+            return message
+        self._held(message, 1)
+        self._cool(stream)
         return message
+
+    def _follow_stream_remove(self, key: str, message_id: str, order: int = -1
+                              ) -> Message | None:
+        stream = self.streams.get(key)
+        if stream is not None:
+            self._removed(stream, stream.remove_head(order))
+        return None
 
     def follow_group(self, stream: str, group: str, offset: int) -> None:
         self._stream(stream).commit(group, offset)
 
     def _settle_streams(self) -> list[Message]:
+        """Nothing a stream holds waits to be put in place (records come in offset order:
+        segments holding a stream's records are never compacted)."""
         dropped: list[Message] = []
-        for stream in self.streams.values():
-            for message in stream.settle():
-                self._held(message, -1)
-                dropped.append(message)
         return dropped

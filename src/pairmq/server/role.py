@@ -341,7 +341,7 @@ class Role:
         broker = self.broker
         if broker.records:
             self.persist()
-        if broker.page_wanted or broker.moved_logs:
+        if broker.page_wanted or broker.moved_logs or broker.stream_reads:
             self._serve_pages()
         if broker.outbox:
             for conn_id, deliveries in broker.take_outbox().items():
@@ -354,9 +354,10 @@ class Role:
         self._write_dirty()
 
     def _serve_pages(self) -> None:
-        """Read back the windows paging queues asked for (core/paging.py), at most
-        PAGES_PER_TURN messages this turn (the rest at the next one), and release the
-        journal entries every reader has passed."""
+        """Read back the windows paging queues asked for (core/paging.py) and the records
+        stream readers reached (core/streaming.py), at most PAGES_PER_TURN messages this
+        turn (the rest at the next one), and release the journal entries every reader has
+        passed."""
         broker, store = self.broker, self.store
         if self.kind is RoleKind.SERVING and store.writer is not None and not store.mirror:
             budget = PAGES_PER_TURN
@@ -377,6 +378,21 @@ class Role:
                               q.name, e)
                     continue
                 broker.paged_in(q, numbers, messages, now)
+            for cursor, offsets in broker.take_stream_reads():
+                if budget <= 0:
+                    broker.stream_reads[cursor] = None  # read at the next turn
+                    asyncio.get_running_loop().call_soon(self.flush)
+                    continue
+                budget -= len(offsets)
+                try:
+                    records = store.read_stream(cursor.stream.log, offsets)
+                except OSError as e:
+                    log.error("Cannot read records of %s back from the journal: %s",
+                              cursor.destination, e)
+                    continue
+                broker.stream_read(cursor, offsets, records)
+            if broker.stream_reads:  # readers that read on (no ACK will come to wake them)
+                asyncio.get_running_loop().call_soon(self.flush)
         for paged in broker.take_moved_logs():
             store.release_paged(paged)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pairmq.core import Broker, Message
+from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.store import records as disk
 from pairmq.store.pages import PagedEntries
 from pairmq.store.paging import PagedBytes
@@ -197,6 +198,11 @@ class Mirroring:
             return
         paged_before = self.paged.total
         shared = broker.follow_add(message, queue_keys, deliveries)
+        if queue_keys[0].startswith(STREAM_PREFIX):
+            if shared.log is not None:  # appended: among the newest, kept with its body
+                shared.body = bytes(payload[body_at:body_at + message.body_length])
+                self.pages.written(seq, shared, info.segment_id, offset + span[0], span[1])
+            return  # (else a copy of a record the stream holds: its entry stays)
         if shared.log is not None:  # kept in its address's paged log: no object, no body
             self.pages.written(seq, shared, info.segment_id, offset + span[0], span[1])
             return

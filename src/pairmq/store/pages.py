@@ -89,7 +89,8 @@ class PagedEntries:
             if log is None:  # its log went (its queues were deleted) before it was on disk
                 continue
             message.log = None
-            number = log.locate(message, segment_id, offset, length, record_seq)
+            stamp = int(message.headers.get("timestamp", "0")) if log.stamped else None
+            number = log.locate(message, segment_id, offset, length, record_seq, stamp)
             self._hold(segments[segment_id], log, number, length)
             self.bytes += message.size
             logs[log] = None

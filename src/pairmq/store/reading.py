@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pairmq.core import Message
+from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
+from pairmq.core.stream import OFFSET_HEADER
 from pairmq.store import records as disk
 from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
 from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
@@ -181,6 +183,11 @@ class JournalReading:
             if kind == disk.ADD:
                 e = entry[1]
                 size = e.body_length + e.meta_length + 64
+                if e.destination.startswith(STREAM_PREFIX):
+                    start, length = disk.add_span(e.body_offset, e.body_length, e.meta_length)
+                    _stream_record(replay, e.destination, e.headers, segment_id,
+                                   offset + start, length, e.order, size)
+                    continue
                 if replay.to_log(e.destination, e.queues, e.message_id, size, e.order):
                     start, length = disk.add_span(e.body_offset, e.body_length, e.meta_length)
                     replay.add_to_log(e.destination, e.queues, segment_id, offset + start,
@@ -231,6 +238,14 @@ def message_of(e: disk.AddEntry) -> Message:
     return message
 
 
+def _stream_record(replay: Replay, stream: str, headers, segment_id: int, at: int,
+                   length: int, order: int, size: int) -> None:
+    """A stream's record: its entry into the stream's log, by the offset it names."""
+    replay.add_stream_record(stream, int(headers[OFFSET_HEADER]),
+                             int(headers.get("timestamp", "0")), segment_id, at, length,
+                             order, size)
+
+
 def _apply_adds(replay: Replay, where: dict[tuple, int], payload: memoryview, segment_id: int,
                 offset: int) -> bool:
     """The common record, messages added (and their producers' sequences) and nothing
@@ -248,6 +263,11 @@ def _apply_adds(replay: Replay, where: dict[tuple, int], payload: memoryview, se
     for (order, expires, priority, persistent, deliveries, message_id, destination,
          headers, queues, body_at, body_length, meta_length) in adds:
         size = body_length + meta_length + 64
+        if destination.startswith(STREAM_PREFIX):
+            start, length = disk.add_span(body_at, body_length, meta_length)
+            _stream_record(replay, destination, headers, segment_id, offset + start, length,
+                           order, size)
+            continue
         if to_log(destination, queues, message_id, size, order):
             start, length = disk.add_span(body_at, body_length, meta_length)
             replay.add_to_log(destination, queues, segment_id, offset + start, length, order,

@@ -134,6 +134,7 @@ class Store(Mirroring):
                         "without paged logs")
             reading = JournalReading(self.directory, dup_cache_size, rebuild)
             reading.advance(final=True)
+        reading.replay.settle_streams()
         self.epoch, self.epochs, self._where = reading.epoch, reading.epochs, reading.where
         self._segments = reading.segment_infos()
         self._last_seq = reading.last_seq
@@ -146,6 +147,8 @@ class Store(Mirroring):
             *(log.cursors for log in replay.logs.values())))
         report.in_logs = sum(log.waiting(key) for log in replay.logs.values()
                              for key in log.cursors)
+        report.in_logs += sum(log.located_end - first  # a stream's records: all on disk
+                              for log, first, *_ in replay.streams.values())
         report.messages = sum(len(held) for held in replay.queues.values()) + report.in_logs
         if rebuild:
             self.memory_bytes = load_bodies(self.directory, replay, report,
@@ -205,6 +208,8 @@ class Store(Mirroring):
         for address in broker.addresses.values():
             if address.log is not None:
                 self.pages.hold_recovered(address.log)
+        for stream in broker.streams.values():  # every record a stream holds
+            self.pages.hold_recovered(stream.log)
         for key, segment_id in self._where.items():
             info = segments.get(segment_id)
             if info is not None and self._still_live(key):
@@ -359,6 +364,7 @@ class Store(Mirroring):
         info = writer.segments[segment_id]
         for message, at, length in paged:
             self.pages.written(seq, message, segment_id, offset + at, length)
+            message.journal_seq = seq  # a stream's newest are delivered from memory
         paged_before = self.paged.total
         for message, queue_keys, body_at, body in added:
             if not queue_keys:  # nothing holds it (see DEL above); its delivery still
@@ -453,6 +459,15 @@ class Store(Mirroring):
         messages = []
         for message, segment_id, body_offset, seq in self.pages.page_in(log, numbers):
             self._locate(message, segments[segment_id], [queue_key], body_offset, seq)
+            messages.append(message)
+        return messages
+
+    def read_stream(self, log: PagedLog, offsets: list[int]) -> list[Message]:
+        """A stream's records at `offsets`, read back from the journal to deliver (the
+        stream keeps their entries; nothing else tracks these objects)."""
+        messages = []
+        for message, _segment, _body_offset, seq in self.pages.page_in(log, offsets):
+            message.journal_seq = seq  # delivered once confirmed, as any record
             messages.append(message)
         return messages
 
@@ -662,4 +677,3 @@ def _durable_queues(broker: Broker):
         yield q
     for q in broker.durables.values():
         yield q
-    yield from broker.streams.values()  # a stream's messages, as a durable queue's

@@ -5,6 +5,7 @@ Run from the repository root:
 
     .venv/bin/python benchmarks/backlog.py --messages 10000000
     .venv/bin/python benchmarks/backlog.py --messages 1000000 --out before.jsonl
+    .venv/bin/python benchmarks/backlog.py --messages 10000000 --stream
     .venv/bin/python benchmarks/backlog.py --plot before.jsonl after.jsonl --png docs/backlog.png
 
 1. A replication pair with the default intervals (heartbeat 500 ms, activation 2000 ms)
@@ -23,6 +24,13 @@ Run from the repository root:
    time until it confirms a persistent SEND.
 5. Drain: every message consumed from the restarted server (client-individual acks),
    each checked once: msgs/s, lost, duplicated.
+
+With --stream the backlog is a stream's (`/stream/backlog`, docs/streams.md) and step 5
+is replaced: between 2 and 3, a Spark batch read (`spark.read.format("pairmq")`, local[2],
+--read-partitions offset ranges, through the failover URL of both servers) of the whole
+stream, checked for count and distinct offsets, while the pair is sampled every 2 s (RSS,
+states, role changes: it must stay in sync); after the restart, the restarted server's
+(first, next) offsets, which must be (0, messages sent).
 
 A summary line ends the output (also written to --out with the samples, for --plot).
 --plot draws RSS and longest pause against the backlog for one or more runs (their
@@ -43,6 +51,7 @@ import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -59,6 +68,7 @@ from benchmarks.ha_replication import (  # noqa: E402
 )
 
 QUEUE = "/queue/backlog"
+STREAM = "backlog"
 PAUSE = re.compile(r"(?:event loop was held for (\d+) ms|paused the server for ([\d.]+) s)")
 BUSY = re.compile(r"event loop was held for (\d+) ms .*its thread had (\d+) ms of CPU")
 SWITCHED = "Local server switched to"
@@ -112,12 +122,28 @@ def wait_confirmed(host: str, port: int, timeout: float) -> float:
     raise BenchError(f"{host}:{port} confirmed nothing within {timeout:.0f} s")
 
 
-def fill(args: argparse.Namespace, pair: Pair, emit) -> dict[str, Any]:
+def destination(args: argparse.Namespace) -> str:
+    return f"/stream/{STREAM}" if args.stream else QUEUE
+
+
+def pair_sample(pair: Pair, formed: dict[str, int]) -> dict[str, Any]:
+    """Both servers' RSS and HA states, role changes since the pair formed (`formed`: the
+    state changes each log had then) and the longest pauses their logs report."""
+    servers = pair.servers
+    return {**{f"rss_mb_{r}": rss_mb(servers[r]) for r in Pair.ROLES},
+            **{f"state_{r}": ha_state(pair.status(r)) for r in Pair.ROLES},
+            "role_changes": sum(role_changes(servers[r].log_path, formed[r])
+                                for r in Pair.ROLES),
+            "longest_pause_s": max(longest_pause_s(servers[r].log_path) for r in Pair.ROLES),
+            "longest_busy_s": max(longest_busy_s(servers[r].log_path) for r in Pair.ROLES)}
+
+
+def fill(args: argparse.Namespace, pair: Pair, formed: dict[str, int], emit
+         ) -> dict[str, Any]:
     """Send the backlog, sampling as it grows; returns what the fill ended with."""
     servers = pair.servers
-    formed = {role: pair.servers[role].log_path.read_text(errors="replace").count(SWITCHED)
-              for role in Pair.ROLES}
     url = f"stomp://{servers['primary'].host}:{servers['primary'].port}"
+    target = destination(args)
     pad = b"x" * args.size
     sent = 0
     stopped = None
@@ -126,7 +152,8 @@ def fill(args: argparse.Namespace, pair: Pair, emit) -> dict[str, Any]:
     with pairmq.client.connect(url, send_window=args.in_flight) as client:
         while sent < args.messages:
             count = min(args.batch, args.messages - sent)
-            client.send_batch_async(QUEUE, [(pad, {"g": str(sent + i)}) for i in range(count)])
+            client.send_batch_async(target,
+                                    [(pad, {"g": str(sent + i)}) for i in range(count)])
             sent += count
             if sent % args.sample < args.batch or sent == args.messages:
                 client.flush()
@@ -134,14 +161,7 @@ def fill(args: argparse.Namespace, pair: Pair, emit) -> dict[str, Any]:
                 row = {"kind": "sample", "label": args.label, "messages": sent,
                        "elapsed_s": round(now - started, 1),
                        "fill_msgs_per_s": round((sent - last_n) / (now - last_t)),
-                       **{f"rss_mb_{r}": rss_mb(servers[r]) for r in Pair.ROLES},
-                       **{f"state_{r}": ha_state(pair.status(r)) for r in Pair.ROLES},
-                       "role_changes": sum(role_changes(servers[r].log_path, formed[r])
-                                           for r in Pair.ROLES),
-                       "longest_pause_s": max(longest_pause_s(servers[r].log_path)
-                                              for r in Pair.ROLES),
-                       "longest_busy_s": max(longest_busy_s(servers[r].log_path)
-                                             for r in Pair.ROLES)}
+                       **pair_sample(pair, formed)}
                 emit(row)
                 last_t, last_n = now, sent
                 biggest = max((row[f"rss_mb_{r}"] or 0) for r in Pair.ROLES)
@@ -151,6 +171,62 @@ def fill(args: argparse.Namespace, pair: Pair, emit) -> dict[str, Any]:
         client.flush()
     return {"sent": sent, "fill_s": round(time.monotonic() - started, 1),
             "fill_msgs_per_s": round(sent / (time.monotonic() - started)), "stopped": stopped}
+
+
+def spark_read(args: argparse.Namespace, pair: Pair, formed: dict[str, int], emit,
+               rows: int) -> dict[str, Any]:
+    """Read the whole stream with Spark while sampling the pair every 2 s."""
+    from tests.support.spark import spark_session
+
+    urls = ",".join(f"stomp://{pair.servers[r].host}:{pair.servers[r].port}"
+                    for r in Pair.ROLES)
+    spark = spark_session("local[2]")
+    samples: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(2.0):
+            row = {"kind": "read_sample", "label": args.label, **pair_sample(pair, formed)}
+            samples.append(row)
+            emit(row)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    df = (spark.read.format("pairmq").option("servers", f"failover:({urls})")
+          .option("stream", STREAM).option("startingOffset", "earliest")
+          .option("endingOffset", str(rows)).option("partitions", str(args.read_partitions))
+          .load())
+    started = time.monotonic()
+    watcher.start()
+    try:
+        checked = df.selectExpr("count(*) AS n", "count(DISTINCT offset) AS d",
+                                "min(offset) AS lo", "max(offset) AS hi").first()
+    finally:
+        done.set()
+        watcher.join()
+    elapsed = time.monotonic() - started
+    exact = (checked["n"], checked["d"], checked["lo"], checked["hi"]) == (rows, rows, 0,
+                                                                          rows - 1)
+    in_sync = all((s["state_primary"], s["state_backup"]) == ("ACTIVE", "PASSIVE")
+                  for s in samples)
+    return {"spark_read_s": round(elapsed, 1),
+            "spark_read_rows_per_s": round(rows / elapsed),
+            "spark_read_exact": exact,
+            "spark_read_result": {k: checked[k] for k in ("n", "d", "lo", "hi")},
+            "read_samples": len(samples),
+            "in_sync_during_read": in_sync,
+            "role_changes_after_read": samples[-1]["role_changes"] if samples else None,
+            **{f"max_rss_mb_{r}_during_read": max((s[f"rss_mb_{r}"] or 0) for s in samples)
+               if samples else None for r in Pair.ROLES}}
+
+
+def stream_offsets(host: str, port: int) -> tuple[int, int]:
+    """(first, next) offsets of the benchmark's stream on a server."""
+    from tests.integration.rawstomp import connect
+    from tests.support.streams import stream_info
+
+    client, _ = connect((host, port), timeout=30)
+    with client:
+        return stream_info(client, f"/stream/{STREAM}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,13 +246,17 @@ def run(args: argparse.Namespace) -> int:
                                "messages": args.messages, "size": args.size}
     try:
         pair.start_pair()
-        summary.update(fill(args, pair, emit))
+        formed = {role: pair.servers[role].log_path.read_text(errors="replace")
+                  .count(SWITCHED) for role in Pair.ROLES}
+        summary.update(fill(args, pair, formed, emit))
         for role in Pair.ROLES:
             summary[f"longest_pause_s_{role}"] = longest_pause_s(pair.servers[role].log_path)
             summary[f"rss_mb_{role}"] = rss_mb(pair.servers[role])
         summary["states_after_fill"] = {r: ha_state(pair.status(r)) for r in Pair.ROLES}
         in_sync = summary["states_after_fill"] == {"primary": "ACTIVE", "backup": "PASSIVE"}
         summary["in_sync_after_fill"] = in_sync
+        if args.stream:
+            summary.update(spark_read(args, pair, formed, emit, summary["sent"]))
         pair.servers["primary"].kill()
         backup = pair.servers["backup"]
         try:
@@ -195,6 +275,10 @@ def run(args: argparse.Namespace) -> int:
         summary["restart_log"] = [line for line in restarted.logs().splitlines()
                                   if "Recovered" in line][-1:]
         summary["restart_total_s"] = round(time.monotonic() - started, 2)
+        if args.stream:
+            summary["offsets_after_restart"] = stream_offsets(restarted.host, restarted.port)
+            return 0 if summary["offsets_after_restart"] == (0, summary["sent"]) \
+                and summary.get("spark_read_exact") and summary.get("failover_s") else 1
         drained = drain_queue(restarted.host, restarted.port, QUEUE, summary["sent"],
                               size=args.size, timeout=args.give_up * 20)
         summary.update(drain_s=drained.seconds,
@@ -263,6 +347,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--plot", nargs="+", default=None, metavar="JSONL",
                     help="only draw these runs' samples into --png")
     ap.add_argument("--png", default="backlog.png")
+    ap.add_argument("--stream", action="store_true",
+                    help="a stream's backlog, read by Spark (see above)")
+    ap.add_argument("--read-partitions", type=int, default=4,
+                    help="offset ranges of the Spark read (--stream)")
     return ap.parse_args(argv)
 
 

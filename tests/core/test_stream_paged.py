@@ -177,3 +177,23 @@ def test_a_backup_removes_nothing_by_itself():
     pages.sync(backup)
     assert backup.streams[S].first == 0  # it waits for the active's removals
     assert not [r for r in backup.take_records() if r[0] == rec.DEL]
+
+
+def test_records_read_back_per_turn_are_bounded_and_every_reader_gets_its_turn():
+    b, pages = broker(), Pages()
+    append(b, pages, N)
+    for sub in ("a", "b"):
+        b.subscribe_stream(1, sub, S, {"x-stream-offset": "first"}, ack="client-individual",
+                           prefetch=N)
+    turns, got = 0, {"a": [], "b": []}
+    while reads := b.take_stream_reads(300):
+        turns += 1
+        assert sum(len(offsets) for _, offsets in reads) <= 300
+        for cursor, offsets in reads:
+            b.stream_read(cursor, offsets, [pages.record(cursor.stream.log, n)
+                                            for n in offsets])
+        for item in b.take_outbox().get(1, []):
+            got[item.subscription.id].append(int(item.entry.message.headers["x-stream-offset"]))
+    cold = N - HOT
+    assert turns >= 2 * cold // 300
+    assert got["a"] == got["b"] == list(range(N))

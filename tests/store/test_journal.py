@@ -61,7 +61,7 @@ def persist(broker: Broker, store: Store) -> None:
         store.persist(broker.take_records())
     for q, log, numbers in broker.take_page_wanted():
         broker.paged_in(q, numbers, store.page_in(log, numbers, q.key or ""), NOW)
-    for cursor, offsets in broker.take_stream_reads():
+    for cursor, offsets in broker.take_stream_reads(1 << 30):
         broker.stream_read(cursor, offsets, store.read_stream(cursor.stream.log, offsets))
     for log in broker.take_moved_logs():
         store.release_paged(log)

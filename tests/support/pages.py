@@ -35,20 +35,22 @@ class Pages:
                 self.disk[(id(log), number)] = message
             broker.pages_located(log)
 
+    def record(self, log: object, number: int) -> Message:
+        """Entry `number` of `log` as the store reads it back: a new object."""
+        return dataclasses.replace(self.disk[(id(log), number)], log=None)
+
     def serve(self, broker: Broker, now: int) -> None:
         """Answer every window asked for, until none is (sync first)."""
         self.sync(broker)
         while wanted := broker.take_page_wanted():
             for q, log, numbers in wanted:
-                messages = [dataclasses.replace(self.disk[(id(log), n)], log=None)
-                            for n in numbers]
+                messages = [self.record(log, n) for n in numbers]
                 self.read += len(numbers)
                 broker.paged_in(q, numbers, messages, now)
             broker.take_moved_logs()
-        while reads := broker.take_stream_reads():
+        while reads := broker.take_stream_reads(1 << 30):
             for cursor, offsets in reads:
                 log = cursor.stream.log
-                records = [dataclasses.replace(self.disk[(id(log), n)], log=None)
-                           for n in offsets]
+                records = [self.record(log, n) for n in offsets]
                 self.read += len(offsets)
                 broker.stream_read(cursor, offsets, records)

@@ -319,22 +319,28 @@ class Streams:
             self._deliver_cursor(cursor, message, cursor.position)
             cursor.position += 1
 
-    def take_stream_reads(self) -> list[tuple[StreamCursor, list[int]]]:
-        """(cursor, offsets to read back) for every cursor whose next records are held
-        only in the journal; the store reads them and `stream_read` delivers them."""
+    def take_stream_reads(self, most: int) -> list[tuple[StreamCursor, list[int]]]:
+        """(cursor, offsets to read back) for cursors whose next records are held only in
+        the journal, `most` records in all (reading them back and sending them is a turn's
+        work: the other cursors wait in `stream_reads` for the next call); the store reads
+        them and `stream_read` delivers them."""
         wanted, self.stream_reads = self.stream_reads, {}
         out = []
         for cursor in wanted:
             if not cursor.can_take() or cursor not in cursor.stream.cursors:
                 continue  # fed again once it can take (set_writable, an ACK)
+            if most <= 0:
+                self.stream_reads[cursor] = None
+                continue
             room = cursor.batch_room() if cursor.batch is not None else min(
                 cursor.prefetch - cursor.outstanding if cursor.ack_mode != ACK_AUTO
                 else cursor.prefetch, STREAM_READ)
             if cursor.end is not None:
                 room = min(room, cursor.end - cursor.position)
-            offsets = cursor.stream.cold_run(cursor.position, max(1, room))
+            offsets = cursor.stream.cold_run(cursor.position, max(1, min(room, most)))
             if offsets:
                 out.append((cursor, offsets))
+                most -= len(offsets)
         return out
 
     def stream_read(self, cursor: StreamCursor, offsets: list[int],

@@ -30,7 +30,8 @@ is replaced: between 2 and 3, a Spark batch read (`spark.read.format("pairmq")`,
 --read-partitions offset ranges, through the failover URL of both servers) of the whole
 stream, checked for count and distinct offsets, while the pair is sampled every 2 s (RSS,
 states, role changes: it must stay in sync); after the restart, the restarted server's
-(first, next) offsets, which must be (0, messages sent).
+(first, next) offsets, which must be (0, messages sent). The stream's retention
+(`--max-bytes`) is set to keep every message.
 
 A summary line ends the output (also written to --out with the samples, for --plot).
 --plot draws RSS and longest pause against the backlog for one or more runs (their
@@ -72,6 +73,7 @@ STREAM = "backlog"
 PAUSE = re.compile(r"(?:event loop was held for (\d+) ms|paused the server for ([\d.]+) s)")
 BUSY = re.compile(r"event loop was held for (\d+) ms .*its thread had (\d+) ms of CPU")
 SWITCHED = "Local server switched to"
+LOGGED_FROM_MS = 100  # the servers log every hold of the event loop from this long on
 
 
 def longest_pause_s(log: Path) -> float:
@@ -209,7 +211,7 @@ def spark_read(args: argparse.Namespace, pair: Pair, formed: dict[str, int], emi
     in_sync = all((s["state_primary"], s["state_backup"]) == ("ACTIVE", "PASSIVE")
                   for s in samples)
     return {"spark_read_s": round(elapsed, 1),
-            "spark_read_rows_per_s": round(rows / elapsed),
+            "spark_read_rows_per_s": round(checked["n"] / elapsed),
             "spark_read_exact": exact,
             "spark_read_result": {k: checked[k] for k in ("n", "d", "lo", "hi")},
             "read_samples": len(samples),
@@ -240,7 +242,9 @@ def run(args: argparse.Namespace) -> int:
             out.write(line + "\n")
             out.flush()
 
-    pair = Pair(workdir)
+    # a stream keeps the whole backlog (retention's default, 1 GiB, would remove most of it)
+    extra = ("--max-bytes", str(args.messages * (args.size + 512))) if args.stream else ()
+    pair = Pair(workdir, extra=extra)
     restarted = None
     summary: dict[str, Any] = {"kind": "summary", "label": args.label,
                                "messages": args.messages, "size": args.size}
@@ -268,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         backup.kill()
         pair.stop()
         started = time.monotonic()
-        restarted = start_server(workdir, name="backup", port=backup.port,
+        restarted = start_server(workdir, *extra, name="backup", port=backup.port,
                                  start_timeout=args.give_up * 5)
         summary["restart_s"] = round(wait_confirmed(restarted.host, restarted.port,
                                                     args.give_up), 2)
@@ -315,10 +319,15 @@ def plot(paths: list[str], png: str) -> None:
         for role, style in (("primary", "-"), ("backup", "--")):
             rss.plot(millions, [r[f"rss_mb_{role}"] for r in samples], style,
                      label=f"{label}, {role}")
-        pause.plot(millions, [r["longest_pause_s"] * 1000 for r in samples], label=label)
+        # the servers log holds from 100 ms: less is drawn at 100 ("none logged")
+        pause.plot(millions, [max(r["longest_pause_s"] * 1000, LOGGED_FROM_MS)
+                              for r in samples], label=label)
     rss.set(xlabel="messages waiting (millions)", ylabel="RSS (MB)", title="Memory")
     pause.set(xlabel="messages waiting (millions)", ylabel="longest pause so far (ms)",
               title="Longest event-loop hold or GC pause", yscale="log")
+    pause.set_ylim(bottom=LOGGED_FROM_MS * 0.9)
+    pause.text(0.02, LOGGED_FROM_MS * 1.03, "none logged (under 100 ms)", fontsize=8,
+               color="grey", transform=pause.get_yaxis_transform())
     pause.axhline(2000, color="grey", linewidth=0.8, linestyle=":")
     pause.text(0.02, 2100, "activation_interval_ms", fontsize=8, color="grey",
                transform=pause.get_yaxis_transform())

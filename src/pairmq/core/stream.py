@@ -299,9 +299,10 @@ class StreamLog:
         self._last_stamp = last_stamp
 
     def place(self, offset: int, message: Message) -> Message | None:
-        """A backup follows an append: at `next` it is appended (True); an offset below
-        `next` is a copy of one held (ignored, None); past it, what was between is gone
-        (retention, before this backup joined): the stream starts there."""
+        """A backup follows an append: at `next` it is appended (and returned); an offset
+        below `next` is a copy of one held (ignored: None); past it, what was between is
+        gone (retention, before this backup joined): an empty stream starts there, one that
+        holds records ignores it (None)."""
         if offset < self.next:
             return None
         if offset > self.next:

@@ -17,10 +17,11 @@ journal's segments.
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections.abc import Callable
 
 from pairmq.core import Message
-from pairmq.core.paged import PagedLog
+from pairmq.core.paged import Chunk, PagedLog
 from pairmq.store.records import decode_lone_add
 from pairmq.store.writer import SegmentInfo
 
@@ -133,27 +134,42 @@ class PagedEntries:
         for first, chunk, i in log.chunks_from(log.released):
             seg = chunk.segment[i:]
             if min(seg) == max(seg):  # the common case: a chunk written into one segment
-                info = segments.get(seg[0])
-                if info is None:
-                    raise OSError(f"paged messages' entries are in journal segment {seg[0]}, "
-                                  "which is gone")
-                count = len(seg)
-                info.paged += count
-                info.live_bytes += sum(chunk.length[i:])
-                span = info.tail.setdefault(log, [0, first, first])
-                span[0] += count
-                span[1] = min(span[1], first)
-                span[2] = max(span[2], first + count - 1)
-                self.count += count
-                self.bytes += sum(chunk.size[i:])
+                self._hold_run(segments, log, first, chunk, i, len(chunk))
                 continue
-            for k in range(i, len(chunk)):
+            ids = list(seg)
+            if ids == sorted(ids):  # written in order: a run per segment, found by bisection
+                at = 0
+                while at < len(ids):
+                    end = bisect_right(ids, ids[at], at)
+                    self._hold_run(segments, log, first + at, chunk, i + at, i + end)
+                    at = end
+                continue
+            for k in range(i, len(chunk)):  # moved by compaction, in no order
                 info = segments.get(chunk.segment[k])
                 if info is None:
                     raise OSError(f"a paged message's entry is in journal segment "
                                   f"{chunk.segment[k]}, which is gone")
                 self._hold(info, log, first + k - i, chunk.length[k])
                 self.bytes += chunk.size[k]
+
+    def _hold_run(self, segments: dict[int, SegmentInfo], log: PagedLog, first: int,
+                  chunk: Chunk, start: int, end: int) -> None:
+        """Entries `start`..`end` of `chunk` (numbered from `first` in `log`), all in one
+        segment, hold it: counted at once."""
+        segment_id = chunk.segment[start]
+        info = segments.get(segment_id)
+        if info is None:
+            raise OSError(f"paged messages' entries are in journal segment {segment_id}, "
+                          "which is gone")
+        count = end - start
+        info.paged += count
+        info.live_bytes += sum(chunk.length[start:end])
+        span = info.tail.setdefault(log, [0, first, first])
+        span[0] += count
+        span[1] = min(span[1], first)
+        span[2] = max(span[2], first + count - 1)
+        self.count += count
+        self.bytes += sum(chunk.size[start:end])
 
     # ------------------------------------------------------------ reading back
 

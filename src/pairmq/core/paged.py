@@ -61,6 +61,14 @@ class Chunk:
         return len(self.order)
 
 
+def _last_order(chunk: Chunk) -> int:
+    return chunk.order[-1]
+
+
+def _last_stamp(chunk: Chunk) -> int:
+    return chunk.stamp[-1]
+
+
 class PagedLog:
     """One address's paged messages, and the cursors of the queues that read them."""
 
@@ -187,13 +195,7 @@ class PagedLog:
         """The first located entry appended at or after `ms` (stamps never decrease along
         a stream); `located_end` when none is."""
         chunks = self._chunks
-        lo, hi = 0, len(chunks)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if chunks[mid].stamp[-1] < ms:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = bisect_left(chunks, ms, key=_last_stamp)  # the first chunk that reaches ms
         if lo == len(chunks):
             return self.located_end
         return self.start + lo * CHUNK + bisect_left(chunks[lo].stamp, ms)
@@ -210,13 +212,7 @@ class PagedLog:
         chunks = self._chunks
         if not chunks or order > chunks[-1].order[-1]:
             return None  # newer than every entry (the common case: a new message)
-        lo, hi = 0, len(chunks)
-        while lo < hi:  # the first chunk whose last order is >= order
-            mid = (lo + hi) // 2
-            if chunks[mid].order[-1] < order:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = bisect_left(chunks, order, key=_last_order)  # the first chunk that reaches it
         if lo == len(chunks):
             return None
         chunk = chunks[lo]

@@ -65,7 +65,9 @@ from benchmarks.persistent import (  # noqa: E402
 DESTINATION = "/queue/recovery"
 SERVER_NAME = "recover"
 DEFAULT_PAGING = 256 * 1024 * 1024
-RECOVERED_RE = re.compile(r"Recovered (\d+) messages .* in ([0-9.]+) s(?: \(paging: (\d+) bodies)?")
+RECOVERED_RE = re.compile(r"Recovered (\d+) messages .* in ([0-9.]+) s"
+                          r"(?: \((\d+) of the segments through their summaries\))?"
+                          r"(?: \(paging: (\d+) bodies)?")
 DRAIN_IDLE_S = 20.0
 NUMBER_DIGITS = 12  # bodies built by --build api start with the message number
 
@@ -299,14 +301,16 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
     if args.cold:
         evict_page_cache(journal)
     record: dict[str, Any] = {**base, "paging_bytes": paging, "cold_cache": args.cold,
+                              "max_size_bytes": args.max_size_bytes,
                               "journal_bytes": size, "segments": segments}
     errors: list[str] = []
     started, started_wall, host0 = time.monotonic(), time.time(), host_busy_cpu()
     try:
         server = start_recovering_server(
             workdir, ["--paging-bytes", str(paging), "--segment-bytes", str(args.segment_bytes),
-                      # no per-destination cap: --paging alone decides what recovery loads
-                      "--max-size-bytes", "0",
+                      # 0: no per-destination cap, --paging alone decides what recovery
+                      # loads; else the queue pages past it (the server's default: 64m)
+                      "--max-size-bytes", str(args.max_size_bytes),
                       "--log-level", args.server_log_level], args.start_timeout)
     except (RuntimeError, TimeoutError) as e:
         record.update(ok=False, errors=[f"server did not start: {e}"])
@@ -334,8 +338,9 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
             # "Recovered" .. "ready" logged: store.start accounting, listener
             listen_s=round(ready - recovered, 3) if ready and recovered else None,
             recovered_messages=int(found.group(1)) if found else None,
-            bodies_left_on_disk=(int(found.group(1)) - int(found.group(3))
-                                 if found and found.group(3) else 0 if found else None),
+            bodies_left_on_disk=(int(found.group(1)) - int(found.group(4))
+                                 if found and found.group(4) else 0 if found else None),
+            segments_through_summaries=int(found.group(3) or 0) if found else None,
             server_rss_bytes=rss,
             server_cpu_s_to_ready=round(server_cpu, 3),
             # busy CPU of the host besides the server while it started: other load
@@ -400,6 +405,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated --paging-bytes values, one server start each; "
                          "the last start also drains and checks the queue (default: "
                          "8g,default)")
+    ap.add_argument("--max-size-bytes", default="0",
+                    help="the queue's limit at each start: 0 (default) keeps every message's "
+                         "index in memory, as before paging as a mode; 64m (the server's "
+                         "default) pages past it, and a start reads sealed segments "
+                         "through their summaries")
     ap.add_argument("--cold", action="store_true",
                     help="drop the journal from the page cache before each start")
     ap.add_argument("--server-log-level", default="info",
@@ -415,6 +425,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.paging_values = [parse_size(v) for v in args.paging.split(",") if v.strip()]
     except ValueError:
         ap.error(f"--paging: not a list of sizes: {args.paging!r}")
+    try:
+        args.max_size_bytes = parse_size(args.max_size_bytes)
+    except ValueError:
+        ap.error(f"--max-size-bytes: not a size: {args.max_size_bytes!r}")
     if args.messages < 1 or args.size < 0 or not args.paging_values:
         ap.error("--messages must be positive, --size not negative, --paging not empty")
     return args

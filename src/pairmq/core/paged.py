@@ -168,6 +168,29 @@ class PagedLog:
         self.located_end = number + 1
         return number
 
+    def extend(self, segment: int, offsets: array, lengths: array, orders: array,
+               sizes: array, stamps: array | None = None) -> None:
+        """Located entries at the end, all in one segment, as arrays (a recovery reading a
+        segment's summary, store/summary.py): what `add` does for each, without a call
+        each. Orders grow along the log."""
+        chunks = self._chunks
+        count = len(orders)
+        at = 0
+        while at < count:
+            if not chunks or len(chunks[-1].order) >= CHUNK:
+                chunks.append(Chunk())
+            chunk = chunks[-1]
+            upto = min(count, at + CHUNK - len(chunk.order))
+            chunk.segment.extend(array("I", (segment,)) * (upto - at))
+            chunk.offset.extend(offsets[at:upto])
+            chunk.length.extend(lengths[at:upto])
+            chunk.order.extend(orders[at:upto])
+            chunk.size.extend(sizes[at:upto])
+            if stamps is not None:
+                chunk.stamp.extend(stamps[at:upto])
+            at = upto
+        self.located_end += count
+
     def where(self, number: int) -> tuple[int, int, int, int, int, int]:
         """(segment, offset, length, order, size, seq) of located entry `number`."""
         chunk, i = self._chunk_of(number)

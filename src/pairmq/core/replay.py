@@ -13,6 +13,7 @@ order was recorded (`legacy_miss`) cannot, and the caller replays without logs.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,21 @@ class Replay:
         held[2] += size
         held[3] = max(held[3], stamp)
 
+    def stream_run(self, stream: str, first_offset: int, stamps: array, segment: int,
+                   offsets: array, lengths: array, orders: array, sizes: array) -> None:
+        """A stream's records at consecutive offsets from `first_offset`, as a segment's
+        summary lists them: appended at once in the common case (they follow what the log
+        holds), else one by one as `add_stream_record` places each."""
+        held = self.streams.get(stream)
+        if held is not None and first_offset == held[0].located_end and len(orders):
+            held[0].extend(segment, offsets, lengths, orders, sizes, stamps)
+            held[2] += sum(sizes)
+            held[3] = max(held[3], max(stamps))
+            return
+        for i in range(len(orders)):
+            self.add_stream_record(stream, first_offset + i, stamps[i], segment, offsets[i],
+                                   lengths[i], orders[i], sizes[i])
+
     def _remove_stream_head(self, stream: str, order: int) -> None:
         held = self.streams.get(stream)
         if held is None:
@@ -139,14 +155,53 @@ class Replay:
                 return False  # a compaction copy of a message in memory
         else:
             self.top_order = order
-        cap = self._caps.get(destination)
-        if cap is None:
-            cap = self._caps[destination] = beyond(destination)
+        cap = self._cap(destination)
         if not cap:
             return False
         if self.in_memory.get(destination, 0) + size * len(queue_keys) > cap:
             return True
         return log is not None and log.busy
+
+    def _cap(self, destination: str) -> int:
+        cap = self._caps.get(destination)
+        if cap is None:
+            assert self.paged_beyond is not None
+            cap = self._caps[destination] = self.paged_beyond(destination)
+        return cap
+
+    def paged_run(self, destination: str, queue_keys: tuple[str, ...], segment: int,
+                  offsets: array, lengths: array, orders: array, sizes: array) -> bool:
+        """New messages for one address, in order, as a segment's summary lists them: into
+        its paged log at once when `to_log` would send each of them there (the address
+        pages already: its log is busy or its memory full). False, with nothing done,
+        when it would not: the caller replays their records one by one."""
+        if self.paged_beyond is None or not orders or orders[0] <= self.top_order \
+                or queue_keys[0].startswith(STREAM):
+            return False
+        cap = self._cap(destination)
+        if not cap:
+            return False
+        log = self.logs.get(destination)
+        if not (log is not None and log.busy) and \
+                self.in_memory.get(destination, 0) + sizes[0] * len(queue_keys) <= cap:
+            return False  # the first one stays in memory: its record is needed
+        self.top_order = orders[-1]
+        if log is None:
+            log = self.logs[destination] = PagedLog()
+        for key in queue_keys:
+            if key not in log.cursors:
+                log.attach(key)
+        if len(log.cursors) != len(queue_keys):  # readers it was not routed to: one by one
+            for i in range(len(orders)):
+                self.add_to_log(destination, list(queue_keys), segment, offsets[i],
+                                lengths[i], orders[i], sizes[i])
+            return True
+        log.extend(segment, offsets, lengths, orders, sizes)
+        total = sum(sizes)
+        held = log.held
+        for key in queue_keys:
+            held[key] += total
+        return True
 
     def add_to_log(self, destination: str, queue_keys: list[str], segment: int, offset: int,
                    length: int, order: int, size: int) -> None:

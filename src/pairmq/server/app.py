@@ -155,6 +155,7 @@ class PairmqServer:
         replay, report = recovered or store.recover(
             self.config.core_settings().dup_cache_size_for)
         broker.restore(replay)
+        store.account(broker)  # here, so that it runs in the thread with the rest
         log.info("%s (epoch %d, last seq %d)", report.describe(), store.epoch,
                  store.appended_seq)
 
@@ -168,7 +169,10 @@ class PairmqServer:
             took))
         if not self._shared:  # a shared journal is read once its lock is held
             with gc_paused(freeze=True):
-                self._restore(self.role.broker, self.role.store)
+                # In a thread, as a takeover does: the loop has nothing to serve yet, but
+                # its watchdog goes on timing turns, and a long one means something then.
+                await self.loop.run_in_executor(None, self._restore, self.role.broker,
+                                                self.role.store)
         self._server = await self.loop.create_server(
             self._accept, self.config.stomp_host, self.config.stomp_port,
             reuse_address=True, backlog=1024)

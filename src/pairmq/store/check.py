@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pairmq.store.records import CorruptRecord, decode_entries
 from pairmq.store.segments import SEGMENT_HEADER, SegmentScan, list_segments, scan_segment
+from pairmq.store.summary import remove_summary
 
 
 def journal_directory(path: Path) -> Path:
@@ -67,6 +68,8 @@ def repair_journal(path: Path) -> list[str]:
     actions = []
     aside = report.directory / f"damaged-{time.strftime('%Y%m%d-%H%M%S')}"
     later = [s for s in report.scans if s.segment_id > damage.segment_id]
+    for scan in [damage, *later]:  # their summaries no longer describe them
+        remove_summary(report.directory, scan.segment_id)
     if later:
         aside.mkdir()
         for scan in later:

@@ -26,6 +26,7 @@ from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import message_of
 from pairmq.store.records import RECORD_HEADER, decode_entries
 from pairmq.store.segments import list_segments
+from pairmq.store.summary import Added, SummaryBuilder, remove_all_summaries
 from pairmq.store.writer import JournalWriter, SegmentInfo
 
 if TYPE_CHECKING:
@@ -55,9 +56,12 @@ class Mirroring:
     _where: dict[tuple, int]
     _read_fds: dict[int, int]
     pages: PagedEntries
+    summaries: SummaryBuilder
 
     if TYPE_CHECKING:  # provided by the Store
-        def _account(self, broker: Broker) -> None: ...
+        def _open(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None: ...
+        def account(self, broker: Broker) -> None: ...
+        def _listen(self) -> None: ...
         def _locate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
                     body_offset: int, seq: int, counted: bool = False) -> None: ...
         def _release(self, message: Message, queue_key: str) -> None: ...
@@ -73,9 +77,7 @@ class Mirroring:
         """Open the recovered journal for a backup: records come framed from the active and
         are applied to `broker`, which holds what recovery rebuilt."""
         self.mirror = True
-        self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
-                                    self._last_seq, self._segments, loop)
-        self._account(broker)
+        self._open(broker, loop)
         broker.start_following()
 
     def serve_mirrored(self) -> None:
@@ -98,14 +100,21 @@ class Mirroring:
         payload = memoryview(record)[RECORD_HEADER.size:]
         info = writer.segments[segment_id]
         lone = disk.decode_lone_add(payload) if payload[0] == disk.ADD else None
+        end = offset + len(payload)
         if lone is None:
-            self._follow(decode_entries(payload, load_bodies=False), payload, seq, info,
-                         offset)
+            entries = decode_entries(payload, load_bodies=False)
+            self._summarise(entries, seq, epoch, segment_id, offset, end)
+            self._follow(entries, payload, seq, info, offset)
             return
         # The common record, one message added: its headers stay packed, as recovery
         # keeps them (a million of them are held).
         (order, expires, priority, persistent, deliveries, message_id, destination, headers,
          queues, body_at, body_length, meta_length) = lone
+        if deliveries:
+            self.summaries.opaque(seq, epoch, segment_id, offset, end)
+        else:
+            self.summaries.adds(seq, epoch, segment_id, offset, end,
+                                [(destination, queues, 0, len(payload), order, headers)], [])
         message = Message(message_id, destination, headers, None, bool(persistent), priority,
                           expires, body_length + meta_length + 64, order)
         message.body_length = body_length
@@ -115,6 +124,26 @@ class Mirroring:
         assert broker is not None
         broker.take_records()
         broker.take_events()
+
+    def _summarise(self, entries: list[tuple], seq: int, epoch: int, segment_id: int,
+                   offset: int, end: int) -> None:
+        """Tell the summary builder what the record holds (as `Store.persist` does)."""
+        added: list[Added] = []
+        producers: list[tuple] = []
+        for entry in entries:
+            if entry[0] == disk.ADD and not entry[1].deliveries:
+                e = entry[1]
+                start, length = disk.add_span(e.body_offset, e.body_length, e.meta_length)
+                added.append((e.destination, e.queues, start, length, e.order, e.headers))
+            elif entry[0] == disk.PRODUCER:
+                producers.append(entry[1:])
+            else:
+                self.summaries.opaque(seq, epoch, segment_id, offset, end)
+                return
+        if added:
+            self.summaries.adds(seq, epoch, segment_id, offset, end, added, producers)
+        else:
+            self.summaries.opaque(seq, epoch, segment_id, offset, end)
 
     def _follow(self, entries: list[tuple], payload: memoryview, seq: int, info: SegmentInfo,
                 offset: int) -> None:
@@ -241,6 +270,7 @@ class Mirroring:
         self._close_read_fds()
         for _, path in list_segments(self.directory):
             path.unlink()
+        remove_all_summaries(self.directory)
         self._segments = []
         self._last_seq = first_seq - 1
         self.epoch = 0
@@ -251,10 +281,12 @@ class Mirroring:
         self.paged = PagedBytes()
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
                                     first_seq - 1, [], loop)
+        self.summaries = SummaryBuilder(self.writer.write_summary)
         broker = self.broker
         if broker is not None:
             broker.follow_reset()
-            self._account(broker)
+            self.account(broker)
+            self._listen()
 
     @property
     def oldest_seq(self) -> int:

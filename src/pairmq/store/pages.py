@@ -125,10 +125,9 @@ class PagedEntries:
             if span[0] <= 0:
                 del info.tail[log]
 
-    def hold_recovered(self, log: PagedLog) -> None:
+    def hold_recovered(self, log: PagedLog, segments: dict[int, SegmentInfo]) -> None:
         """A recovered log: its entries from the first one a reader still needs hold their
-        segments (those before are let go at once)."""
-        segments = self._segments()
+        `segments` (those before are let go at once)."""
         log.released = min(log.min_cursor(), log.located_end)
         log.drop_passed()
         for first, chunk, i in log.chunks_from(log.released):

@@ -21,6 +21,7 @@ writing; the final pass, under the lock, cuts a torn end as a start does.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,14 @@ from pairmq.core.replay import Replay
 from pairmq.core.stream import OFFSET_HEADER
 from pairmq.store import records as disk
 from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
-from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
+from pairmq.store.segments import (
+    SEGMENT_HEADER,
+    SegmentScan,
+    list_segments,
+    scan_records,
+    scan_segment,
+)
+from pairmq.store.summary import ADDS, Item, SegmentSummary, read_summary, remove_summary
 from pairmq.store.writer import SegmentInfo
 
 log = logging.getLogger("pairmq.store")
@@ -72,6 +80,7 @@ class JournalReading:
         self.where: dict[tuple, int] = {}  # destination/durable/dup/epoch key -> segment id
         self.segments: dict[int, SegmentRead] = {}
         self.bytes_read = 0  # by the last pass
+        self.summarised = 0  # segments read through their summaries (store/summary.py)
 
     def advance(self, final: bool, limit_bytes: int = 0) -> bool:
         """Read what was appended since the last call (reading ahead: about `limit_bytes`,
@@ -90,8 +99,20 @@ class JournalReading:
             known = self.segments.get(segment_id)
             if known is None and self.segments and segment_id < max(self.segments):
                 return self._lost(f"segment {segment_id} appeared behind the reading")
-            visit = self._visitor(segment_id, path)
             follows = self.ahead and self.records > 0
+            if known is None and self.rebuild:
+                summary = read_summary(self.directory, segment_id, path)
+                if summary is not None and summary.first_seq > self.last_seq \
+                        and (not follows or summary.first_seq == self.last_seq + 1):
+                    self._apply_summary(summary, segment_id, path)
+                    self.segments[segment_id] = SegmentRead(path, summary.size,
+                                                            summary.first_seq,
+                                                            summary.last_seq)
+                    self.summarised += 1
+                    continue
+                if final:
+                    remove_summary(self.directory, segment_id)  # none, or it does not match
+            visit = self._visitor(segment_id, path)
             left = limit_bytes - self.bytes_read if limit_bytes and not final else 0
             start = known.valid_end if known else 0
             try:
@@ -131,6 +152,57 @@ class JournalReading:
                     f"{scan.problem}. Nothing was changed; inspect it with "
                     f"`pairmq journal check {self.directory}` and cut the damage "
                     f"explicitly with `pairmq journal repair {self.directory}`")
+        return True
+
+    def _apply_summary(self, summary: SegmentSummary, segment_id: int, path: Path) -> None:
+        """A sealed segment through its summary: runs of new messages straight into their
+        paged logs, any other record read as `advance` reads it."""
+        visit = self._visitor(segment_id, path)
+        data: mmap.mmap | None = None
+        view: memoryview | None = None
+        try:
+            for item in summary.items:
+                if item.kind == ADDS and self._take(item, segment_id):
+                    if item.epoch != self.epoch:
+                        self.epochs.append((item.epoch, item.first_seq))
+                        self.epoch = item.epoch
+                    self.records += item.records
+                    self.last_seq = item.last_seq
+                    continue
+                if view is None:
+                    with open(path, "rb") as f:
+                        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    view = memoryview(data)
+                scan = SegmentScan(segment_id, path, summary.size, 0)
+                scan_records(view, scan, visit, self.last_seq, start=item.start,
+                             next_seq=item.first_seq, limit_bytes=item.end - item.start)
+                if scan.problem is not None or scan.records != item.records \
+                        or scan.valid_end != item.end:
+                    raise JournalCorrupt(
+                        f"journal segment {path} is damaged at offset {scan.valid_end}: "
+                        f"{scan.problem or 'its records are not those its summary lists'}. "
+                        f"Nothing was changed; inspect it with `pairmq journal check "
+                        f"{self.directory}`")
+                self.records += scan.records
+                self.last_seq = scan.last_seq
+        finally:
+            if view is not None:
+                view.release()
+            if data is not None:
+                data.close()
+
+    def _take(self, item: Item, segment_id: int) -> bool:
+        """An ADDS item into the replay at once; False when its records must be read."""
+        replay = self.replay
+        if item.stream_first >= 0:
+            replay.stream_run(item.destination, item.stream_first, item.stamps, segment_id,
+                              item.offsets, item.lengths, item.orders, item.sizes)
+        elif not replay.paged_run(item.destination, item.queue_keys, segment_id,
+                                  item.offsets, item.lengths, item.orders, item.sizes):
+            return False
+        for (destination, producer), (epoch, seq, seen) in item.producers.items():
+            replay.producer(destination, producer, epoch, seq, seen)
+            self.where[("producer", destination, producer)] = segment_id
         return True
 
     def segment_infos(self) -> list[SegmentInfo]:

@@ -168,6 +168,8 @@ def encode_delivered(queue: str, message_id: str, deliveries: int, order: int) -
 
 
 _ADD_BEFORE_META = 1 + 8 + 8 + 1 + 1 + 4 + 4  # _ADD_FIXED, then the metadata's length
+# What a message counts (body + metadata + 64, as recovery sizes it) over its entry's length
+ADD_SIZE_OVER_ENTRY = 64 - _ADD_BEFORE_META - 4
 
 
 def add_span(body_offset: int, body_length: int, meta_length: int) -> tuple[int, int]:

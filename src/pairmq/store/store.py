@@ -38,6 +38,7 @@ from pairmq.store.records import (
     encode_producer,
     encode_undurable,
 )
+from pairmq.store.summary import Added, SummaryBuilder
 from pairmq.store.writer import JournalWriter, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
@@ -73,11 +74,14 @@ class RecoveryReport:
     paged: bool = False  # the paging budget was spent: some bodies stay on disk
     in_memory: int = 0  # messages whose bodies were loaded
     in_logs: int = 0  # messages kept only in the journal (paged logs, store/pages.py)
+    summarised: int = 0  # segments read through their summaries (store/summary.py)
 
     def describe(self) -> str:
         return (f"Recovered {self.messages} messages in {self.queues} queues and "
                 f"{self.durables} durable subscriptions from {self.records} records in "
                 f"{self.segments} segments in {self.seconds:.2f} s"
+                + (f" ({self.summarised} of the segments through their summaries)"
+                   if self.summarised else "")
                 + (f" ({self.read_ahead} of the records read ahead, before)"
                    if self.read_ahead else "")
                 + (f" (paging: {self.in_memory} bodies in memory, the others read from disk "
@@ -110,6 +114,9 @@ class Store(Mirroring):
         self.mirror = False  # a backup's journal: records arrive framed from the active
         self._reading: JournalReading | None = None  # a shared-store backup's, read ahead
         self.pages = PagedEntries(self._writer_segments, self._read_fd)  # store/pages.py
+        # what each sealed segment holds, for a quick start (store/summary.py)
+        self.summaries = SummaryBuilder(lambda segment_id, data: None)
+        self._accounted: Broker | None = None  # the broker `account` was done for
 
     # ------------------------------------------------------------ recovery
 
@@ -141,7 +148,8 @@ class Store(Mirroring):
         replay = reading.replay
         report = RecoveryReport(segments=len(self._segments), records=reading.records,
                                 read_ahead=reading.read_ahead,
-                                torn_bytes=reading.torn_bytes)
+                                torn_bytes=reading.torn_bytes,
+                                summarised=reading.summarised)
         report.durables = len(replay.durables)
         report.queues = len(set(replay.queues).union(
             *(log.cursors for log in replay.logs.values())))
@@ -181,16 +189,23 @@ class Store(Mirroring):
 
     def start(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
         """Open the journal for appends and account what the recovered broker holds."""
+        self._open(broker, loop)
+
+    def _open(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
                                     self._last_seq, self._segments, loop)
-        self._account(broker)
+        self.summaries = SummaryBuilder(self.writer.write_summary)
+        if self._accounted is not broker:
+            self.account(broker)
+        self._listen()
 
-    def _account(self, broker: Broker) -> None:
+    def account(self, broker: Broker) -> None:
         """Which segment holds the newest record of what the recovered broker holds, and
-        which bodies recovery left on disk; then listen to the writer."""
+        which bodies recovery left on disk. Before the journal opens, it may run in a
+        thread with the recovery (ten million paged messages take a second here)."""
         self.broker = broker
-        assert self.writer is not None
-        segments = self.writer.segments
+        segments = self.writer.segments if self.writer is not None \
+            else {info.segment_id: info for info in self._segments}
         for q in _durable_queues(broker):
             for entry in q.entries():
                 message = entry.message
@@ -207,15 +222,19 @@ class Store(Mirroring):
         broker.set_paged_bytes(self.paged.total)
         for address in broker.addresses.values():
             if address.log is not None:
-                self.pages.hold_recovered(address.log)
+                self.pages.hold_recovered(address.log, segments)
         for stream in broker.streams.values():  # every record a stream holds
-            self.pages.hold_recovered(stream.log)
+            self.pages.hold_recovered(stream.log, segments)
         for key, segment_id in self._where.items():
             info = segments.get(segment_id)
             if info is not None and self._still_live(key):
                 info.live.add(key)
                 info.live_bytes += KEY_OVERHEAD
         self._where.clear()
+        self._accounted = broker
+
+    def _listen(self) -> None:
+        assert self.writer is not None
         self.writer.on_synced(self._synced)
         self.writer.on_failure(lambda error: self._notify_full())
 
@@ -287,11 +306,14 @@ class Store(Mirroring):
         producers: dict[tuple[str, str], tuple] = {}
         size = 0
         paged: list[tuple[Message, int, int]] = []  # paged messages: entry at, its length
+        summarised: list[Added] | None = []  # new messages, while nothing else comes
         for record in records:
             kind = record[0]
             if kind == rec.PRODUCER:
                 producers[(record[1], record[2])] = record
                 continue
+            if kind != rec.ADD:
+                summarised = None
             if kind == rec.ADD:
                 message, queue_keys = record[1], record[2]
                 body = message.body if message.body is not None else self.read_body(message)
@@ -299,6 +321,9 @@ class Store(Mirroring):
                                             message.destination, message.priority,
                                             message.expires, message.persistent, 0,
                                             message.headers, body, queue_keys)
+                if summarised is not None:
+                    summarised.append((message.destination, queue_keys, size, len(entry),
+                                       message.order, message.headers))
                 if message.log is not None:  # no object kept: its log gets the entry
                     paged.append((message, size, len(entry)))
                 else:
@@ -360,7 +385,13 @@ class Store(Mirroring):
             keys.append(("producer", record[1], record[2]))
         # Even with nothing to write (bookkeeping only) a record is appended: the receipts of
         # the frames that made it wait for this very sequence number (their ticket).
-        seq, segment_id, offset = writer.append(b"".join(parts), self.epoch)
+        payload = b"".join(parts)
+        seq, segment_id, offset = writer.append(payload, self.epoch)
+        if summarised:
+            self.summaries.adds(seq, self.epoch, segment_id, offset, offset + len(payload),
+                                summarised, [r[1:] for r in producers.values()])
+        else:
+            self.summaries.opaque(seq, self.epoch, segment_id, offset, offset + len(payload))
         info = writer.segments[segment_id]
         for message, at, length in paged:
             self.pages.written(seq, message, segment_id, offset + at, length)

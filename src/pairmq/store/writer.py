@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, frame_record
 from pairmq.store.segments import fsync_directory, segment_header, segment_name
+from pairmq.store.summary import remove_summary, write_summary_file
 
 log = logging.getLogger("pairmq.journal")
 
@@ -59,6 +60,7 @@ class JournalWriter:
         self.current: SegmentInfo | None = segments[-1] if segments else None
         self.pending: list[tuple[int, bytes]] = []  # (segment id, bytes) not yet handed over
         self.pending_unlinks: list[int] = []
+        self.pending_summaries: list[tuple[int, bytes]] = []  # sealed segments' (summary.py)
         self.writing = False
         self.failure: OSError | None = None  # the last write error, until a retry succeeds
         self._waiters: deque[tuple[int, Callable[[], None]]] = deque()
@@ -138,6 +140,11 @@ class JournalWriter:
             self._kick_scheduled = True
             self.loop.call_soon(self._kick)
 
+    def write_summary(self, segment_id: int, data: bytes) -> None:
+        """Write a sealed segment's summary (store/summary.py), after every record appended
+        so far is on disk. A cache: failing to write it fails nothing."""
+        self.pending_summaries.append((segment_id, data))
+
     @property
     def total_bytes(self) -> int:
         return sum(s.size for s in self.segments.values())
@@ -163,14 +170,18 @@ class JournalWriter:
             return
         job, self.pending = self.pending, []
         unlinks, self.pending_unlinks = self.pending_unlinks, []
+        summaries, self.pending_summaries = self.pending_summaries, []
         target = self.appended_seq
         sizes = {sid: self.segments[sid].size for sid, _ in job if sid in self.segments}
         self.writing = True
-        future = self.loop.run_in_executor(self._executor, self._write, job, unlinks)
-        future.add_done_callback(lambda f: self._written(f, job, unlinks, target, sizes))
+        future = self.loop.run_in_executor(self._executor, self._write, job, unlinks,
+                                           summaries)
+        future.add_done_callback(
+            lambda f: self._written(f, job, unlinks, summaries, target, sizes))
 
     def _written(self, future: asyncio.Future, job: list[tuple[int, bytes]], unlinks: list[int],
-                 target: int, sizes: dict[int, int]) -> None:
+                 summaries: list[tuple[int, bytes]], target: int,
+                 sizes: dict[int, int]) -> None:
         self.writing = False
         if self.closed:
             return
@@ -179,6 +190,7 @@ class JournalWriter:
             # Nothing was written: keep the group, touch nothing on disk, look again later.
             self.pending = job + self.pending
             self.pending_unlinks = unlinks + self.pending_unlinks
+            self.pending_summaries = summaries + self.pending_summaries
             self._hold()
             return
         if error is not None:
@@ -186,6 +198,7 @@ class JournalWriter:
             # Put the group back in front: it is retried after truncating any partial write.
             self.pending = job + self.pending
             self.pending_unlinks = unlinks + self.pending_unlinks
+            self.pending_summaries = summaries + self.pending_summaries
             self._close_fds()  # the retry reopens and truncates to what is known durable
             self._waiting_retry = True
             released = error.errno == errno.ENOSPC and self._release_reserve()
@@ -243,7 +256,8 @@ class JournalWriter:
             self._fds[segment_id] = fd
         return fd
 
-    def _write(self, job: list[tuple[int, bytes]], unlinks: list[int]) -> None:
+    def _write(self, job: list[tuple[int, bytes]], unlinks: list[int],
+               summaries: list[tuple[int, bytes]]) -> None:
         if self.guard is not None and not self.guard():
             raise Fenced()
         touched: dict[int, int] = {}
@@ -271,6 +285,8 @@ class JournalWriter:
             os.fdatasync(fd)
         if created:
             fsync_directory(self.directory)
+        for segment_id, data in summaries:  # their segments' records are on disk now
+            write_summary_file(self.directory, segment_id, data)
         for segment_id in unlinks:
             fd = self._fds.pop(segment_id, None)
             if fd is not None:
@@ -279,6 +295,7 @@ class JournalWriter:
                 os.unlink(self.directory / segment_name(segment_id))
             except FileNotFoundError:
                 pass
+            remove_summary(self.directory, segment_id)
         if unlinks:
             fsync_directory(self.directory)
         if not self._reserve_made:

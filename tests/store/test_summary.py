@@ -1,0 +1,234 @@
+"""Segment summaries (store/summary.py): a start reads sealed segments through their
+summaries and rebuilds exactly what reading every record rebuilds (queues in memory and
+in paged logs, durable subscriptions, dup-ids, producer sequences, streams, epochs),
+whether the journal was written by an active server or by a backup following it; a
+summary that does not match its segment is not used, and a start without summaries is
+what it always was. Real journal files, a real writer thread."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from pairmq.core import Broker, CoreSettings
+from pairmq.core.replay import Replay
+from pairmq.core.settings import Retention
+from pairmq.store.reading import JournalCorrupt
+from pairmq.store.records import (
+    ADD_SIZE_OVER_ENTRY,
+    RECORD_HEADER,
+    SEGMENT_HEADER,
+    decode_lone_add,
+    encode_add,
+)
+from pairmq.store.store import RecoveryReport, Store, StoreSettings
+from pairmq.store.summary import decode_summary
+from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
+from tests.store.test_mirror import LIMIT, Backup, workload
+from tests.support.journal import broker_snapshot, streams_snapshot
+
+CORE = CoreSettings(dup_cache_size=50, max_size_bytes=LIMIT,
+                    stream_retention=Retention(max_bytes=400_000))
+SETTINGS = {"segment_bytes": 32 * 1024, "paging_bytes": 20_000, "compact_ratio": 0.9,
+            "paged_beyond": CORE.paged_beyond}
+
+
+async def open_store(directory: Path) -> tuple[Broker, Store]:
+    store = Store(directory, StoreSettings(**SETTINGS))
+    replay, _ = store.recover(50)
+    broker = Broker(CORE, id_prefix="ID:t-")
+    broker.restore(replay)
+    store.start(broker, asyncio.get_running_loop())
+    return broker, store
+
+
+async def more_traffic(broker: Broker, store: Store) -> None:
+    """After `workload`: records of many new messages each (a batch), a stream with its
+    retention and a consumer group, and new messages for a durable topic subscription."""
+    broker.open_session(9, "1.2", client_id="s")
+    broker.subscribe(9, "t", "/topic/many", NOW, durable_name="one")
+    broker.subscribe(9, "u", "/topic/many", NOW, durable_name="two")
+    broker.unsubscribe(9, "t", NOW)
+    broker.unsubscribe(9, "u", NOW)
+    persist(broker, store)
+    for i in range(3000):
+        if i % 500 == 250:  # a record of new messages for several destinations
+            broker.send(9, "/queue/batch", PERSISTENT, b"mixed", NOW)
+            broker.send(9, "/topic/many", PERSISTENT, b"mixed", NOW)
+            persist(broker, store)
+        broker.send(9, "/queue/batch", PERSISTENT, b"%06d" % i + b"b" * 300, NOW)
+        if i % 50 == 49:  # records of 50 messages (as a batch SEND writes them), each kind
+            persist(broker, store)
+            for k in range(i - 49, i + 1):
+                broker.send(9, "/stream/s", {}, b"%06d" % k + b"s" * 200, NOW + k)
+            persist(broker, store)
+            for k in range(i - 49, i + 1, 3):
+                broker.send(9, "/topic/many", PERSISTENT, b"%06d" % k + b"t" * 200, NOW)
+            persist(broker, store)
+        if i % 1000 == 999:
+            broker.send(9, "/stream/s", {"x-stream-group": "g",
+                                         "x-stream-commit-offset": str(i)}, b"", NOW)
+            persist(broker, store)
+            await synced(store)
+    persist(broker, store)
+    await synced(store)
+
+
+def filled(directory: Path) -> None:
+    """A journal of `more_traffic`, its writer closed."""
+    async def fill() -> None:
+        broker, store = await open_store(directory)
+        await more_traffic(broker, store)
+        await close(store)
+
+    run(fill())
+
+
+def recovered(directory: Path) -> tuple[dict, RecoveryReport]:
+    async def go() -> tuple[dict, RecoveryReport]:
+        store = Store(directory, StoreSettings(**SETTINGS))
+        replay, report = store.recover(50)
+        broker = Broker(CORE, id_prefix="ID:r-")
+        broker.restore(replay)
+        store.start(broker, asyncio.get_running_loop())
+        snapshot = broker_snapshot(broker, store)
+        snapshot["streams"] = streams_snapshot(broker, store)
+        snapshot["epochs"], snapshot["last_seq"] = store.epochs, store.appended_seq
+        await close(store)
+        return snapshot, report
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def bulk_runs(monkeypatch) -> list[int]:
+    """The messages each `Replay.paged_run` put into a paged log at once."""
+    taken: list[int] = []
+    original = Replay.paged_run
+
+    def counted(self, destination, queue_keys, segment, offsets, lengths, orders, sizes):
+        done = original(self, destination, queue_keys, segment, offsets, lengths, orders,
+                        sizes)
+        if done:
+            taken.append(len(orders))
+        return done
+
+    monkeypatch.setattr(Replay, "paged_run", counted)
+    return taken
+
+
+def without_summaries(directory: Path) -> None:
+    for path in directory.glob("journal-*.sum"):
+        path.unlink()
+
+
+def test_a_start_through_summaries_rebuilds_what_reading_every_record_does(tmp_path,
+                                                                          bulk_runs):
+    async def fill() -> None:
+        broker, store = await open_store(tmp_path)
+        store.begin_epoch(1)
+        await workload(broker, store, 300)
+        store.begin_epoch(2)
+        await more_traffic(broker, store)
+        await close(store)
+
+    run(fill())
+    summaries = sorted(tmp_path.glob("journal-*.sum"))
+    assert len(summaries) >= 20
+    quick, report = recovered(tmp_path)
+    assert report.summarised >= 20, report.describe()
+    assert "through their summaries" in report.describe()
+    assert sum(bulk_runs) > 2000, "paged messages went into their logs in runs"
+    assert quick["queues"]["/queue/batch"] and quick["streams"]["/stream/s"]["records"]
+    assert len(quick["queues"]["durable:s:one"]) == 60 * 17 + 6
+
+    without_summaries(tmp_path)
+    bulk_runs.clear()
+    slow, report = recovered(tmp_path)
+    assert report.summarised == 0 and not bulk_runs
+    assert quick == slow
+
+
+def test_a_backup_writes_summaries_and_its_start_through_them_matches(tmp_path, bulk_runs):
+    async def go() -> None:
+        broker, store = await open_store(tmp_path / "active")
+        store.begin_epoch(1)
+        backup = Backup(tmp_path / "backup", 50)
+        backup.broker = Broker(CORE, id_prefix="ID:b-")
+        backup.broker.restore(backup.store.recover(50)[0])
+        backup.store.open_mirror(asyncio.get_running_loop(), backup.broker)
+        await backup.attach(store)
+        await more_traffic(broker, store)
+        await synced(backup.store)
+        await close(store)
+        await close(backup.store)
+
+    run(go())
+    directory = tmp_path / "backup"
+    assert len(list(directory.glob("journal-*.sum"))) >= 20
+    quick, report = recovered(directory)
+    assert report.summarised >= 20 and sum(bulk_runs) > 2000
+    without_summaries(directory)
+    slow, _ = recovered(directory)
+    assert quick == slow
+
+
+def test_a_summary_that_does_not_match_its_segment_is_not_used(tmp_path):
+    filled(tmp_path)
+    reference, report = recovered(tmp_path)
+    count = report.summarised
+    assert count >= 10
+    other, first, second, third = sorted(tmp_path.glob("journal-*.sum"))[1:5]
+    damaged = bytearray(first.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # its checksum fails
+    first.write_bytes(bytes(damaged))
+    second.write_bytes(second.read_bytes()[:-9])  # cut short
+    third.write_bytes(other.read_bytes())  # another segment's
+    got, report = recovered(tmp_path)
+    assert got == reference
+    assert report.summarised == count - 3
+    assert not first.exists() and not second.exists() and not third.exists(), \
+        "a start deletes the summaries it could not use"
+
+
+def test_a_segment_grown_after_its_summary_is_read_record_by_record(tmp_path):
+    """The summary says how long its segment is, and which records begin and end it."""
+    filled(tmp_path)
+    reference, _ = recovered(tmp_path)
+    segment = sorted(tmp_path.glob("journal-*.seg"))[3]
+    summary = segment.with_suffix(".sum")
+    held = summary.read_bytes()
+    grown = segment.read_bytes() + b"\0" * 64
+    segment.write_bytes(grown)  # (zeros past the end: would be a torn tail if newest)
+    with pytest.raises(JournalCorrupt):
+        recovered(tmp_path)  # read record by record: damage in an older segment
+    segment.write_bytes(grown[:-64])
+    summary.write_bytes(held)
+    assert recovered(tmp_path)[0] == reference
+
+
+def test_a_summary_lists_each_message_as_its_record_holds_it(tmp_path):
+    """Offsets, lengths, orders and sizes in a summary are those of the ADD entries in
+    the segment (what a paged log keeps), and a size is what recovery counts for it."""
+    entry, body_at = encode_add(7, "ID:x", "/queue/q", 4, 0, True, 0, {"a": "b"}, b"x" * 100,
+                                ["/queue/q"])
+    meta_length = body_at - 31
+    assert len(entry) + ADD_SIZE_OVER_ENTRY == 100 + meta_length + 64
+
+    filled(tmp_path)
+    listed = 0
+    for path in sorted(tmp_path.glob("journal-*.sum")):
+        summary = decode_summary(path.read_bytes())
+        data = memoryview(path.with_suffix(".seg").read_bytes())
+        assert summary.items[0].start == SEGMENT_HEADER.size and summary.size == len(data)
+        for item in summary.items:
+            assert RECORD_HEADER.unpack_from(data, item.start)[2] == item.first_seq
+            for offset, length, order, size in zip(item.offsets, item.lengths, item.orders,
+                                                   item.sizes, strict=True):
+                fields = decode_lone_add(data[offset:offset + length])  # exactly one entry
+                assert fields is not None and fields[0] == order
+                assert size == fields[10] + fields[11] + 64  # body + metadata + 64
+                listed += 1
+    assert listed > 2000

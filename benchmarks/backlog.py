@@ -57,7 +57,9 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 import psutil  # noqa: E402
-from tests.serverproc import start_server  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from tests.serverproc import free_port, start_server  # noqa: E402
+from tests.support.admin import admin_request, admin_user_flags  # noqa: E402
 
 import pairmq.client  # noqa: E402
 from benchmarks.ha_replication import (  # noqa: E402
@@ -128,11 +130,43 @@ def destination(args: argparse.Namespace) -> str:
     return f"/stream/{STREAM}" if args.stream else QUEUE
 
 
+def over_50ms(address: str) -> tuple[int | None, int | None]:
+    """How often a server's event-loop timer ran over 50 ms late since it started, and how
+    many collections paused it over 50 ms (the issue's goal: neither), from the histograms
+    of its /metrics (its management port at `address`); None when it does not answer."""
+    try:
+        code, _headers, text = admin_request(address, "/metrics")
+    except OSError:
+        return None, None
+    if code != 200 or not isinstance(text, str):
+        return None, None
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_count"):
+                counts[family.name] = counts.get(family.name, 0) + sample.value
+            elif sample.name.endswith("_bucket") and sample.labels.get("le") == "0.05":
+                counts[family.name] = counts.get(family.name, 0) - sample.value
+    return (int(counts.get("pairmq_event_loop_lag_seconds", 0)),
+            int(counts.get("pairmq_gc_pause_seconds", 0)))
+
+
+def pair_over_50ms(pair: Pair) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for role in Pair.ROLES:
+        turns, collections = over_50ms(pair.admin[role])
+        out[f"turns_over_50ms_{role}"] = turns
+        out[f"collections_over_50ms_{role}"] = collections
+    return out
+
+
 def pair_sample(pair: Pair, formed: dict[str, int]) -> dict[str, Any]:
     """Both servers' RSS and HA states, role changes since the pair formed (`formed`: the
-    state changes each log had then) and the longest pauses their logs report."""
+    state changes each log had then), the longest pauses their logs report and how many
+    turns and collections went over 50 ms."""
     servers = pair.servers
-    return {**{f"rss_mb_{r}": rss_mb(servers[r]) for r in Pair.ROLES},
+    return {**pair_over_50ms(pair),
+            **{f"rss_mb_{r}": rss_mb(servers[r]) for r in Pair.ROLES},
             **{f"state_{r}": ha_state(pair.status(r)) for r in Pair.ROLES},
             "role_changes": sum(role_changes(servers[r].log_path, formed[r])
                                 for r in Pair.ROLES),
@@ -272,7 +306,9 @@ def run(args: argparse.Namespace) -> int:
         backup.kill()
         pair.stop()
         started = time.monotonic()
-        restarted = start_server(workdir, *extra, name="backup", port=backup.port,
+        admin = f"{backup.host}:{free_port()}"
+        restarted = start_server(workdir, *extra, "--admin", admin, *admin_user_flags(),
+                                 name="backup", port=backup.port,
                                  start_timeout=args.give_up * 5)
         summary["restart_s"] = round(wait_confirmed(restarted.host, restarted.port,
                                                     args.give_up), 2)
@@ -289,7 +325,10 @@ def run(args: argparse.Namespace) -> int:
                        drain_msgs_per_s=round(drained.unique / drained.seconds)
                        if drained.seconds else None,
                        lost=drained.lost, duplicated=drained.duplicated,
-                       drain_errors=drained.errors[:3])
+                       drain_errors=drained.errors[:3],
+                       longest_pause_s_restarted=longest_pause_s(restarted.log_path))
+        summary["turns_over_50ms_restarted"], summary["collections_over_50ms_restarted"] = \
+            over_50ms(admin)
     finally:
         pair.stop()
         if restarted is not None:

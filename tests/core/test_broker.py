@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core.admission import Admission
+from pairmq.core.broker import TURN_DELIVERIES
 from pairmq.core.settings import AddressFullPolicy
 
 NOW = 1_000_000
@@ -65,6 +66,34 @@ def test_prefetch_window_limits_unacked(broker):
     assert bodies(first) == [b"0", b"1"]
     broker.ack(2, first[0].ack_id, NOW)
     assert bodies(deliveries(broker, 2)) == [b"2"]
+
+
+def test_a_large_window_is_handed_out_a_share_a_turn_in_order(broker):
+    """A client-ack consumer that acknowledges its whole window of 2,000 at once gets at
+    most TURN_DELIVERIES new messages in that turn (a server turn that encoded 2,000
+    deliveries held every other client, and the pair's heartbeats, for 100 ms): the rest
+    at the next turns, when the server asks (`take_capped`), in order."""
+    for i in range(5000):
+        broker.send(1, "/queue/q", {}, b"%d" % i, NOW)
+    broker.subscribe(2, "s", "/queue/q", NOW, ack="client", prefetch=2000)
+    got = []
+    turns = []
+    while True:
+        ds = deliveries(broker, 2)
+        turns.append(len(ds))
+        got += ds
+        if not broker.take_capped(2):
+            break
+        broker.set_writable(2, True, NOW)
+    assert max(turns) == TURN_DELIVERIES and len(got) == 2000
+    assert bodies(got) == [b"%d" % i for i in range(2000)]
+    broker.ack(2, got[-1].ack_id, NOW)  # the whole window at once
+    after = deliveries(broker, 2)
+    assert len(after) == TURN_DELIVERIES
+    while broker.take_capped(2):
+        broker.set_writable(2, True, NOW)
+        after += deliveries(broker, 2)
+    assert bodies(after) == [b"%d" % i for i in range(2000, 4000)]
 
 
 def test_client_ack_is_cumulative(broker):

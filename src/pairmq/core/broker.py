@@ -36,6 +36,7 @@ from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery, Subscriptio
 __all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/intake.py
 
 _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.py)
+TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
 class Broker(Intake, Follow, Resume, Streams, Paging):
@@ -157,8 +158,8 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
             self._feed_streams(session)
 
     def take_capped(self, conn_id: int) -> bool:
-        """True (once) when this connection's auto-ack deliveries stopped at the per-turn
-        limit with more waiting."""
+        """True (once) when this connection's deliveries stopped at the per-turn limit
+        (`_turn_full`) with more waiting."""
         if conn_id in self._capped:
             self._capped.discard(conn_id)
             return True
@@ -461,7 +462,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         while q.count:
             sub = consumers[q.rr % n]
             q.rr += 1
-            if not sub.can_take() or (sub.ack_mode == ACK_AUTO and self._turn_full(sub)):
+            if not sub.can_take() or self._turn_full(sub):
                 idle += 1
                 if idle >= n:
                     break
@@ -479,11 +480,13 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
             self._want_pages(q)  # core/paging.py: the next window, read by the store
 
     def _turn_full(self, sub: Subscription) -> bool:
-        """An auto-ack consumer takes at most `prefetch` messages per turn of the server
-        (nothing else bounds it): a backlog handed out in one turn would keep the event
-        loop, and the pair's lease renewal, waiting for seconds."""
+        """A session takes at most TURN_DELIVERIES messages per turn of the server (an
+        auto-ack consumer at most its `prefetch`, nothing else bounds it): a backlog handed
+        out in one turn would keep the event loop, and the pair's lease renewal, waiting
+        (a client-ack consumer acknowledging 2,000 messages at once got 2,000 new ones in
+        the same turn: 100 ms). The rest comes at the next turns (`take_capped`)."""
         box = self.outbox.get(sub.session.id)
-        if box is not None and len(box) >= sub.prefetch:
+        if box is not None and len(box) >= min(sub.prefetch, TURN_DELIVERIES):
             self._capped.add(sub.session.id)
             return True
         return False

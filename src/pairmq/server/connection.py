@@ -33,7 +33,7 @@ from pairmq.server.role import Role, RolePhase, Ticket
 
 log = logging.getLogger("pairmq.connection")
 
-TURN_BUDGET_S = 0.02  # frames applied per turn of the event loop, at most this long
+TURN_BUDGET_S = 0.01  # frames applied per turn of the event loop, at most this long
 BATCH_SLICE = 256  # messages of a batched SEND routed per turn
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
 WRITE_HIGH_WATER = 1024 * 1024

@@ -96,6 +96,7 @@ class Summary:
     churn_receipted: int = 0
     churn_consumed: int = 0
     churn_redelivered: int = 0  # at-least-once repeats on the churn queue: allowed
+    summarised_restarts: int = 0  # restarts that read sealed segments through summaries
     torn_tails: int = 0  # restarts that cut a torn write (logged)
     torn_bytes_dropped: int = 0
     slowest_restart_s: float = 0.0
@@ -112,6 +113,7 @@ class Server:
     """The one server of the campaign: same name, data directory and port across restarts."""
 
     TORN = re.compile(r"torn (?:write|header).*?(\d+) bytes")
+    SUMMARISED = re.compile(r"\(\d+ of the segments through their summaries\)")
 
     def __init__(self, workdir: Path, flags: list[str], summary: Summary) -> None:
         self.workdir = workdir
@@ -129,6 +131,8 @@ class Server:
         srv = start_server(self.workdir, *self.flags, name="crash", port=self.port)
         took = time.monotonic() - began
         self.summary.slowest_restart_s = round(max(self.summary.slowest_restart_s, took), 2)
+        if self.SUMMARISED.search(srv.logs()):
+            self.summary.summarised_restarts += 1
         for match in self.TORN.finditer(srv.logs()):
             self.summary.torn_tails += 1
             self.summary.torn_bytes_dropped += int(match.group(1))

@@ -34,8 +34,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     """One campaign; the tests below each check one outcome of it."""
+    # A small destination limit: the main queue pages, and restarts read the runs of its
+    # sealed segments through their summaries (store/summary.py) with SENDs in flight.
     settings = crash.Settings(kills=KILLS, seed=SEED, min_interval=0.3, max_interval=1.5,
-                              round_kills=0, rate=3000.0)
+                              round_kills=0, rate=3000.0,
+                              extra_flags=("--max-size-bytes", "65536"))
     return crash.run_campaign(settings, tmp_path_factory.mktemp("crash"))
 
 
@@ -47,6 +50,7 @@ def test_the_server_was_killed_and_came_back_every_time(campaign):
 
 def test_the_kills_hit_a_server_at_work(campaign):
     assert campaign.kills_with_sends_outstanding >= KILLS // 2, campaign
+    assert campaign.summarised_restarts >= KILLS // 2, campaign
     assert campaign.receipted >= 1000, campaign
     assert campaign.resent > 0, "some SENDs were cut off by a kill and sent again"
 

@@ -45,8 +45,9 @@ async def open_store(directory: Path) -> tuple[Broker, Store]:
 
 
 async def more_traffic(broker: Broker, store: Store) -> None:
-    """After `workload`: records of many new messages each (a batch), a stream with its
-    retention and a consumer group, and new messages for a durable topic subscription."""
+    """After `workload`: records of many new messages each (a batch; half of them with
+    dup-ids, past the cache's 50), a stream with its retention and a consumer group, and
+    new messages for a durable topic subscription."""
     broker.open_session(9, "1.2", client_id="s")
     broker.subscribe(9, "t", "/topic/many", NOW, durable_name="one")
     broker.subscribe(9, "u", "/topic/many", NOW, durable_name="two")
@@ -58,7 +59,8 @@ async def more_traffic(broker: Broker, store: Store) -> None:
             broker.send(9, "/queue/batch", PERSISTENT, b"mixed", NOW)
             broker.send(9, "/topic/many", PERSISTENT, b"mixed", NOW)
             persist(broker, store)
-        broker.send(9, "/queue/batch", PERSISTENT, b"%06d" % i + b"b" * 300, NOW)
+        headers = {**PERSISTENT, "dup-id": f"b{i}"} if i < 1500 else PERSISTENT
+        broker.send(9, "/queue/batch", headers, b"%06d" % i + b"b" * 300, NOW)
         if i % 50 == 49:  # records of 50 messages (as a batch SEND writes them), each kind
             persist(broker, store)
             for k in range(i - 49, i + 1):
@@ -137,6 +139,8 @@ def test_a_start_through_summaries_rebuilds_what_reading_every_record_does(tmp_p
     run(fill())
     summaries = sorted(tmp_path.glob("journal-*.sum"))
     assert len(summaries) >= 20
+    items = [item for path in summaries for item in decode_summary(path.read_bytes()).items]
+    assert any(item.dups for item in items), "SENDs with a dup-id make runs too"
     quick, report = recovered(tmp_path)
     assert report.summarised >= 20, report.describe()
     assert "through their summaries" in report.describe()

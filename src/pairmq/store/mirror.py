@@ -114,7 +114,8 @@ class Mirroring:
             self.summaries.opaque(seq, epoch, segment_id, offset, end)
         else:
             self.summaries.adds(seq, epoch, segment_id, offset, end,
-                                [(destination, queues, 0, len(payload), order, headers)], [])
+                                [(destination, queues, 0, len(payload), order, headers)], [],
+                                [])
         message = Message(message_id, destination, headers, None, bool(persistent), priority,
                           expires, body_length + meta_length + 64, order)
         message.body_length = body_length
@@ -130,6 +131,7 @@ class Mirroring:
         """Tell the summary builder what the record holds (as `Store.persist` does)."""
         added: list[Added] = []
         producers: list[tuple] = []
+        dups: list[tuple[str, str]] = []
         for entry in entries:
             if entry[0] == disk.ADD and not entry[1].deliveries:
                 e = entry[1]
@@ -137,11 +139,13 @@ class Mirroring:
                 added.append((e.destination, e.queues, start, length, e.order, e.headers))
             elif entry[0] == disk.PRODUCER:
                 producers.append(entry[1:])
+            elif entry[0] == disk.DUP:
+                dups.append((entry[1], entry[2]))
             else:
                 self.summaries.opaque(seq, epoch, segment_id, offset, end)
                 return
         if added:
-            self.summaries.adds(seq, epoch, segment_id, offset, end, added, producers)
+            self.summaries.adds(seq, epoch, segment_id, offset, end, added, producers, dups)
         else:
             self.summaries.opaque(seq, epoch, segment_id, offset, end)
 

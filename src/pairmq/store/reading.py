@@ -200,9 +200,13 @@ class JournalReading:
         elif not replay.paged_run(item.destination, item.queue_keys, segment_id,
                                   item.offsets, item.lengths, item.orders, item.sizes):
             return False
+        where = self.where
         for (destination, producer), (epoch, seq, seen) in item.producers.items():
             replay.producer(destination, producer, epoch, seq, seen)
-            self.where[("producer", destination, producer)] = segment_id
+            where[("producer", destination, producer)] = segment_id
+        for dup_id in item.dups:  # in order: the cache evicts the oldest
+            replay.dup(item.destination, dup_id)
+            where[("dup", item.destination, dup_id)] = segment_id
         return True
 
     def segment_infos(self) -> list[SegmentInfo]:

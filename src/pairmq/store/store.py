@@ -44,6 +44,9 @@ from pairmq.store.writer import JournalWriter, SegmentInfo
 log = logging.getLogger("pairmq.store")
 
 FULL_POLICIES = ("fail", "block")
+# Record kinds a run of new messages may hold (store/summary.py): the messages and their
+# dup-ids, and bookkeeping that writes nothing
+_SUMMARISED = (rec.ADD, rec.DUP, rec.DUP_EVICT, rec.PRODUCER_FORGET)
 COMPACT_STEP = 500  # live objects re-appended per event-loop turn
 _RUN_GAP = 16 * 1024  # read_bodies: record bytes between two bodies read along with them
 _RUN_BYTES = 8 * 1024 * 1024  # ... and at most this much in one pread
@@ -307,12 +310,15 @@ class Store(Mirroring):
         size = 0
         paged: list[tuple[Message, int, int]] = []  # paged messages: entry at, its length
         summarised: list[Added] | None = []  # new messages, while nothing else comes
+        dups: list[tuple[str, str]] = []  # ... and their dup-ids
         for record in records:
             kind = record[0]
             if kind == rec.PRODUCER:
                 producers[(record[1], record[2])] = record
                 continue
-            if kind != rec.ADD:
+            if kind == rec.DUP:
+                dups.append((record[1], record[2]))
+            elif kind not in _SUMMARISED:
                 summarised = None
             if kind == rec.ADD:
                 message, queue_keys = record[1], record[2]
@@ -389,7 +395,7 @@ class Store(Mirroring):
         seq, segment_id, offset = writer.append(payload, self.epoch)
         if summarised:
             self.summaries.adds(seq, self.epoch, segment_id, offset, offset + len(payload),
-                                summarised, [r[1:] for r in producers.values()])
+                                summarised, [r[1:] for r in producers.values()], dups)
         else:
             self.summaries.opaque(seq, self.epoch, segment_id, offset, offset + len(payload))
         info = writer.segments[segment_id]

@@ -8,7 +8,8 @@ log (segment, offset, length, order, size: core/paged.py). A summary lists, for 
 segment, its records in order as *items*:
 
 - ADDS: consecutive records that only add new messages to one destination (the same
-  queues for each; their producers' sequences too), as arrays of where each entry lies,
+  queues for each; their producers' sequences and dup-ids too), as arrays of where each
+  entry lies,
   its order and size (a stream's: its offsets and append times too). A start appends
   them to the paged log in one call (`Replay.paged_run`) when the destination pages
   already, which is the case for all but its first few segments; otherwise it reads
@@ -54,11 +55,11 @@ from pairmq.store.records import ADD_SIZE_OVER_ENTRY, RECORD_HEADER, SEGMENT_HEA
 log = logging.getLogger("pairmq.store")
 
 SUMMARY_MAGIC = b"PMQS"
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 _HEAD = struct.Struct("<4sHHIQQQQI")  # magic, version, 0, segment, first seq, last seq,
 #                                      size, offset of the last record, items
 _ITEM = struct.Struct("<BIQQIQQ")  # kind, epoch, first seq, last seq, records, start, end
-_RUN = struct.Struct("<IIq")  # entries, producers, a stream's first offset (-1: none)
+_RUN = struct.Struct("<IIIq")  # entries, producers, dup-ids, a stream's first offset (-1)
 _PRODUCER = struct.Struct("<QQQ")  # epoch, seq, ms
 _U32 = struct.Struct("<I")
 
@@ -124,6 +125,7 @@ class Item:
     stream_first: int = -1  # a stream's records: the offset of the first (-1: not a stream)
     stamps: array = field(default_factory=lambda: array("Q"))
     producers: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
+    dups: list[str] = field(default_factory=list)  # dup-ids of the destination, in order
 
 
 @dataclass
@@ -207,13 +209,18 @@ class SummaryBuilder:
 
     def adds(self, seq: int, epoch: int, segment_id: int, payload_at: int,
              payload_end: int, added: list[Added],
-             producers: list[tuple[str, str, int, int, int]]) -> None:
-        """A record of new messages (and their producers' sequences) and nothing else."""
+             producers: list[tuple[str, str, int, int, int]],
+             dups: list[tuple[str, str]]) -> None:
+        """A record of new messages (and their producers' sequences and dup-ids) and
+        nothing else."""
         start = payload_at - RECORD_HEADER.size
         if not self._enter(segment_id, start):
             return
         destination, queue_keys = added[0][0], added[0][1]
         stream = destination.startswith(STREAM_PREFIX)
+        if any(d != destination for d, _ in dups):
+            self.opaque(seq, epoch, segment_id, payload_at, payload_end)
+            return
         top = self._top_order
         offsets: list[int] = []
         for entry in added:
@@ -253,6 +260,7 @@ class SummaryBuilder:
                 item.stamps.append(int(headers.get("timestamp", "0")))
         for p_destination, producer, p_epoch, p_seq, seen in producers:
             item.producers[(p_destination, producer)] = (p_epoch, p_seq, seen)
+        item.dups.extend(dup_id for _d, dup_id in dups)
         self._noted(seq, start, payload_end)
 
 
@@ -283,7 +291,8 @@ def encode_summary(summary: SegmentSummary) -> bytes:
         parts.append(_string(item.destination))
         parts.append(_U32.pack(len(item.queue_keys)))
         parts.extend(_string(key) for key in item.queue_keys)
-        parts.append(_RUN.pack(len(item.orders), len(item.producers), item.stream_first))
+        parts.append(_RUN.pack(len(item.orders), len(item.producers), len(item.dups),
+                               item.stream_first))
         parts.extend(_raw(a) for a in (item.offsets, item.lengths, item.orders, item.sizes))
         if item.stream_first >= 0:
             parts.append(_raw(item.stamps))
@@ -291,6 +300,7 @@ def encode_summary(summary: SegmentSummary) -> bytes:
             parts.append(_string(destination))
             parts.append(_string(producer))
             parts.append(_PRODUCER.pack(*numbers))
+        parts.extend(_string(dup_id) for dup_id in item.dups)
     body = b"".join(parts)
     return body + _U32.pack(zlib.crc32(body))
 
@@ -343,7 +353,7 @@ def decode_summary(data: bytes) -> SegmentSummary:
             item.destination = reader.string()
             (keys,) = reader.unpack(_U32)
             item.queue_keys = tuple(reader.string() for _ in range(keys))
-            entries, producers, item.stream_first = reader.unpack(_RUN)
+            entries, producers, dups, item.stream_first = reader.unpack(_RUN)
             item.offsets = reader.array("I", entries)
             item.lengths = reader.array("I", entries)
             item.orders = reader.array("Q", entries)
@@ -353,6 +363,7 @@ def decode_summary(data: bytes) -> SegmentSummary:
             for _ in range(producers):
                 destination, producer = reader.string(), reader.string()
                 item.producers[(destination, producer)] = reader.unpack(_PRODUCER)
+            item.dups = [reader.string() for _ in range(dups)]
         elif item.kind != OPAQUE:
             raise ValueError(f"unknown item kind {item.kind}")
         items.append(item)

@@ -21,7 +21,6 @@ writing; the final pass, under the lock, cuts a torn end as a start does.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,13 +32,7 @@ from pairmq.core.replay import Replay
 from pairmq.core.stream import OFFSET_HEADER
 from pairmq.store import records as disk
 from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
-from pairmq.store.segments import (
-    SEGMENT_HEADER,
-    SegmentScan,
-    list_segments,
-    scan_records,
-    scan_segment,
-)
+from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
 from pairmq.store.summary import ADDS, Item, SegmentSummary, read_summary, remove_summary
 from pairmq.store.writer import SegmentInfo
 
@@ -158,38 +151,25 @@ class JournalReading:
         """A sealed segment through its summary: runs of new messages straight into their
         paged logs, any other record read as `advance` reads it."""
         visit = self._visitor(segment_id, path)
-        data: mmap.mmap | None = None
-        view: memoryview | None = None
-        try:
-            for item in summary.items:
-                if item.kind == ADDS and self._take(item, segment_id):
-                    if item.epoch != self.epoch:
-                        self.epochs.append((item.epoch, item.first_seq))
-                        self.epoch = item.epoch
-                    self.records += item.records
-                    self.last_seq = item.last_seq
-                    continue
-                if view is None:
-                    with open(path, "rb") as f:
-                        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                    view = memoryview(data)
-                scan = SegmentScan(segment_id, path, summary.size, 0)
-                scan_records(view, scan, visit, self.last_seq, start=item.start,
-                             next_seq=item.first_seq, limit_bytes=item.end - item.start)
-                if scan.problem is not None or scan.records != item.records \
-                        or scan.valid_end != item.end:
-                    raise JournalCorrupt(
-                        f"journal segment {path} is damaged at offset {scan.valid_end}: "
-                        f"{scan.problem or 'its records are not those its summary lists'}. "
-                        f"Nothing was changed; inspect it with `pairmq journal check "
-                        f"{self.directory}`")
-                self.records += scan.records
-                self.last_seq = scan.last_seq
-        finally:
-            if view is not None:
-                view.release()
-            if data is not None:
-                data.close()
+        for item in summary.items:
+            if item.kind == ADDS and self._take(item, segment_id):
+                if item.epoch != self.epoch:
+                    self.epochs.append((item.epoch, item.first_seq))
+                    self.epoch = item.epoch
+                self.records += item.records
+                self.last_seq = item.last_seq
+                continue
+            scan = scan_segment(segment_id, path, visit, self.last_seq, start=item.start,
+                                next_seq=item.first_seq, limit_bytes=item.end - item.start)
+            if scan.problem is not None or scan.records != item.records \
+                    or scan.valid_end != item.end:
+                raise JournalCorrupt(
+                    f"journal segment {path} is damaged at offset {scan.valid_end}: "
+                    f"{scan.problem or 'its records are not those its summary lists'}. "
+                    f"Nothing was changed; inspect it with `pairmq journal check "
+                    f"{self.directory}`")
+            self.records += scan.records
+            self.last_seq = scan.last_seq
 
     def _take(self, item: Item, segment_id: int) -> bool:
         """An ADDS item into the replay at once; False when its records must be read."""

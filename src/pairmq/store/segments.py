@@ -81,16 +81,15 @@ def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     view = memoryview(data)
     try:
-        scan_records(view, scan, visit, after_seq, start, next_seq, limit_bytes)
+        _scan(view, scan, visit, after_seq, start, next_seq, limit_bytes)
     finally:
         view.release()
         data.close()
     return scan
 
 
-def scan_records(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq: int,
-                 start: int = 0, next_seq: int = 0, limit_bytes: int = 0) -> None:
-    """`scan_segment` on a segment already mapped (`view`: the whole file)."""
+def _scan(view: memoryview, scan: SegmentScan, visit: Visitor | None, after_seq: int,
+          start: int = 0, next_seq: int = 0, limit_bytes: int = 0) -> None:
     import zlib
 
     size = scan.size
@@ -185,7 +184,7 @@ def read_records(path: Path, segment_id: int, from_seq: int, to_seq: int) -> lis
     scan = SegmentScan(segment_id, path, len(whole), 0)
     view = memoryview(whole)
     try:
-        scan_records(view, scan, visit, 0)
+        _scan(view, scan, visit, 0)
     finally:
         view.release()
     if scan.problem is not None and not scan.at_tail:

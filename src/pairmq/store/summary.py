@@ -137,10 +137,6 @@ class SegmentSummary:
     last_start: int  # where its last record's header lies
     items: list[Item]
 
-    @property
-    def records(self) -> int:
-        return sum(item.records for item in self.items)
-
 
 # ------------------------------------------------------------------ building
 

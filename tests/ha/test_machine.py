@@ -79,9 +79,36 @@ def test_a_lapsed_lease_ends_serving_at_that_instant_and_is_reported() -> None:
     # The witness no longer answers; at the lease's end the server stops, in one step.
     out = m.check(end)
     assert m.state is State.WAITING and not m.serving
-    assert isinstance(out[1], ev.BecomePassive), out  # clients closed before it reports
+    assert isinstance(out[1], ev.StepDown), out  # clients closed before it reports
     assert one(out, ev.StateChanged).new == "WAITING"
     assert m.confirmable(5, 3, end) == 3  # nothing more is confirmed
+
+
+def test_stepping_down_decides_nothing_until_the_journal_is_read_back() -> None:
+    """A server that stepped down reads its journal back off the event loop (seconds for
+    millions of messages): meanwhile it heartbeats, reports WAITING, and does not ask the
+    active for a synchronisation, which would quote a journal that is not open yet."""
+    m, journal = standalone(now=10.0)
+    journal.appended_seq = journal.synced_seq = 5
+    end = m.deadline(10.0)
+    assert end is not None
+    out = m.check(end)
+    one(out, ev.StepDown)
+    assert m.phase is Phase.STEPPING_DOWN and m.state is State.WAITING
+    peer = {"name": "backup", "identity": "backup#1", "role": "backup",
+            "state": "STANDALONE", "epoch": 3, "stomp": "backup:61614"}
+    out = m.handle(ev.PeerConnected(peer), end + 0.1)
+    out += m.tick(end + 0.2)
+    out += m.handle(ev.Heartbeat(peer), end + 0.3)
+    assert [e for e in out if isinstance(e, ev.Send) and e.kind == ch.HEARTBEAT]
+    assert not [e for e in out if isinstance(e, ev.Send) and e.kind == ch.SYNC]
+    assert not [e for e in out if isinstance(e, (ev.StateChanged, ev.BecomePassive,
+                                                 ev.AskWitness))], out
+    journal.mirror = True  # what the read-back opened
+    out = m.handle(ev.SteppedDown(), end + 2.5)
+    sync = one(out, ev.Send)
+    assert sync.kind == ch.SYNC and sync.payload["last_seq"] == 5
+    assert m.state is State.SYNCING
 
 
 def test_a_peer_that_follows_the_active_keeps_it_serving_without_the_lease() -> None:
@@ -121,8 +148,10 @@ def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
     out = reply(m, out, 0.35, granted=True, holder="primary#1", epoch=1)
     go = [e for e in out if isinstance(e, ev.Send) and e.kind == ch.FAILBACK]
     assert go == [ev.Send(ch.FAILBACK, {"phase": "go", "seq": 7})]
+    assert m.state is State.WAITING and m.phase is Phase.STEPPING_DOWN
+    one(out, ev.StepDown)
+    m.handle(ev.SteppedDown(), 0.4)
     assert m.state is State.WAITING and m.phase is Phase.DEFERRING
-    one(out, ev.BecomePassive)
 
 
 def test_a_renewal_never_goes_out_after_the_hand_over_began() -> None:

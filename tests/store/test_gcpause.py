@@ -69,3 +69,18 @@ def test_with_many_objects_frozen_a_step_leaves_them_alone(collector, monkeypatc
     # What was frozen stays frozen: out of every generation. (Counting frozen objects
     # raced with other threads of a full run, whose frozen objects refcounting may free.)
     assert not any(obj is sentinel for obj in gc.get_objects())
+
+
+def test_no_step_runs_while_a_recovery_pauses_the_collector(collector) -> None:
+    """A recovery in a thread (a step-down, a takeover) keeps the collector paused across
+    awaits; a step the loop's timer ran meanwhile would scan everything built so far, on
+    the loop. It waits for the pause to end, which freezes what was built."""
+    enabled = gc.isenabled()
+    with gcpause.gc_paused(freeze=True):
+        gone = cycle()
+        assert gcpause.collection_step() == 0
+        assert gone() is not None, "no collection ran"
+    assert gc.isenabled() == enabled
+    frozen = gc.get_freeze_count()
+    assert frozen > 0 and gone() is not None
+    gcpause.collection_step()  # runs again once the pause is over

@@ -105,6 +105,11 @@ class Recovered:
 
 
 @dataclass(frozen=True)
+class SteppedDown:
+    """`StepDown` is done: the journal was read back, the server is a standby again."""
+
+
+@dataclass(frozen=True)
 class Force:
     """An operator's `pairmq activate`."""
 
@@ -116,7 +121,7 @@ class Shutdown:
 
 Event = (PeerConnected | PeerLost | Heartbeat | SyncRequested | SyncServed | SyncOffered
          | SyncDone | MirrorProgress | BackupAcked | FailbackMessage | WitnessReplied
-         | Recovered | Force | Shutdown)
+         | Recovered | SteppedDown | Force | Shutdown)
 
 # ---------------------------------------------------------------- effects
 
@@ -148,11 +153,22 @@ class BecomeActive:
 
 @dataclass(frozen=True)
 class BecomePassive:
-    """Stop serving: a standby role (replication: whose journal mirrors the peer's).
+    """Shared store: stop serving, as a standby role. Replication: a standby role that
+    does not serve (a serving one gets `StepDown`) opens its journal to mirror the peer's.
     `drain`: let the journal reach the disk first (shared store, while the lock is proven)."""
 
     why: str
     drain: bool = False
+
+
+@dataclass(frozen=True)
+class StepDown:
+    """Replication: stop serving at once (the clients are closed in this step), then read
+    the journal back into a new broker off the event loop, as a standby whose journal can
+    mirror the peer's; `SteppedDown` follows. (A serving broker had sessions: the journal,
+    not the broker, says what is stored.)"""
+
+    why: str
 
 
 @dataclass(frozen=True)
@@ -213,7 +229,7 @@ class Log:
     message: str
 
 
-Effect = (Send | AskWitness | BecomeActive | BecomePassive | BeginEpoch | ServeSync
+Effect = (Send | AskWitness | BecomeActive | BecomePassive | StepDown | BeginEpoch | ServeSync
           | WipeJournal | CloseClients | Persist | ConfirmationsChanged | StateChanged
           | PeerStateChanged | Log)
 

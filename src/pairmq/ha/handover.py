@@ -60,8 +60,7 @@ class HandOverSteps:
         if ho.stopping:
             self._set_state(Phase.STOPPED, f"{ho.why}: handed over")
             return
-        self._step_down(ho.why)
-        self._set_state(Phase.DEFERRING, ho.why)
+        self._step_down(ho.why, then=Phase.DEFERRING)
 
     def _on_shutdown(self, now: float) -> None:
         if self.serving and self.connected and self.cfg.failover_on_shutdown \

@@ -15,6 +15,7 @@ class Phase(StrEnum):
 
     STARTING = "starting"
     WAITING = "waiting"
+    STEPPING_DOWN = "stepping-down"  # stopped serving: see `SteppingDown`
     DEFERRING = "deferring"  # handed over to the peer: let it activate, do not compete
     SYNCING = "syncing"  # asked the active for its journal
     PASSIVE = "passive"  # in-sync backup
@@ -37,6 +38,7 @@ SERVING = frozenset({Phase.STANDALONE, Phase.JOINING, Phase.ACTIVE, Phase.DROPPI
 IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})
 REPORTED = {
     Phase.STARTING: State.STARTING, Phase.WAITING: State.WAITING,
+    Phase.STEPPING_DOWN: State.WAITING,
     Phase.DEFERRING: State.WAITING, Phase.SYNCING: State.SYNCING,
     Phase.PASSIVE: State.PASSIVE, Phase.FAILBACK_ASKED: State.PASSIVE,
     Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
@@ -65,6 +67,17 @@ class Activation:
     fresh: bool = False  # a new pair's primary with an empty journal
     won: bool = False  # the election against the connected peer
     with_peer: bool = False  # elected with the peer while the witness is unreachable
+
+
+@dataclass(frozen=True)
+class SteppingDown:
+    """Stopped serving (its clients closed, nothing confirmed any more): the journal is read
+    back into a new broker, off the event loop, so that heartbeats go on (seconds for
+    millions of waiting messages). Nothing is decided meanwhile: the journal the machine
+    would read is not there yet. `SteppedDown` enters `then`."""
+
+    why: str
+    then: Phase  # WAITING, or DEFERRING after a hand-over
 
 
 class HandOverStep(StrEnum):

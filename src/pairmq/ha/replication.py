@@ -50,6 +50,8 @@ from pairmq.ha.events import (
     ServeSync,
     Shutdown,
     StateChanged,
+    StepDown,
+    SteppedDown,
     SyncDone,
     SyncOffered,
     SyncRequested,
@@ -68,6 +70,7 @@ from pairmq.ha.phases import (
     Journal,
     Phase,
     Settings,
+    SteppingDown,
 )
 from pairmq.ha.states import State
 from pairmq.ha.witnessing import WitnessRequests
@@ -83,6 +86,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self.phase = Phase.STARTING
         self.activation: Activation | None = None
         self.hand_over: HandOver | None = None
+        self.stepping_down: SteppingDown | None = None
         self.peer: Hello = {}
         self.peer_state = State.DEAD  # DEAD: no HA channel
         self.peer_farewell = False  # the connected peer said it stops without failover
@@ -214,6 +218,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 self._on_witness(purpose, reply, requested_at, now)
             case Recovered(epoch):
                 self._on_recovered(epoch)
+            case SteppedDown():
+                self._on_stepped_down()
             case Force():
                 if self.force_refused() is None and not self.serving:
                     self.order = True
@@ -376,7 +382,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
     def _decide(self, now: float) -> None:
         """Take the next safe step for the current situation (after every input)."""
         phase = self.phase
-        if phase in SERVING or phase in (Phase.ACTIVATING, Phase.STOPPING, Phase.STOPPED):
+        if phase in SERVING or phase in (Phase.ACTIVATING, Phase.STEPPING_DOWN, Phase.STOPPING,
+                                         Phase.STOPPED):
             return
         if phase is Phase.TAKING_OVER and not (self.connected and self.peer_state.serving):
             self._activate("the active server handed over", force=True,
@@ -437,13 +444,22 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         return max(self.witness_lease.valid_until,
                    self.peer_lease.valid_until if self.backup_in_sync else 0.0)
 
-    def _step_down(self, why: str) -> None:
-        """Stop serving (also from the middle of an activation whose role already serves)."""
+    def _step_down(self, why: str, then: Phase = Phase.WAITING) -> None:
+        """Stop serving (also from the middle of an activation whose role already serves):
+        reported and carried out in this step; `then` once the journal is read back."""
         self.witness_lease.revoke()
         self.peer_lease.revoke()
         self._queue = [q for q in self._queue if q[0] != "renew"]
-        self._emit(BecomePassive(why))
-        self._set_state(Phase.WAITING, why)
+        self._emit(StepDown(why))
+        self._set_state(Phase.STEPPING_DOWN, why)
+        self.stepping_down = SteppingDown(why, then)
+
+    def _on_stepped_down(self) -> None:
+        done = self.stepping_down
+        if self.phase is not Phase.STEPPING_DOWN or done is None:
+            return  # stopped meanwhile
+        self._emit(Log(INFO, "Journal read back after stepping down: a standby again"))
+        self._set_state(done.then, done.why)
 
     def _backup_lost(self) -> None:
         """Keep confirming alone only once the witness knows the backup is out of sync."""
@@ -526,7 +542,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         if phase == "request" and self.phase in (Phase.ACTIVE, Phase.JOINING):
             self._start_hand_over(f"failing back to {self.peer.get('name')}", now,
                                   stopping=False)
-        elif phase == "go" and not self.serving:
+        elif phase == "go" and not self.serving and self.phase is not Phase.STEPPING_DOWN:
             self._emit(Log(INFO, f"{self.peer.get('name')} handed over at seq {seq}: "
                                  "taking over"))
             self.promise_until = 0.0
@@ -548,6 +564,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self.phase = phase
         self.activation = None
         self.hand_over = None
+        self.stepping_down = None
         if REPORTED[phase] != old:
             self._emit(StateChanged(old.value, REPORTED[phase].value, why))
 

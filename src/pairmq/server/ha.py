@@ -68,6 +68,7 @@ class ReplicationDriver:
         self._listener: asyncio.AbstractServer | None = None
         self._wake = asyncio.Event()
         self._deadline: float | None = None
+        self._stepping_down: asyncio.Task | None = None  # the journal read back (StepDown)
         if not self.witness_address:
             log.warning("No witness is configured: if the network splits the pair, both "
                         "servers may serve at once (split brain). Configure [ha] witness.")
@@ -136,6 +137,8 @@ class ReplicationDriver:
             await asyncio.sleep(self.heartbeat / 10)
         if self.link is not None:
             await self._drain(self.link)
+        if self._stepping_down is not None:
+            await asyncio.wait([self._stepping_down])  # a thread: the server closes its store
         for task in self._tasks:
             task.cancel()
         if self._listener is not None:
@@ -201,6 +204,12 @@ class ReplicationDriver:
                 self.live_buffer = None
                 self.outgoing.clear()
                 server.become_passive(why)
+            case ev.StepDown(why):
+                self.live_buffer = None
+                self.outgoing.clear()
+                server.stop_serving(why)
+                self._stepping_down = asyncio.get_running_loop().create_task(
+                    self._read_back(why))
             case ev.BeginEpoch(epoch):
                 server.store.begin_epoch(epoch)
             case ev.ServeSync(request):
@@ -226,6 +235,17 @@ class ReplicationDriver:
     async def _become_active(self, epoch: int) -> None:
         await self.server.become_active(epoch)
         self._feed(ev.Recovered(epoch))
+
+    async def _read_back(self, why: str) -> None:
+        try:
+            await self.server.read_back(why)
+        except Exception:
+            # The journal it was serving a moment ago cannot be read: nothing is served or
+            # followed from it; an operator must look (the machine stays WAITING).
+            log.exception("Cannot read the journal back after stepping down: this server "
+                          "stays WAITING until it is restarted")
+            return
+        self._feed(ev.SteppedDown())
 
     # ------------------------------------------------------------ timers
 

@@ -75,10 +75,12 @@ class Mirroring:
 
     def open_mirror(self, loop: asyncio.AbstractEventLoop, broker: Broker) -> None:
         """Open the recovered journal for a backup: records come framed from the active and
-        are applied to `broker`, which holds what recovery rebuilt."""
+        are applied to `broker`, which holds what recovery rebuilt (and may index it for
+        following already: in a thread, with the recovery)."""
         self.mirror = True
         self._open(broker, loop)
-        broker.start_following()
+        if not broker.following:
+            broker.start_following()
 
     def serve_mirrored(self) -> None:
         """Taking over: the broker holds what the journal holds; appends go on from here."""

@@ -145,10 +145,20 @@ class SimServer(Process):
                 delay = self.world.recovery_delay() if self.kind != SERVING else 0.0
                 self.later(delay, self._became_active, epoch)
             case ev.BecomePassive():
+                if self.kind == SERVING:
+                    self.world.violation(f"{self.name}: BecomePassive for a serving role "
+                                         "(a serving role gets StepDown)")
                 self.live_buffer = None
                 self.outgoing = []
                 self.journal.mirror = True
                 self._new_role(STANDBY)
+            case ev.StepDown():
+                # server.stop_serving at once, then server.read_back (a thread: it takes
+                # as long as a recovery, and the world goes on meanwhile)
+                self.live_buffer = None
+                self.outgoing = []
+                self._new_role(STANDBY)
+                self.later(self.world.recovery_delay(), self._read_back)
             case ev.BeginEpoch(epoch):
                 self._begin_epoch(epoch)
             case ev.ServeSync(request):
@@ -197,6 +207,10 @@ class SimServer(Process):
         self._apply(self.machine.check(self.clock()))
 
     # ------------------------------------------------------------ roles and the journal
+
+    def _read_back(self) -> None:
+        self.journal.mirror = True
+        self.feed(ev.SteppedDown())
 
     def _became_active(self, epoch: int) -> None:
         """server.become_active: a new serving role over this journal, the epoch journaled

@@ -21,9 +21,9 @@ from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
+    SteppedCollector,
     collect_oldest_in_steps,
     collect_young_less_often,
-    collection_step,
     gc_paused,
     report_slow_collections,
 )
@@ -62,6 +62,7 @@ class PairmqServer:
         self._admin = None
         self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
         self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
+        self._steps = SteppedCollector()
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
@@ -381,8 +382,8 @@ class PairmqServer:
         self.role.update_confirmed()
 
     def _collect(self) -> None:
-        collection_step()
-        self._collector = self.loop.call_later(FULL_EVERY_S, self._collect)
+        self._collector = self.loop.call_later(self._steps.step(time.monotonic()),
+                                               self._collect)
 
     def _sweep(self) -> None:
         self._sample_disk()

@@ -7,15 +7,16 @@ the pair to take its active server for dead. So:
 - a start (recovery) builds its objects with the collector paused, then freezes them:
   later collections skip them (`gc_paused`);
 - the server never lets the collector run a full collection by itself
-  (`collect_in_steps` sets the oldest generation's threshold out of reach): every
-  `FULL_EVERY_S` the server collects what was made since the previous step, then freezes
-  it too. A step's pause is bounded by what the server allocated in that time, not by
-  what it holds;
+  (`collect_oldest_in_steps` sets the oldest generation's threshold out of reach): it
+  runs `SteppedCollector.step` from a timer, which collects what was made since the
+  previous step, then freezes it too. A step's pause is bounded by what the server
+  allocated since, not by what it holds; a step that took longer than `STEP_TARGET_S`
+  brings the next one closer (down to `MIN_EVERY_S`), so that it finds less;
 - frozen objects are still freed when nothing refers to them (reference counting), but
-  a reference cycle among them is not, until they are thawed: each step thaws everything
-  first while fewer than `THAW_BELOW` objects are frozen (a full collection of them is
-  short), so cycles are collected whenever the heap is small, and at worst wait for a
-  backlog to drain.
+  a reference cycle among them is not, until they are thawed: while fewer than
+  `THAW_BELOW` objects are frozen (a full collection of them is short), a step thaws
+  everything first, every `THAW_EVERY_S`, so cycles are collected whenever the heap is
+  small, and at worst wait for a backlog to drain.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import gc
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 _pauses = 0  # gc_paused blocks open now (one may span an await: a recovery in a thread)
 
@@ -48,8 +50,13 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
 
 YOUNG_THRESHOLD = 20_000  # allocations between two collections of the youngest objects
 NEVER = 1 << 30  # the oldest generation's threshold: the server collects it in steps
-FULL_EVERY_S = 0.5  # between two steps: at 2 s, a drain's steps took 50-76 ms
-THAW_BELOW = 150_000  # frozen objects under which a step collects everything
+FULL_EVERY_S = 0.5  # between two steps at most: at 2 s, a drain's steps took 50-76 ms
+MIN_EVERY_S = 0.1  # ... and at least, however much the server allocates
+STEP_TARGET_S = 0.02  # a step longer than this brings the next one closer
+# A thawed step collects the whole heap: 0.5-0.6 us an object here (30,000 objects, the
+# code's own, 22 ms; 125,000, 76 ms), so only below this, and not at every step.
+THAW_BELOW = 50_000
+THAW_EVERY_S = 5.0
 
 
 def collect_young_less_often() -> None:
@@ -70,19 +77,58 @@ def collect_oldest_in_steps() -> None:
     gc.set_threshold(young, older, NEVER)
 
 
-def collection_step() -> int:
-    """Collect what was made since the last step (everything, while the heap is small),
-    then freeze it. Returns the objects the collection found unreachable. Nothing while a
-    `gc_paused` block is open: a recovery running in a thread (a step-down, a shared-store
-    takeover) builds objects faster than a step could scan them without holding the
-    event loop (94 ms for 70,000 messages built in half a second)."""
+def collection_step(thaw: bool = True) -> int:
+    """Collect what was made since the last step (with `thaw`, everything, if the heap is
+    small), then freeze it. Returns the objects the collection found unreachable. Nothing
+    while a `gc_paused` block is open: a recovery running in a thread (a step-down, a
+    shared-store takeover) builds objects faster than a step could scan them without
+    holding the event loop (94 ms for 70,000 messages built in half a second)."""
     if _pauses:
         return 0
-    if gc.get_freeze_count() < THAW_BELOW:
+    if thaw and gc.get_freeze_count() < THAW_BELOW:
         gc.unfreeze()
     found = gc.collect()
     gc.freeze()
     return found
+
+
+@dataclass
+class StepPlan:
+    """When the next step runs and whether it thaws: decided on the time and the last
+    step's length, both given (no clock here)."""
+
+    interval: float = FULL_EVERY_S
+    thawed_at: float | None = None
+
+    def thaws(self, now: float) -> bool:
+        """Whether the step about to run may thaw (it does if the heap is small)."""
+        if self.thawed_at is None or now - self.thawed_at >= THAW_EVERY_S:
+            self.thawed_at = now
+            return True
+        return False
+
+    def next_in(self, took: float, thawed: bool) -> float:
+        """Seconds until the next step. A thawed step's length says how large the heap is,
+        not how much was allocated: it does not move the next one."""
+        if not thawed:
+            if took > STEP_TARGET_S:
+                self.interval = max(MIN_EVERY_S, self.interval / 2)
+            elif took < STEP_TARGET_S / 4:
+                self.interval = min(FULL_EVERY_S, self.interval * 1.5)
+        return self.interval
+
+
+class SteppedCollector:
+    """The server's timer calls `step(now)` and runs the next one after what it returns."""
+
+    def __init__(self) -> None:
+        self.plan = StepPlan()
+
+    def step(self, now: float) -> float:
+        thaw = self.plan.thaws(now) and gc.get_freeze_count() < THAW_BELOW
+        started = time.perf_counter()
+        collection_step(thaw)
+        return self.plan.next_in(time.perf_counter() - started, thaw)
 
 
 def report_slow_collections(threshold_s: float, report) -> None:

@@ -12,13 +12,14 @@ from pathlib import Path
 from pairmq.core import Broker
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
-from pairmq.server.connection import StompConnection, now_ms
+from pairmq.server.connection import TURN_BUDGET_S, StompConnection, now_ms
 from pairmq.server.ha import ReplicationDriver
 from pairmq.server.looplag import LoopWatch
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
+from pairmq.server.turns import TurnBudget
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
     SteppedCollector,
@@ -63,6 +64,7 @@ class PairmqServer:
         self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
         self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
         self._steps = SteppedCollector()
+        self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
@@ -135,7 +137,8 @@ class PairmqServer:
 
     def _accept(self) -> StompConnection:
         """A new client connection belongs to the role current when it is accepted."""
-        return StompConnection(self.config, self.role, self.next_conn_id(), self.loop)
+        return StompConnection(self.config, self.role, self.next_conn_id(), self.loop,
+                               self.turn)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -30,10 +30,11 @@ from pairmq.server.connecting import Connecting, now_ms
 from pairmq.server.held import HeldOutput
 from pairmq.server.parking import SessionRequest
 from pairmq.server.role import Role, RolePhase, Ticket
+from pairmq.server.turns import TurnBudget
 
 log = logging.getLogger("pairmq.connection")
 
-TURN_BUDGET_S = 0.01  # frames applied per turn of the event loop, at most this long
+TURN_BUDGET_S = 0.01  # frames of all connections applied per turn of the loop, at most
 BATCH_SLICE = 256  # messages of a batched SEND routed per turn
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
 WRITE_HIGH_WATER = 1024 * 1024
@@ -51,8 +52,9 @@ class StompConnection(Connecting, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     def __init__(self, config: ServerConfig, role: Role, conn_id: int,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, turn: TurnBudget) -> None:
         self.config = config
+        self.turn = turn  # shared by every connection (server/turns.py)
         self.role = role
         self.broker = role.broker
         self.loop = loop
@@ -177,18 +179,20 @@ class StompConnection(Connecting, asyncio.Protocol):
     # ------------------------------------------------------------ frames
 
     def process(self, frames: list[Frame]) -> None:
-        """Apply frames in order, for at most TURN_BUDGET_S: one socket read can bring
-        tens of thousands of messages (16 batched SENDs of 1,000), and a turn of the event
-        loop that long delays every other client and the pair's heartbeats. What is left
-        waits in the backlog, reading paused, until the next turn (issue 18)."""
-        started = time.perf_counter()
+        """Apply frames in order while this turn's budget lasts (TURN_BUDGET_S, shared by
+        every connection: server/turns.py): one socket read can bring tens of thousands of
+        messages (16 batched SENDs of 1,000), and a turn of the event loop that long delays
+        every other client and the pair's heartbeats. What is left waits in the backlog,
+        reading paused, until the next turn (issue 18). At least one frame is applied."""
+        turn = self.turn
+        turn.start(time.perf_counter())
         for i, frame in enumerate(frames):
             if self.closing or self.disconnecting:
                 return
             if self.waiting:
                 self.backlog.extend(frames[i:])
                 return
-            if i and time.perf_counter() - started > TURN_BUDGET_S:
+            if i and turn.spent(time.perf_counter()):
                 self.backlog.extend(frames[i:])
                 self.waiting = True
                 if self.transport is not None:

@@ -32,6 +32,22 @@ def rss_mb(pair: Pair, name: str) -> float:
     return psutil.Process(server.proc.pid).memory_info().rss / 2**20
 
 
+def drain_in_order(pair: Pair, name: str, count: int) -> None:
+    """Every message of QUEUE from server `name`, numbered 0..count-1: each once, in order,
+    and nothing after them."""
+    got: list[int] = []
+    with pairmq.client.connect(f"stomp://{pair.stomp_address(name)}") as consumer:
+        sub = consumer.subscribe(QUEUE, ack="client", headers={"prefetch-count": "2000"})
+        while len(got) < count:
+            message = sub.receive(10)
+            assert message is not None, f"only {len(got)} of {count} came"
+            got.append(int(message.headers["n"]))
+            if len(got) % 1000 == 0:
+                consumer.ack(message)  # cumulative: every one before it too
+        assert sub.receive(1.0) is None, "nothing more"
+    assert got == list(range(count)), "each once, in order"
+
+
 @pytest.mark.timeout(600)
 def test_a_backlog_keeps_the_pair_its_roles_and_each_server_under_budget_then_fails_over(
         pair_factory) -> None:
@@ -65,17 +81,7 @@ def test_a_backlog_keeps_the_pair_its_roles_and_each_server_under_budget_then_fa
     pair.kill("primary")
     pair.wait_active(15, "backup")
     started = time.monotonic()
-    got: list[int] = []
-    with pairmq.client.connect(f"stomp://{pair.stomp_address('backup')}") as consumer:
-        sub = consumer.subscribe(QUEUE, ack="client", headers={"prefetch-count": "2000"})
-        while len(got) < MESSAGES:
-            message = sub.receive(10)
-            assert message is not None, f"only {len(got)} of {MESSAGES} came"
-            got.append(int(message.headers["n"]))
-            if len(got) % 1000 == 0:
-                consumer.ack(message)  # cumulative: every one before it too
-        assert sub.receive(1.0) is None, "nothing more"
-    assert got == list(range(MESSAGES)), "each once, in order"
+    drain_in_order(pair, "backup", MESSAGES)
     wait_for(lambda: (pair.status("backup") or {}).get("destinations", {}).get(QUEUE, {})
              .get("messages") == 0, 10, "the queue empty")
     print(f"drained {MESSAGES} in {time.monotonic() - started:.1f} s; RSS MB {largest}")
@@ -113,13 +119,4 @@ def test_an_active_that_steps_down_reads_its_backlog_back_off_the_event_loop(
     assert "Journal read back in" in logs, "the backup stepped down and read its journal"
     held = READ_BACK.findall(logs)
     assert not held, f"the event loop held by reading the journal back for {held} ms"
-    got: list[int] = []
-    with pairmq.client.connect(f"stomp://{pair.stomp_address('primary')}") as consumer:
-        sub = consumer.subscribe(QUEUE, ack="client", headers={"prefetch-count": "2000"})
-        while len(got) < count:
-            message = sub.receive(10)
-            assert message is not None, f"only {len(got)} of {count} came"
-            got.append(int(message.headers["n"]))
-            if len(got) % 1000 == 0:
-                consumer.ack(message)
-    assert got == list(range(count)), "each once, in order"
+    drain_in_order(pair, "primary", count)

@@ -187,3 +187,36 @@ def test_without_a_witness_a_lone_server_with_data_waits() -> None:
     journal.epoch = 5
     m.handle(ev.Recovered(5), 1.0)
     assert m.state is State.STANDALONE
+
+
+def in_sync_backup() -> tuple[ReplicationMachine, dict[str, object]]:
+    """A backup that synchronised with an active primary (epoch 1, one record)."""
+    m, journal = machine("backup")
+    m.tick(0.0)
+    primary = {"name": "primary", "identity": "primary#1", "role": "primary",
+               "state": "ACTIVE", "epoch": 1, "last_seq": 1}
+    m.handle(ev.PeerConnected(primary), 0.1)
+    m.handle(ev.WitnessReplied("activation", {"holder": "primary#1", "epoch": 1}, 0.1), 0.1)
+    assert m.phase is Phase.SYNCING
+    m.handle(ev.SyncOffered("full", 1), 0.15)
+    journal.appended_seq = journal.synced_seq = 1
+    m.handle(ev.SyncDone(1), 0.2)
+    assert m.state is State.PASSIVE
+    return m, primary
+
+
+def test_a_backup_says_why_it_does_not_take_over_after_a_clean_stop() -> None:
+    """The stopping active says "shutdown", then its last heartbeat (WAITING) and the
+    channel's end race: either way the backup's log names failover_on_shutdown."""
+    for heartbeat_first in (True, False):
+        m, primary = in_sync_backup()
+        out = m.handle(ev.FailbackMessage("shutdown"), 0.3)
+        if heartbeat_first:
+            out += m.handle(ev.Heartbeat({**primary, "state": "WAITING"}), 0.31)
+        out += m.handle(ev.PeerLost("HA channel closed by the other side"), 0.32)
+        out += m.check(5.0) + m.tick(5.0)
+        changes = [e for e in out if isinstance(e, ev.StateChanged)]
+        assert [(c.new, c.why) for c in changes] == [
+            ("WAITING", "the active server stopped cleanly and failover_on_shutdown is off: "
+                        "not taking over")], heartbeat_first
+        assert m.state is State.WAITING

@@ -76,6 +76,10 @@ from pairmq.ha.states import State
 from pairmq.ha.witnessing import WitnessRequests
 
 SERVING_STATES = (State.ACTIVE, State.STANDALONE)
+# Why a backup whose active said "shutdown" stays WAITING, whether that active's last
+# heartbeat (WAITING) or the channel's end is heard first.
+FAREWELL_HEARD = ("the active server stopped cleanly and failover_on_shutdown is off: "
+                  "not taking over")
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
@@ -343,7 +347,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 # A backup of nobody: say so (a peer that sees PASSIVE waits for us to
                 # follow it), and decide again with the peer. A SYNCING request may have
                 # arrived after it stopped serving (it is then ignored): ask again.
-                self._set_state(Phase.WAITING, f"{self.peer.get('name')} stopped serving")
+                self._set_state(Phase.WAITING, FAREWELL_HEARD if self.peer_farewell
+                                else f"{self.peer.get('name')} stopped serving")
             self.peer_state = state
 
     def _split_brain_seen(self) -> None:
@@ -430,8 +435,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             return
         if phase is Phase.ORPHANED:
             if self.peer_farewell:
-                self._set_state(Phase.WAITING, "the active server stopped cleanly and "
-                                "failover_on_shutdown is off: not taking over")
+                self._set_state(Phase.WAITING, FAREWELL_HEARD)
             elif now >= self.promise_until:
                 self._activate("the active server is gone", back_to=Phase.ORPHANED)
             return

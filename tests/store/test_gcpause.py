@@ -91,10 +91,11 @@ def test_the_plan_thaws_now_and_then_and_steps_sooner_when_a_step_ran_long() -> 
     THAW_EVERY_S. A step that scanned much (what was allocated since the last one) brings
     the next one closer, down to MIN_EVERY_S; quick steps move it back to FULL_EVERY_S."""
     plan = gcpause.StepPlan()
-    assert plan.thaws(100.0)
-    assert not plan.thaws(100.5)
-    assert not plan.thaws(100.0 + gcpause.THAW_EVERY_S - 0.01)
-    assert plan.thaws(100.0 + gcpause.THAW_EVERY_S)
+    quiet = 0.0
+    assert plan.thaws(100.0, quiet)
+    assert not plan.thaws(100.5, quiet)
+    assert not plan.thaws(100.0 + gcpause.THAW_EVERY_S - 0.01, quiet)
+    assert plan.thaws(100.0 + gcpause.THAW_EVERY_S, quiet)
     long_step = gcpause.STEP_TARGET_S * 2
     assert plan.next_in(long_step, thawed=True) == gcpause.FULL_EVERY_S  # the heap's size
     delays = [plan.next_in(long_step, thawed=False) for _ in range(6)]
@@ -102,3 +103,33 @@ def test_the_plan_thaws_now_and_then_and_steps_sooner_when_a_step_ran_long() -> 
     assert delays[-1] == gcpause.MIN_EVERY_S and min(delays) == gcpause.MIN_EVERY_S
     quick = [plan.next_in(0.0, thawed=False) for _ in range(8)]
     assert quick[0] > gcpause.MIN_EVERY_S and quick[-1] == gcpause.FULL_EVERY_S
+
+
+def test_a_busy_server_thaws_rarely_a_quiet_one_every_few_seconds() -> None:
+    """A thawed step scans the whole heap (36-41 ms in a 2M-message drain): while the
+    loop's thread is busy, only every THAW_BUSY_EVERY_S; once it is quiet, at the next
+    step past THAW_EVERY_S."""
+    plan = gcpause.StepPlan()
+    busy = gcpause.QUIET_BELOW + 0.5
+    assert plan.thaws(0.0, busy)  # the first step: nothing known yet
+    assert not plan.thaws(gcpause.THAW_EVERY_S, busy)
+    assert not plan.thaws(gcpause.THAW_BUSY_EVERY_S - 0.01, busy)
+    assert plan.thaws(gcpause.THAW_BUSY_EVERY_S, busy)
+    assert not plan.thaws(gcpause.THAW_BUSY_EVERY_S + 1.0, gcpause.QUIET_BELOW / 2)
+    assert plan.thaws(gcpause.THAW_BUSY_EVERY_S + gcpause.THAW_EVERY_S,
+                      gcpause.QUIET_BELOW / 2)
+
+
+def test_the_collector_measures_how_busy_the_loop_was_since_its_last_step(
+    collector, monkeypatch
+) -> None:
+    thawed: list[bool] = []
+    monkeypatch.setattr(gcpause, "collection_step", lambda thaw=True: thawed.append(thaw))
+    monkeypatch.setattr(gcpause, "THAW_BELOW", 1 << 40)  # a small heap, however run
+    steps = gcpause.SteppedCollector()
+    steps.step(0.0, 0.0)  # the first step: nothing known yet
+    # the thread ran 9 of the next 10 s: busy, no thaw
+    steps.step(10.0, 9.0)
+    # ran 1 of the next 10 s: quiet, thaw
+    steps.step(20.0, 10.0)
+    assert thawed[1:] == [False, True]

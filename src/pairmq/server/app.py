@@ -385,8 +385,11 @@ class PairmqServer:
         self.role.update_confirmed()
 
     def _collect(self) -> None:
-        self._collector = self.loop.call_later(self._steps.step(time.monotonic()),
-                                               self._collect)
+        started = time.perf_counter()
+        self._collector = self.loop.call_later(
+            self._steps.step(time.monotonic(), time.thread_time()), self._collect)
+        # The step's time is this turn's too: frames read later in it wait for the next.
+        self.turn.start(started)
 
     def _sweep(self) -> None:
         self._sample_disk()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,29 @@ def passwd(password: str | None) -> None:
 @click.option("--state", "state_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="file remembering the lease holder and epoch across restarts")
 @click.option("--log-level", default="info", show_default=True)
-def witness(listen: str, secret: str, state_file: Path | None, log_level: str) -> None:
-    """Run the witness that grants the active server its lease (prevents split brain)."""
+@click.option("--tls-cert", default=None, metavar="PEM",
+              help="mutual TLS (the pair's [ha] tls): the witness's certificate and chain")
+@click.option("--tls-key", default=None, metavar="PEM", help="... its private key")
+@click.option("--tls-ca", default=None, metavar="PEM",
+              help="... the CA that signs the servers' certificates")
+def witness(listen: str, secret: str, state_file: Path | None, log_level: str,
+            tls_cert: str | None, tls_key: str | None, tls_ca: str | None) -> None:
+    """Run the witness that grants the active server its lease (prevents split brain).
+    SIGHUP reloads the TLS files."""
+    from pairmq.server.tls import TlsError, TlsFiles, build
     from pairmq.server.witness import run_witness
 
-    run_witness(listen, secret, state_file, log_level)
+    tls = None
+    given = [f for f in (tls_cert, tls_key, tls_ca) if f]
+    if given:
+        if len(given) != 3:
+            raise click.UsageError("--tls-cert, --tls-key and --tls-ca go together")
+        tls = TlsFiles(tls_cert or "", tls_key or "", tls_ca or "")
+        try:
+            build(tls, "peer_server")
+        except TlsError as e:
+            raise click.UsageError(str(e)) from None
+    run_witness(listen, secret, state_file, log_level, tls)
 
 
 class AdminRefused(Exception):
@@ -105,9 +124,17 @@ def _admin_call(address: str, path: str, credentials: tuple[str, str] | None,
     if credentials is not None:
         token = base64.b64encode(":".join(credentials).encode()).decode()
         headers["Authorization"] = f"Basic {token}"
-    request = urllib.request.Request(f"http://{address}{path}", method=method, headers=headers)
+    url = address if address.startswith(("http://", "https://")) else f"http://{address}"
+    request = urllib.request.Request(f"{url.rstrip('/')}{path}", method=method,
+                                     headers=headers)
+    tls = None
+    if url.startswith("https://"):
+        import ssl
+
+        # [server] admin_tls: trust the CA in PAIRMQ_CA (`pairmq up` prints it), or the system's
+        tls = ssl.create_default_context(cafile=os.environ.get("PAIRMQ_CA") or None)
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=tls) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as e:  # before OSError: HTTPError is one
         try:
@@ -122,7 +149,8 @@ def _admin_call(address: str, path: str, credentials: tuple[str, str] | None,
 def _is_loopback(address: str) -> bool:
     import ipaddress
 
-    host = address.rpartition(":")[0].strip("[]")
+    host = address.partition("://")[2] or address
+    host = host.rstrip("/").rpartition(":")[0].strip("[]")
     if host == "localhost":
         return True
     try:
@@ -213,6 +241,31 @@ def activate(admin: str, user: str | None, password: str | None) -> None:
         raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"{admin}: unreachable ({e})") from None
+
+
+@main.command()
+@click.argument("admin", nargs=-1)
+@_admin_options
+def reload(admin: tuple[str, ...], user: str | None, password: str | None) -> None:
+    """Reload the TLS certificates of servers (by their management addresses; default:
+    `pairmq up`'s), as SIGHUP does: new connections use them. https://HOST:PORT for a
+    management port with admin_tls (PAIRMQ_CA names the CA file to trust)."""
+    from pairmq.local import ADMIN_ADDRESSES
+
+    addresses = admin or ADMIN_ADDRESSES
+    credentials = _admin_credentials(user, password, addresses)
+    failed = False
+    for address in addresses:
+        try:
+            click.echo(f"{address}: {_admin_call(address, '/reload', credentials, 'POST')}")
+        except AdminRefused as e:
+            click.echo(str(e), err=True)
+            failed = True
+        except OSError as e:
+            click.echo(f"{address}: unreachable ({e})", err=True)
+            failed = True
+    if failed:
+        sys.exit(1)
 
 
 @main.command()

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pairmq import __version__
+from pairmq.localca import Issued, LocalCA
 from pairmq.server.auth import hash_password
 
 SERVERS = (
@@ -21,6 +22,7 @@ SERVERS = (
     ("backup", "backup", "127.0.0.1:61614", "127.0.0.1:8162", "127.0.0.1:7002",
      "127.0.0.1:7001"),
 )
+STOMP_TLS = {"primary": "127.0.0.1:61617", "backup": "127.0.0.1:61618"}  # beside plaintext
 WITNESS = "127.0.0.1:7000"
 ADMIN_ADDRESSES = tuple(admin for _name, _role, _stomp, admin, _listen, _peer in SERVERS)
 LOCAL_DIR = Path(".pairmq-local")  # `pairmq up`'s default --dir
@@ -47,7 +49,20 @@ def _credentials(root: Path) -> tuple[str, str, str]:
     return login, password, secret
 
 
-def _write_config(root: Path, login: str, password: str, secret: str) -> list[Path]:
+def _certificates(root: Path) -> tuple[Path, dict[str, Issued]]:
+    """A local CA in root/tls and a certificate for each server and the witness (made once;
+    kept across runs, like the credentials)."""
+    ca = LocalCA(root / "tls", "pairmq up local CA")
+    issued = {}
+    for name in ("primary", "backup", "witness"):
+        cert, key = root / "tls" / f"{name}.pem", root / "tls" / f"{name}.key"
+        issued[name] = Issued(cert, key) if cert.exists() and key.exists() \
+            else ca.issue(name)
+    return ca.cert_path, issued
+
+
+def _write_config(root: Path, login: str, password: str, secret: str, ca: Path,
+                  certs: dict[str, Issued]) -> list[Path]:
     files = []
     hashed = hash_password(password)
     for name, role, stomp, admin, listen, peer in SERVERS:
@@ -55,9 +70,11 @@ def _write_config(root: Path, login: str, password: str, secret: str) -> list[Pa
         path.write_text(
             "# Written by `pairmq up`; credentials are in ./credentials\n"
             f'[server]\nname = "{name}"\ndata_dir = "{(root / "data" / name).as_posix()}"\n'
-            f'stomp = "{stomp}"\nadmin = "{admin}"\n\n'
+            f'stomp = "{stomp}"\nstomp_tls = "{STOMP_TLS[name]}"\nadmin = "{admin}"\n\n'
+            f'[tls]\ncert = "{certs[name].cert.resolve()}"\n'
+            f'key = "{certs[name].key.resolve()}"\nca = "{ca.resolve()}"\n\n'
             f'[ha]\npolicy = "replication"\nrole = "{role}"\nlisten = "{listen}"\n'
-            f'peer = "{peer}"\nwitness = "{WITNESS}"\nsecret = "{secret}"\n\n'
+            f'peer = "{peer}"\nwitness = "{WITNESS}"\nsecret = "{secret}"\ntls = true\n\n'
             "[auth]\nallow_anonymous = false\n\n"
             f'[auth.users.{login}]\npassword = "{hashed}"\nroles = ["admin"]\n')
         path.chmod(0o600)
@@ -68,7 +85,8 @@ def _write_config(root: Path, login: str, password: str, secret: str) -> list[Pa
 def run_local_pair(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     login, password, secret = _credentials(root)
-    configs = _write_config(root, login, password, secret)
+    ca, certs = _certificates(root)
+    configs = _write_config(root, login, password, secret, ca, certs)
     console = Console(stderr=True)
     python = sys.executable
     logs = root / "logs"
@@ -82,15 +100,17 @@ def run_local_pair(root: Path) -> None:
                                                                     **_env()}))
         out.close()
 
-    spawn(["witness", "--listen", WITNESS, "--state", str(root / "witness-state.json")],
-          "witness.log")
+    spawn(["witness", "--listen", WITNESS, "--state", str(root / "witness-state.json"),
+           "--tls-cert", str(certs["witness"].cert), "--tls-key", str(certs["witness"].key),
+           "--tls-ca", str(ca)], "witness.log")
     for config in configs:
         spawn(["server", "--config", str(config)], f"{config.stem}.log")
     console.print(f"[bold]pairmq {__version__}[/bold]: a local pair and its witness")
     for name, role, stomp, admin, listen, _ in SERVERS:
-        console.print(f"  {name:8} STOMP stomp://{stomp}   admin http://{admin}/status   "
-                      f"HA {listen} ({role})")
-    console.print(f"  witness  {WITNESS}")
+        console.print(f"  {name:8} STOMP stomp://{stomp}   stomp+ssl://{STOMP_TLS[name]}   "
+                      f"admin http://{admin}/status   HA {listen} ({role}, mutual TLS)")
+    console.print(f"  witness  {WITNESS} (mutual TLS)")
+    console.print(f"  CA        {ca}   (trust it: trustStorePath, docs/clients.md)")
     console.print(f"  login     {login}")
     console.print(f"  password  {password}   (kept in {root / 'credentials'})")
     console.print(f"  logs      {logs}/")
@@ -99,6 +119,11 @@ def run_local_pair(root: Path) -> None:
     print(f".venv/bin/pairmq send -s {pair} -u {login} -p {password} /queue/hello hi "
           f"&& .venv/bin/pairmq receive -s {pair} -u {login} -p {password} "
           "/queue/hello", file=sys.stderr, flush=True)
+    tls = (f"failover:(stomp+ssl://{STOMP_TLS['primary']},stomp+ssl://{STOMP_TLS['backup']})"
+           f"?trustStorePath={ca}")
+    console.print("  over TLS  ", end="")
+    print(f".venv/bin/pairmq send -s '{tls}' -u {login} -p {password} /queue/hello hi",
+          file=sys.stderr, flush=True)
     state = ".venv/bin/pairmq status"
     if root.resolve() != LOCAL_DIR.resolve():  # status finds only the default dir by itself
         state += f" --user {login} --password {password}"

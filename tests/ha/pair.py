@@ -97,6 +97,7 @@ class Pair:
         witness_address_for: Mapping[str, str] | None = None,
         roles: Mapping[str, str] | None = None,
         policy: str = "replication",
+        witness_flags: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +126,7 @@ class Pair:
         self.witness_proc: subprocess.Popen | None = None
         self.witness_state = self.workdir / "witness-state.json"
         self.witness_log = self.workdir / "witness.log"
+        self.witness_flags: list[str] = list(witness_flags)  # e.g. its TLS files
         self._connections: list[BlockingConnection] = []
 
     # ------------------------------------------------------------ addresses
@@ -175,7 +177,8 @@ class Pair:
         if self.witness_proc is not None and self.witness_proc.poll() is None:
             return
         args = [sys.executable, "-m", "pairmq", "witness", "--listen", self.witness_address(),
-                "--secret", self.secret, "--state", str(self.witness_state)]
+                "--secret", self.secret, "--state", str(self.witness_state),
+                *self.witness_flags]
         log = open(self.witness_log, "ab")  # noqa: SIM115 - handed to the child
         self.witness_proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -134,6 +134,14 @@ BAD_CONFIGS = {
     "bad-log-level": ('[server]\nlog_level = "loud"\n', "log_level"),
     "bad-listener": ('[server]\nstomp = "not an address"\n', "stomp"),
     "section-not-table": ("server = 5\n", "server"),
+    # TLS (docs/security.md): what is missing or unusable is named
+    "tls-without-cert": ('[server]\nstomp_tls = "127.0.0.1:0"\n',
+                         "[tls] cert and key are required by stomp_tls"),
+    "tls-missing-file": ('[server]\nadmin_tls = true\n[tls]\ncert = "absent.pem"\n'
+                         'key = "absent.key"\n', "[tls] cert absent.pem: no such file"),
+    "tls-bad-client-auth": ('[tls]\nclient_auth = "sometimes"\n', "client_auth"),
+    "ha-tls-without-pair": ('[ha]\ntls = true\n[tls]\ncert = "a"\nkey = "b"\n',
+                            "[ha] tls is set but [ha] policy is \"none\""),
 }
 
 
@@ -184,6 +192,7 @@ def test_missing_config_file_is_refused(tmp_path):
         ("--max-headers", "0", "max_headers"),
         ("--expired-policy", "sometimes", "expired_policy"),
         ("--default-prefetch", "-1", "default_prefetch"),
+        ("--stomp", "", "stomp and stomp_tls are both empty"),
     ],
 )
 def test_bad_flag_values_are_refused(tmp_path, flag, value, key):
@@ -252,3 +261,20 @@ def test_passwd_prints_a_hash(tmp_path):
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("scrypt$"), result.stdout
     assert "hunter2" not in result.stdout
+
+
+def test_tls_files_that_cannot_be_used_are_refused_naming_them(tmp_path):
+    from tests.support.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    other = pki.foreign.issue("other")
+    # a key that is not the certificate's
+    result = run_server(tmp_path, "--stomp-tls", "127.0.0.1:0", "--tls-cert",
+                        str(pki.server.cert), "--tls-key", str(other.key))
+    assert result.returncode != 0 and "cannot be used together" in result.stderr, \
+        result.stderr
+    assert str(pki.server.cert) in result.stderr and "Traceback" not in result.stderr
+    # client certificates asked for, but no CA to check them with
+    result = run_server(tmp_path, *pki.server_flags(client_auth="required")[:4],
+                        "--stomp-tls", "127.0.0.1:0", "--tls-client-auth", "required")
+    assert result.returncode != 0 and "[tls] ca is required" in result.stderr, result.stderr

@@ -23,6 +23,7 @@ from pairmq.client.outbox import Outbox
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
+from pairmq.client.tls import client_context, tls_failure
 from pairmq.client.waiting import Waiting, outcome_of
 
 log = logging.getLogger("pairmq.client")
@@ -78,6 +79,7 @@ class AsyncClient:
         self.options = options
         self._engine = Engine(options, time.monotonic(), name)
         self._transport: tuple[int, asyncio.Transport] | None = None
+        self._tls = client_context(options)  # None: plaintext
         self._progress = asyncio.Event()
         self._wake = asyncio.Event()
         self._listeners: list[Listener] = []
@@ -415,12 +417,17 @@ class AsyncClient:
     async def _attempt(self, loop: asyncio.AbstractEventLoop, address: tuple[str, int]) -> None:
         engine = self._engine
         socket_id = engine.socket_id + 1
+        tls = self._tls
         try:
             transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self, socket_id), *address),
+                loop.create_connection(lambda: _Protocol(self, socket_id), *address, ssl=tls,
+                                       server_hostname=address[0] if tls else None),
                 self.options.connect_timeout / 1000)
-        except (OSError, TimeoutError) as e:
+        except TimeoutError as e:
             engine.attempt_failed(address, str(e) or type(e).__name__, time.monotonic())
+            return
+        except OSError as e:
+            engine.attempt_failed(address, tls_failure(e), time.monotonic())
             return
         if engine.link is not Link.CONNECTING:
             transport.close()

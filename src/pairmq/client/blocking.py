@@ -25,6 +25,7 @@ from pairmq.client.outbox import Outbox
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
+from pairmq.client.tls import TlsSocket, client_context, tls_failure
 from pairmq.client.waiting import Waiting, outcome_of
 
 log = logging.getLogger("pairmq.client")
@@ -72,7 +73,8 @@ class Client:
         self._cond = threading.Condition(self._lock)
         self._write_lock = threading.Lock()
         self._engine = Engine(options, time.monotonic(), name)
-        self._socket: tuple[int, socket.socket] | None = None
+        self._socket: tuple[int, socket.socket | TlsSocket] | None = None
+        self._tls = client_context(options)  # None: plaintext
         self._listeners: list[Listener] = []
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -502,6 +504,7 @@ class Client:
             return  # decided again: the client may have been closed meanwhile
         with self._lock:
             self._engine.trying(address)
+        sock: socket.socket | TlsSocket
         try:
             sock = socket.create_connection(address, timeout=self.options.connect_timeout / 1000)
         except OSError as e:
@@ -509,6 +512,15 @@ class Client:
                 self._engine.attempt_failed(address, str(e) or type(e).__name__,
                                             time.monotonic())
             return
+        if self._tls is not None:
+            sock = TlsSocket(sock, self._tls, address[0])
+            try:
+                sock.handshake(self.options.connect_timeout / 1000)
+            except OSError as e:
+                sock.close()
+                with self._cond:
+                    self._engine.attempt_failed(address, tls_failure(e), time.monotonic())
+                return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.options.call_timeout / 1000)
         with self._cond:
@@ -523,10 +535,14 @@ class Client:
         assert self._socket is not None
         socket_id, sock = self._socket
         timeout = 1.0 if deadline is None else max(0.0, min(deadline - time.monotonic(), 1.0))
+        if isinstance(sock, TlsSocket) and sock.pending():
+            timeout = 0.0  # decrypted bytes wait, which the socket does not show
         try:
             readable, _, _ = select.select([sock, self._wake_r], [], [], timeout)
         except (OSError, ValueError):
             readable = [sock]
+        if timeout == 0.0 and isinstance(sock, TlsSocket):
+            readable.append(sock)
         if self._wake_r in readable:
             try:
                 self._wake_r.recv(4096)
@@ -540,6 +556,8 @@ class Client:
         except OSError as e:
             data = b""
             why = f"connection error: {e}"
+        if data is None:
+            return  # part of a TLS record: the rest comes with the next read
         with self._cond:
             if self._engine.wants_socket(socket_id):
                 if data:

@@ -4,6 +4,7 @@ its configuration.
 
     failover:(stomp://h1:61613,stomp://h2:61614)?reconnectAttempts=-1&retryInterval=100
     stomp://h1:61613            h1:61613,h2:61614            (no failover: prefix needed)
+    failover:(stomp+ssl://h1:61617,stomp+ssl://h2:61618)?trustStorePath=ca.pem  (TLS)
 """
 
 from __future__ import annotations
@@ -79,6 +80,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("outbox_full_policy", "outboxFullPolicy", str, "fail",
            "when the outbox is full: fail (OutboxFull) or block (wait for room)",
            _one_of("fail", "block")),
+    Option("ssl_enabled", "sslEnabled", bool, False,
+           "connect over TLS (stomp+ssl:// addresses turn it on)"),
+    Option("trust_store_path", "trustStorePath", str, None,
+           "PEM file of the CA(s) that sign the servers' certificates (default: the "
+           "system's); implies TLS"),
+    Option("key_store_path", "keyStorePath", str, None,
+           "PEM file holding this client's certificate and its private key, for a server "
+           "that asks for one ([tls] client_auth); implies TLS"),
+    Option("verify_host", "verifyHost", bool, True,
+           "check that the server's certificate names the host connected to"),
 )
 
 _BY_URL = {o.url_name.lower(): o for o in OPTIONS}
@@ -108,6 +119,14 @@ class ClientOptions:
     outbox_max_messages: int
     outbox_max_bytes: int
     outbox_full_policy: str
+    ssl_enabled: bool
+    trust_store_path: str | None
+    key_store_path: str | None
+    verify_host: bool
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_enabled or bool(self.trust_store_path or self.key_store_path)
 
     @property
     def heart_beat(self) -> tuple[int, int]:
@@ -122,10 +141,14 @@ assert {f.name for f in fields(ClientOptions)} - {"servers", "login", "passcode"
 _FAILOVER = re.compile(r"^failover:\((?P<inner>[^)]*)\)(?:\?(?P<query>.*))?$", re.DOTALL)
 
 
+TLS_SCHEMES = ("stomp+ssl://", "ssl://", "stomp+tls://")
+
+
 def parse_address(text: str) -> Address:
-    """`stomp://host:port`, `tcp://host:port` or `host:port`."""
+    """`stomp://host:port`, `tcp://host:port` or `host:port`; `stomp+ssl://host:port` (TLS:
+    see `parse_options`)."""
     raw = text.strip()
-    for scheme in ("stomp://", "tcp://"):
+    for scheme in ("stomp://", "tcp://", *TLS_SCHEMES):
         if raw.startswith(scheme):
             raw = raw[len(scheme):]
             break
@@ -188,6 +211,12 @@ def parse_options(url: str | list[str] | tuple[str, ...], keywords: Mapping[str,
     if not addresses:
         raise ConfigurationError(f"no server address in {url!r}")
     servers = tuple(dict.fromkeys(parse_address(a) for a in addresses))
+    over_tls = [a.strip().startswith(TLS_SCHEMES) for a in addresses]
+    if any(over_tls):
+        if not all(over_tls):
+            raise ConfigurationError(f"servers of one client all use TLS or none does: "
+                                     f"{url!r} mixes stomp+ssl:// with plaintext addresses")
+        values["ssl_enabled"] = True
     login = keywords.get("login")
     passcode = keywords.get("passcode")
     for name, value in keywords.items():

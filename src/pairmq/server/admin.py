@@ -1,4 +1,5 @@
-"""Management HTTP: /status (JSON), /metrics (Prometheus), POST /activate (operator).
+"""Management HTTP(S): /status (JSON), /metrics (Prometheus), POST /activate and POST
+/reload (operator; [server] admin_tls serves HTTPS).
 
 Every request is checked against [auth.users] with HTTP basic auth (docs/configuration.md,
 "Management HTTP"): writes need the `admin` role, reads `admin` or `monitor` unless
@@ -21,6 +22,7 @@ from pairmq.core import Broker
 from pairmq.core.capacity import Shortage
 from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
+from pairmq.server.tls import TlsError
 
 if TYPE_CHECKING:
     from pairmq.server.app import PairmqServer
@@ -235,10 +237,18 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
         log.warning("An operator forced this server to activate (user %s)", request["user"])
         return web.json_response({"state": pair.state.value, "forced": True})
 
+    async def reload(request: web.Request) -> web.Response:
+        try:
+            done = server.reload_tls()
+        except TlsError as e:
+            return web.json_response({"error": str(e)}, status=409)
+        log.info("TLS reload asked by user %s: %s", request["user"], done)
+        return web.json_response({"tls": done})
+
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pairmq-admin-auth")
     app = web.Application(middlewares=[_auth_middleware(server, executor)])
     app.add_routes([web.get("/status", status), web.get("/metrics", metrics),
-                    web.post("/activate", activate)])
+                    web.post("/activate", activate), web.post("/reload", reload)])
 
     async def shutdown_executor(_app: web.Application) -> None:
         executor.shutdown(wait=False, cancel_futures=True)
@@ -247,11 +257,13 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
-    await web.TCPSite(runner, host, int(port)).start()
+    tls = server.tls.listener("admin") if server.config.admin_tls and server.tls else None
+    await web.TCPSite(runner, host, int(port), ssl_context=tls).start()
     if not any(ADMIN_ROLE in user.roles for user in server.config.users.values()):
         log.warning("No user has the admin role: the management port refuses POST /activate. "
                     "Add one to [auth.users] (roles = [\"admin\"]).")
     reads = "open to anyone" if server.config.anonymous_management_reads else \
         "for users with role admin or monitor"
-    log.info("Management HTTP on http://%s/status and /metrics (%s)", address, reads)
+    log.info("Management HTTP on %s://%s/status and /metrics (%s)",
+             "https" if tls else "http", address, reads)
     return runner

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -19,6 +22,7 @@ from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
+from pairmq.server.tls import TlsContexts, TlsError
 from pairmq.server.turns import TurnBudget
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
@@ -57,6 +61,10 @@ class PairmqServer:
         self._conn_seq = 0
         self._generation = 0
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None  # [server] stomp_tls
+        # [tls]: every TLS context of this server, reloaded by SIGHUP or POST /reload
+        self.tls = TlsContexts(config.tls_files, config.tls_purposes) if config.tls_used \
+            else None
         self._sweeper: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.port = config.stomp_port
@@ -183,10 +191,18 @@ class PairmqServer:
                 # its watchdog goes on timing turns, and a long one means something then.
                 await self.loop.run_in_executor(None, self._restore, self.role.broker,
                                                 self.role.store)
-        self._server = await self.loop.create_server(
-            self._accept, self.config.stomp_host, self.config.stomp_port,
-            reuse_address=True, backlog=1024)
-        self.port = self._server.sockets[0].getsockname()[1]
+        listening = []
+        if self.config.stomp:
+            self._server = await self._listen(self.config.stomp, None)
+            listening.append(f"STOMP on {self._bound(self._server)}")
+        if self.config.stomp_tls:
+            assert self.tls is not None
+            self._tls_server = await self._listen(self.config.stomp_tls,
+                                                  self.tls.listener("stomp"))
+            listening.append(f"STOMP over TLS on {self._bound(self._tls_server)}")
+        clients = self._server or self._tls_server
+        assert clients is not None
+        self.port = clients.sockets[0].getsockname()[1]
         # Without a pair this serves at once (nothing awaited: no client is accepted before).
         await self.pair.start()
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
@@ -194,12 +210,36 @@ class PairmqServer:
         if not self.config.users and not self.config.allow_anonymous:
             log.warning("No users are configured and anonymous access is off: nobody can "
                         "connect. Add [auth.users] or set allow_anonymous = true.")
-        log.info("pairmq server %s ready: STOMP on %s:%d", self.config.name,
-                 self.config.stomp_host, self.port)
+        log.info("pairmq server %s ready: %s", self.config.name, ", ".join(listening))
         if self.config.admin:
             from pairmq.server.admin import start_admin
 
             self._admin = await start_admin(self, self.config.admin)
+
+    async def _listen(self, address: str, tls: ssl.SSLContext | None) -> asyncio.Server:
+        host, _, port = address.rpartition(":")
+        return await self.loop.create_server(self._accept, host, int(port), ssl=tls,
+                                             reuse_address=True, backlog=1024)
+
+    @staticmethod
+    def _bound(server: asyncio.Server) -> str:
+        host, port = server.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
+
+    def reload_tls(self) -> str:
+        """Read [tls]'s files again (SIGHUP, POST /reload): new connections use them.
+        Returns what happened; a file that cannot be used keeps the running ones."""
+        if self.tls is None:
+            return "nothing to reload: this server uses no TLS"
+        try:
+            self.tls.reload()
+        except TlsError as e:
+            log.error("TLS reload refused, the running certificates stay: %s", e)
+            raise
+        files = self.tls.files
+        log.info("TLS certificates reloaded (cert %s, ca %s): new connections use them",
+                 files.cert, files.ca or "none")
+        return "reloaded"
 
     async def _serve_alone(self) -> None:
         """No pair: serve the recovered journal (no epoch change)."""
@@ -215,14 +255,16 @@ class PairmqServer:
         await self.pair.stop()
         if self._admin is not None:
             await self._admin.cleanup()
-        if self._server is not None:
-            self._server.close()
+        for listener in (self._server, self._tls_server):
+            if listener is not None:
+                listener.close()
         role = self.role
         if role.kind is RoleKind.SERVING:
             role.persist()
         role.retire("this server is stopping", self.pair.active_address())
-        if self._server is not None:
-            await self._server.wait_closed()
+        for listener in (self._server, self._tls_server):
+            if listener is not None:
+                await listener.wait_closed()
         try:
             await asyncio.wait_for(role.synced(role.store.appended_seq), DRAIN_TIMEOUT_S)
         except TimeoutError:
@@ -416,6 +458,12 @@ class PairmqServer:
 async def serve(config: ServerConfig) -> None:
     server = PairmqServer(config)
     await server.start()
+
+    def reload() -> None:
+        with contextlib.suppress(TlsError):  # logged; the running certificates stay
+            server.reload_tls()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
     await until_stop_signal()
     await server.stop()
 

@@ -19,6 +19,7 @@ from pairmq.core.settings import (
     pattern_problem,
     sorted_overrides,
 )
+from pairmq.server.tls import CLIENT_AUTH, TlsError, TlsFiles, build
 from pairmq.store.store import FULL_POLICIES, StoreSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -61,16 +62,20 @@ class Key:
     default: Any
     help: str
     check: Callable[[Any], str | None] | None = None
+    flag_name: str | None = None  # when the key's name alone would be unclear as a flag
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return "--" + (self.flag_name or self.name).replace("_", "-")
 
 
 KEYS: tuple[Key, ...] = (
     Key("server", "name", str, "standalone", "server name, used in message ids and logs"),
     Key("server", "data_dir", str, "data/standalone", "directory for this server's data"),
-    Key("server", "stomp", str, "127.0.0.1:61613", "STOMP listener HOST:PORT", _address),
+    Key("server", "stomp", str, "127.0.0.1:61613",
+        "STOMP listener HOST:PORT (plaintext); empty = off", _optional_address),
+    Key("server", "stomp_tls", str, "",
+        "STOMP over TLS listener HOST:PORT, with [tls]; empty = off", _optional_address),
     Key("server", "heartbeat_ms", int, 10000, "heart-beat offered to clients (ms, 0 = none)",
         _at_least(0)),
     Key("server", "log_level", str, "info", "debug, info, warning or error", _one_of(LOG_LEVELS)),
@@ -80,10 +85,20 @@ KEYS: tuple[Key, ...] = (
         "get a message twice"),
     Key("server", "admin", str, "", "management HTTP HOST:PORT (status, metrics); empty = off",
         _optional_address),
+    Key("server", "admin_tls", bool, False, "the management port speaks HTTPS, with [tls]"),
     Key("server", "connection_ttl_max_ms", int, 60000,
         "longest a client may ask (CONNECT header connection-ttl) that its session be kept "
         "after its connection breaks, to resume it on reconnecting (ms, 0 = never kept)",
         _at_least(0)),
+    Key("tls", "cert", str, "", "PEM file: this server's certificate, then its chain",
+        flag_name="tls_cert"),
+    Key("tls", "key", str, "", "PEM file: the certificate's private key", flag_name="tls_key"),
+    Key("tls", "ca", str, "", "PEM file: the CA(s) that sign client certificates (when "
+        "asked) and the pair's and the witness's certificates", flag_name="tls_ca"),
+    Key("tls", "client_auth", str, "none",
+        "client certificates on stomp_tls: none, optional or required (a client "
+        "certificate may then stand in for login: its CN is the user)",
+        _one_of(CLIENT_AUTH), flag_name="tls_client_auth"),
     Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
         _at_least(256)),
     Key("limits", "max_headers", int, 1000, "most headers in one frame", _at_least(1)),
@@ -148,6 +163,8 @@ KEYS: tuple[Key, ...] = (
     Key("ha", "witness", str, "", "witness HOST:PORT; empty = none (split brain possible)",
         _optional_address),
     Key("ha", "secret", str, "", "shared secret of the pair and the witness"),
+    Key("ha", "tls", bool, False, "HA channel and witness over mutual TLS with [tls] (the "
+        "peer's and the witness's certificates must come from its ca)", flag_name="ha_tls"),
     Key("ha", "heartbeat_interval_ms", int, 500, "heartbeats on the HA channel", _at_least(10)),
     Key("ha", "activation_interval_ms", int, 2000,
         "silence after which the peer is taken for dead (>= 2 heartbeats)", _at_least(20)),
@@ -223,12 +240,34 @@ class ServerConfig:
         )
 
     @property
+    def client_listener(self) -> str:
+        """The STOMP address clients are told about: plaintext, or TLS when it is off."""
+        return self.values["stomp"] or self.values["stomp_tls"]
+
+    @property
     def stomp_host(self) -> str:
-        return self.values["stomp"].rpartition(":")[0]
+        return self.client_listener.rpartition(":")[0]
 
     @property
     def stomp_port(self) -> int:
-        return int(self.values["stomp"].rpartition(":")[2])
+        return int(self.client_listener.rpartition(":")[2])
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        v = self.values
+        return TlsFiles(v["cert"], v["key"], v["ca"], v["client_auth"])
+
+    @property
+    def tls_purposes(self) -> tuple[str, ...]:
+        """The TLS contexts this configuration needs (server/tls.py)."""
+        v = self.values
+        return tuple(["stomp"] * bool(v["stomp_tls"]) + ["admin"] * bool(v["admin_tls"])
+                     + ["peer_server", "peer_client"] * bool(v["tls"]))
+
+    @property
+    def tls_used(self) -> bool:
+        v = self.values
+        return bool(v["stomp_tls"] or v["admin_tls"] or v["tls"])
 
 
 def _typed(key: Key, value: Any, where: str) -> Any:
@@ -395,6 +434,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     for name, password in (extra_users or {}).items():
         users[name] = User(name, password, ("admin",))
     _check_ha(values, source)
+    _check_tls(values, source)
     streams = tuple((name, Retention(spec.get("max_bytes", values["max_bytes"]),
                                      spec.get("max_age_ms", values["max_age_ms"]),
                                      spec.get("group")))
@@ -441,3 +481,28 @@ def _check_shared(v: dict[str, Any], where: str) -> None:
     if v["witness"]:
         raise ConfigError(f"{where} witness is not used with policy = \"shared-store\": the "
                           "lock on the shared directory decides who is active")
+
+
+def _check_tls(v: dict[str, Any], source: str) -> None:
+    """A listener needs one of stomp and stomp_tls; TLS anywhere needs a usable [tls]
+    (every context it will need is built once here, so a bad file stops the start)."""
+    if not v["stomp"] and not v["stomp_tls"]:
+        raise ConfigError(f"{source}: [server] stomp and stomp_tls are both empty: give at "
+                          "least one STOMP listener")
+    if v["stomp"] and v["stomp"] == v["stomp_tls"] and not v["stomp"].endswith(":0"):
+        raise ConfigError(f"{source}: [server] stomp and stomp_tls are the same address "
+                          f"({v['stomp']})")
+    used = [name for name in ("stomp_tls", "admin_tls", "tls") if v[name]]
+    files = TlsFiles(v["cert"], v["key"], v["ca"], v["client_auth"])
+    if not used:
+        return
+    if not files.configured:
+        raise ConfigError(f"{source}: [tls] cert and key are required by "
+                          f"{', '.join(used)}")
+    if v["tls"] and v["policy"] == "none":
+        raise ConfigError(f"{source}: [ha] tls is set but [ha] policy is \"none\"")
+    try:
+        for purpose in ServerConfig(v).tls_purposes:
+            build(files, purpose)
+    except TlsError as e:
+        raise ConfigError(f"{source}: {e}") from None

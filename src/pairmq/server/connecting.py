@@ -27,6 +27,7 @@ from pairmq.server.auth import check_login, is_hashed, verify_password
 from pairmq.server.config import ServerConfig
 from pairmq.server.parking import Parked, SessionRequest
 from pairmq.server.role import Role, Ticket
+from pairmq.server.tls import common_name
 
 log = logging.getLogger("pairmq.connection")
 
@@ -107,7 +108,15 @@ class Connecting:
         client_id = h.get("client-id")
         login = h.get("login")
         if login is None:
-            if self.config.allow_anonymous:
+            # [tls] client_auth: a verified client certificate stands in for a login when its
+            # common name is a configured user (roles come from the user)
+            by_cert = common_name(self.transport.get_extra_info("peercert")
+                                  if self.transport is not None else None)
+            if by_cert and by_cert in self.config.users:
+                log.info("Connection %d from %s logged in as %r by its client certificate",
+                         self.conn_id, self.peer, by_cert)
+                self.finish_connect(version, cx, cy, client_id, by_cert)
+            elif self.config.allow_anonymous:
                 self.finish_connect(version, cx, cy, client_id, None)
             else:
                 self.fail("authentication failed", frame,

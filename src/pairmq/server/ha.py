@@ -22,7 +22,14 @@ from pairmq.ha import events as ev
 from pairmq.ha.replication import ReplicationMachine, Settings
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
-from pairmq.server.halink import Link, accept_link, open_link, split_address
+from pairmq.server.halink import (
+    Link,
+    accept_link,
+    listen,
+    open_link,
+    peer_tls,
+    split_address,
+)
 from pairmq.server.policy import PairHost
 from pairmq.store.stream import MirrorError, new_records, segment_chunks
 
@@ -122,8 +129,8 @@ class ReplicationDriver:
     async def start(self) -> None:
         self.machine.cfg = replace(self.machine.cfg, stomp=self.server.client_address)
         host, port = split_address(self.config.listen)
-        self._listener = await asyncio.start_server(self._accept, host, port,
-                                                    reuse_address=True)
+        self._listener = await listen(self._accept, host, port,
+                                      peer_tls(self.server, "peer_server"), _refused)
         log.info("HA channel listening on %s:%d (%s, role %s)", host, port,
                  self.config.name, self.config.role)
         if self.config.role == "backup":
@@ -295,7 +302,8 @@ class ReplicationDriver:
                 try:
                     link = await open_link(host, port, self.config.secret,
                                            self.machine.hello(time.monotonic()),
-                                           self.activation)
+                                           self.activation,
+                                           peer_tls(self.server, "peer_client"))
                 except ch.ChannelError as e:
                     if "refused" not in self._said:
                         self._said.add("refused")
@@ -493,7 +501,8 @@ class ReplicationDriver:
                         host, port = split_address(self.witness_address)
                         self.witness = await open_link(host, port, self.config.secret,
                                                        {"name": self.config.name},
-                                                       self.heartbeat)
+                                                       self.heartbeat,
+                                                       peer_tls(self.server, "peer_client"))
                         self._said.discard("witness")
                     self.witness.send_json(ch.LEASE, request)
                     return await self.witness.recv_json(ch.LEASE_REPLY,
@@ -554,3 +563,7 @@ def _node_id(data_dir: Path) -> str:
         node_id = secrets.token_hex(4)
         path.write_text(node_id + "\n")
         return node_id
+
+
+def _refused(peer: str, why: str) -> None:
+    log.warning("Refused HA connection from %s: %s", peer, why)

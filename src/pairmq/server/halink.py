@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+import time
+from asyncio import sslproto
 from collections import deque
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from pairmq.ha import channel as ch
+from pairmq.server.tls import TlsContexts
 
 
 class Link:
@@ -64,6 +69,82 @@ class Link:
             self.writer.close()
 
 
+Accepted = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+HANDSHAKE_TIMEOUT_S = 5.0
+REFUSALS_EVERY_S = 60.0  # the same refusal of the same host is told once this often
+
+
+async def listen(accepted: Accepted, host: str, port: int, tls: ssl.SSLContext | None,
+                 refused: Callable[[str, str], None]) -> asyncio.Server:
+    """A listener of the HA channel or the witness. With `tls`, each connection's TLS
+    handshake runs first, and `accepted` only sees a peer whose certificate the CA signed;
+    `refused(peer, why)` is told of the others (the same refusal of the same host once
+    every REFUSALS_EVERY_S: a peer retries every heartbeat). asyncio's own TLS listener
+    (and uvloop's) drops them without a word, so each connection gets asyncio's TLS
+    protocol with a waiter of ours; upgrading a plain connection later (start_tls) would
+    race with the peer's first TLS bytes, which a plain stream's buffer may hold."""
+    if tls is None:
+        return await asyncio.start_server(accepted, host, port, reuse_address=True)
+    loop = asyncio.get_running_loop()
+    handshakes: set[asyncio.Task] = set()
+    refusals: dict[tuple[str, str], float] = {}  # (host, why) -> when last told
+
+    class Secured(asyncio.StreamReaderProtocol):
+        """Streams over the TLS transport, once the handshake succeeded."""
+
+        transport: asyncio.BaseTransport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self.transport = transport
+
+    class PeerTls(sslproto.SSLProtocol):
+        peer = "?"  # known once connected: a refusal names it
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.peer = _address(transport.get_extra_info("peername"))
+            super().connection_made(transport)
+
+    async def handshake(waiter: asyncio.Future, protocol: Secured,
+                        reader: asyncio.StreamReader, tls_protocol: PeerTls) -> None:
+        try:
+            await waiter
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
+            if isinstance(e, ssl.SSLError):
+                why = _tls_reason(e)
+            elif isinstance(e, ConnectionError):
+                why = "the other side ended it (does it trust this side's certificate?)"
+            else:
+                why = str(e) or "no answer in time"
+            peer = tls_protocol.peer
+            now = time.monotonic()
+            said = (peer.rpartition(":")[0], why)  # a peer that retries: once a minute
+            if now - refusals.get(said, -REFUSALS_EVERY_S) >= REFUSALS_EVERY_S:
+                refusals[said] = now
+                refused(peer, f"TLS handshake failed: {why}")
+            return
+        assert protocol.transport is not None
+        await accepted(reader, asyncio.StreamWriter(protocol.transport, protocol, reader,
+                                                    loop))
+
+    def connection() -> PeerTls:
+        waiter = loop.create_future()
+        reader = asyncio.StreamReader()
+        protocol = Secured(reader)
+        tls_protocol = PeerTls(loop, protocol, tls, waiter, server_side=True,
+                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+        task = loop.create_task(handshake(waiter, protocol, reader, tls_protocol))
+        handshakes.add(task)
+        task.add_done_callback(handshakes.discard)
+        return tls_protocol
+
+    return await loop.create_server(connection, host, port, reuse_address=True)
+
+
+def _address(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if peer else "?"
+
+
 async def accept_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: str,
                       hello: dict[str, Any], timeout: float) -> Link:
     """Listener side: challenge, check the proof, prove ourselves back."""
@@ -91,12 +172,27 @@ async def accept_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 
 
 async def open_link(host: str, port: int, secret: str, hello: dict[str, Any],
-                    timeout: float) -> Link:
-    """Connector side: answer the challenge, then check the listener's proof."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+                    timeout: float, tls: ssl.SSLContext | None = None) -> Link:
+    """Connector side (over TLS with `tls`): answer the challenge, then check the
+    listener's proof."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=tls), timeout)
+    except ssl.SSLError as e:
+        raise ch.ChannelError(f"TLS handshake failed: {_tls_reason(e)}") from None
     link = Link(reader, writer, {})
     try:
-        challenge = await link.recv_json(ch.CHALLENGE, timeout)
+        try:
+            challenge = await link.recv_json(ch.CHALLENGE, timeout)
+        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError) as e:
+            # TLS 1.3: the listener checks this server's certificate after our side of the
+            # handshake is done; its refusal is an alert, or just the end of the connection
+            if tls is None:
+                raise
+            said = _tls_reason(e) if isinstance(e, ssl.SSLError) else "closed the connection"
+            raise ch.ChannelError(f"TLS: the other side {said} before its challenge: it "
+                                  "refuses this server's certificate unless its [tls] ca "
+                                  "signed it") from None
         nonce = ch.new_nonce()
         writer.write(ch.encode_json(ch.PROOF, {
             "proof": ch.proof(secret, str(challenge.get("nonce")), "connector"),
@@ -117,6 +213,26 @@ async def _close_soon(writer: asyncio.StreamWriter) -> None:
     except (OSError, TimeoutError):
         pass
     writer.close()
+
+
+class HasTls(Protocol):
+    """A server whose [ha] tls may be on: its contexts (server/tls.py) and its config."""
+
+    tls: TlsContexts | None
+    config: Any
+
+
+def peer_tls(server: HasTls, purpose: str) -> ssl.SSLContext | None:
+    """The context for the HA channel or the witness ([ha] tls), or None (plaintext)."""
+    if server.tls is None or not server.config.tls:
+        return None
+    return server.tls.listener(purpose) if purpose == "peer_server" \
+        else server.tls.current(purpose)
+
+
+def _tls_reason(error: ssl.SSLError) -> str:
+    """What an SSLError says, without OpenSSL's file and line."""
+    return getattr(error, "verify_message", None) or error.reason or str(error)
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
+from pairmq.server.tls import TlsContexts
 from pairmq.store.store import Store
 
 
@@ -89,6 +90,7 @@ class PairHost(Protocol):
     """What a pair policy's driver asks of the server it runs in."""
 
     config: ServerConfig
+    tls: TlsContexts | None  # [tls]: the HA channel's, with [ha] tls
 
     @property
     def store(self) -> Store:
@@ -125,6 +127,7 @@ class SharedStoreHost(Protocol):
     """What the shared-store policy's driver asks of the server it runs in."""
 
     config: ServerConfig
+    tls: TlsContexts | None  # [tls]: the HA channel's, with [ha] tls
 
     @property
     def store(self) -> Store: ...

@@ -19,7 +19,14 @@ from pairmq.ha import channel as ch
 from pairmq.ha import shared_store as m
 from pairmq.ha.events import from_channel
 from pairmq.ha.states import State
-from pairmq.server.halink import Link, accept_link, open_link, split_address
+from pairmq.server.halink import (
+    Link,
+    accept_link,
+    listen,
+    open_link,
+    peer_tls,
+    split_address,
+)
 from pairmq.server.policy import SharedStoreHost
 from pairmq.store.sharedlock import NO_PROOF, SharedLock, fresh_proof, verify
 
@@ -46,6 +53,7 @@ class SharedStorePair:
             allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown))
         self.lock = SharedLock(self.shared_dir, cfg.name)
         self.link: Link | None = None
+        self._refusal: str | None = None  # the peer's last refusal, logged once
         self.peer: dict[str, Any] = {}
         self.peer_state = State.DEAD
         self.holder = ""  # who holds the lock, as last seen while waiting for it
@@ -85,8 +93,8 @@ class SharedStorePair:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = split_address(self.server.config.listen)
-        self._listener = await asyncio.start_server(self._accept, host, port,
-                                                    reuse_address=True)
+        self._listener = await listen(self._accept, host, port,
+                                      peer_tls(self.server, "peer_server"), _refused)
         log.info("HA channel listening on %s:%d (%s, role %s, shared store %s)", host, port,
                  self.name, self.node.settings.role, self.shared_dir)
         self._tasks.append(loop.create_task(self._role_worker()))
@@ -267,9 +275,13 @@ class SharedStorePair:
             if self.link is None:
                 try:
                     link = await open_link(host, port, self.secret, self.hello(),
-                                           self.activation)
-                except (ch.ChannelError, OSError, TimeoutError,
-                        asyncio.IncompleteReadError) as e:
+                                           self.activation,
+                                           peer_tls(self.server, "peer_client"))
+                except ch.ChannelError as e:
+                    if str(e) != self._refusal:  # once, not every heartbeat
+                        self._refusal = str(e)
+                        log.error("HA connection to %s:%d refused: %s", host, port, e)
+                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
                     trace.debug("HA connection to %s:%d failed: %s", host, port, e)
                 else:
                     self._adopt(link)
@@ -282,6 +294,7 @@ class SharedStorePair:
         if self.link is not None:
             self.link.close()
         self.link = link
+        self._refusal = None
         self.peer = dict(link.hello)
         log.info("Connected to remote server %s over the HA channel (%s)", self.peer.get("name"),
                  link.peer)
@@ -359,3 +372,7 @@ class SharedStorePair:
 async def _resolve(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _refused(peer: str, why: str) -> None:
+    log.warning("Refused HA connection from %s: %s", peer, why)

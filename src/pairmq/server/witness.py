@@ -6,14 +6,16 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.lease import WitnessLeases, answer
-from pairmq.server.halink import accept_link, split_address
+from pairmq.server.halink import accept_link, listen, split_address
 from pairmq.server.process import setup_logging, until_stop_signal
+from pairmq.server.tls import TlsContexts, TlsError, TlsFiles
 
 log = logging.getLogger("pairmq.witness")
 
@@ -21,10 +23,12 @@ HANDSHAKE_TIMEOUT_S = 5.0
 
 
 class Witness:
-    def __init__(self, listen: str, secret: str, state_file: Path | None) -> None:
+    def __init__(self, listen: str, secret: str, state_file: Path | None,
+                 tls: TlsContexts | None = None) -> None:
         self.listen = listen
         self.secret = secret
         self.state_file = state_file
+        self.tls = tls  # mutual TLS: the servers' certificates must come from its CA
         self.leases = WitnessLeases()
         self._server: asyncio.AbstractServer | None = None
         self.port = 0
@@ -58,9 +62,12 @@ class Witness:
 
     async def start(self) -> None:
         host, port = split_address(self.listen)
-        self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
+        self._server = await listen(
+            self._handle, host, port, self.tls.listener("peer_server") if self.tls else None,
+            lambda peer, why: log.warning("Refused connection from %s: %s", peer, why))
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("pairmq witness ready: listening on %s:%d", host, self.port)
+        log.info("pairmq witness ready: listening on %s:%d%s", host, self.port,
+                 " (mutual TLS)" if self.tls else "")
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -107,14 +114,28 @@ class Witness:
             await self._server.wait_closed()
 
 
-async def serve_witness(listen: str, secret: str, state_file: Path | None) -> None:
-    witness = Witness(listen, secret, state_file)
+async def serve_witness(listen: str, secret: str, state_file: Path | None,
+                        tls: TlsFiles | None = None) -> None:
+    contexts = TlsContexts(tls, ("peer_server",)) if tls is not None else None
+    witness = Witness(listen, secret, state_file, contexts)
     witness.load()
     await witness.start()
+    if contexts is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload, contexts)
     await until_stop_signal()
     await witness.stop()
 
 
-def run_witness(listen: str, secret: str, state_file: Path | None, log_level: str) -> None:
+def _reload(contexts: TlsContexts) -> None:
+    try:
+        contexts.reload()
+    except TlsError as e:
+        log.error("TLS reload refused, the running certificates stay: %s", e)
+    else:
+        log.info("TLS certificates reloaded: new connections use them")
+
+
+def run_witness(listen: str, secret: str, state_file: Path | None, log_level: str,
+                tls: TlsFiles | None = None) -> None:
     setup_logging(log_level)
-    asyncio.run(serve_witness(listen, secret, state_file))
+    asyncio.run(serve_witness(listen, secret, state_file, tls))

@@ -140,6 +140,12 @@ BAD_CONFIGS = {
     "tls-missing-file": ('[server]\nadmin_tls = true\n[tls]\ncert = "absent.pem"\n'
                          'key = "absent.key"\n', "[tls] cert absent.pem: no such file"),
     "tls-bad-client-auth": ('[tls]\nclient_auth = "sometimes"\n', "client_auth"),
+    "security-unknown-permission": ('[security."orders.#"]\nsnd = ["producers"]\n',
+                                    "unknown permission 'snd'"),
+    "security-prefixed-pattern": ('[security."/queue/orders"]\nsend = ["p"]\n',
+                                  "without /queue/, /topic/ or /stream/"),
+    "security-roles-not-list": ('[security."#"]\nsend = "producers"\n',
+                                "send must be a list of role names"),
     "ha-tls-without-pair": ('[ha]\ntls = true\n[tls]\ncert = "a"\nkey = "b"\n',
                             "[ha] tls is set but [ha] policy is \"none\""),
 }

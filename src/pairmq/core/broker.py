@@ -215,6 +215,14 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self._dispatch(q, now)
         return sub
 
+    def durable_topic(self, conn_id: int, durable_name: str) -> str | None:
+        """The topic of the durable subscription `durable_name` of this connection (its
+        client-id's), if it exists: what a permission check asks (core/permissions.py)."""
+        session = self._session(conn_id)
+        key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name
+        q = self.durables.get(key)
+        return None if q is None else q.address.name
+
     def _durable_queue(self, session: Session, address: Address, topic_name: str,
                        durable_name: str) -> Queue:
         key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pairmq.core.permissions import Permission, Rule, SecurityRules, rule_pattern_problem
 from pairmq.core.settings import (
     ADDRESS_FULL_POLICIES,
     EXPIRED_POLICIES,
@@ -202,6 +203,7 @@ class ServerConfig:
     source: str = "defaults"
     overrides: tuple[DestinationOverride, ...] = ()  # [destinations.overrides."PATTERN"]
     retention: tuple[tuple[str, Retention], ...] = ()  # [streams.retention.NAME]
+    security: SecurityRules | None = None  # [security."PATTERN"]; None: no rules
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -395,6 +397,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     users: dict[str, User] = {}
     patterns: list[DestinationOverride] = []  # [destinations.overrides."PATTERN"]
     retention: dict[str, dict[str, Any]] = {}  # [streams.retention.NAME]
+    security: SecurityRules | None = None  # [security."PATTERN"]
     source = "defaults"
     if path is not None:
         source = str(path)
@@ -406,6 +409,9 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{source} is not valid TOML: {e}") from None
         for section, table in doc.items():
+            if section == "security":
+                security = _security(table, source)
+                continue
             known = KEYS_BY_SECTION.get(section)
             if known is None:
                 raise ConfigError(f"{source}: unknown section [{section}]")
@@ -439,7 +445,35 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
                                      spec.get("max_age_ms", values["max_age_ms"]),
                                      spec.get("group")))
                     for name, spec in retention.items())
-    return ServerConfig(values, users, source, sorted_overrides(patterns), streams)
+    return ServerConfig(values, users, source, sorted_overrides(patterns), streams, security)
+
+
+def _security(table: Any, source: str) -> SecurityRules:
+    """`[security."PATTERN"]` tables: each permission (Artemis' names) a list of roles."""
+    example = '[security."orders.#"] send = ["producers"]'
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{source}: [security] must be tables of destination patterns, "
+                          f"e.g. {example}")
+    known = {p.value: p for p in Permission}
+    rules = []
+    for pattern, spec in table.items():
+        here = f"{source}: [security.\"{pattern}\"]"
+        problem = rule_pattern_problem(pattern)
+        if problem:
+            raise ConfigError(f"{here}: the pattern {problem}")
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{here} must be a table of permissions, e.g. {example}")
+        grants = {}
+        for name, roles in spec.items():
+            permission = known.get(name)
+            if permission is None:
+                raise ConfigError(f"{here} has unknown permission {name!r}; known: "
+                                  f"{', '.join(known)}")
+            if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+                raise ConfigError(f"{here} {name} must be a list of role names")
+            grants[permission] = frozenset(roles)
+        rules.append(Rule(pattern, grants))
+    return SecurityRules(rules)
 
 
 def _check_ha(v: dict[str, Any], source: str) -> None:

@@ -158,6 +158,8 @@ class Connecting:
     def finish_connect(self, version: str, cx: int, cy: int, client_id: str | None,
                        login: str | None) -> None:
         self.login = login
+        user = self.config.users.get(login) if login is not None else None
+        self.roles = frozenset(user.roles) if user is not None else frozenset()
         self.client_id = client_id
         asked = self.asked
         parking = self.role.parking

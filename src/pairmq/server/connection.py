@@ -20,6 +20,7 @@ from enum import StrEnum
 from pairmq.core import CoreError
 from pairmq.core.admission import Admission, Cause, Outcome
 from pairmq.core.destinations import STREAM_PREFIX
+from pairmq.core.permissions import Exists, durable_name, needed
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing, StreamBatch
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
@@ -88,6 +89,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         self.ttl_ms = 0  # granted: the session is parked this long if the socket breaks
         self.frames = 0  # frames of the session applied (what a resumed session reports)
         self.login: str | None = None
+        self.roles: frozenset[str] = frozenset()  # the user's, for [security] rules
         self.client_id: str | None = None
         self.token = ""
 
@@ -217,6 +219,10 @@ class StompConnection(Connecting, asyncio.Protocol):
             assert refusal is not None
             self.fail(refusal.message, frame, extra=refusal.extra)
             return
+        denied = self._denied(frame)
+        if denied is not None:
+            self.fail(denied, frame)
+            return
         mark = role.frame_mark()
         try:
             held = handler(self, frame)
@@ -300,6 +306,21 @@ class StompConnection(Connecting, asyncio.Protocol):
             self.backlog.clear()
             self.process(frames)
         self.role.flush()
+
+    def _denied(self, frame: Frame) -> str | None:
+        """Why [security] refuses this frame, or None: every frame is checked here, before
+        its handler runs, so a refused one stores nothing (core/permissions.py)."""
+        rules = self.config.security
+        if rules is None:
+            return None
+        h = frame.headers
+        name = durable_name(h) if frame.command in ("SUBSCRIBE", "UNSUBSCRIBE") else None
+        exists = Exists(self.broker.durable_topic(self.conn_id, name)) if name else Exists()
+        refusal = rules.refusal(self.login, self.roles, needed(frame.command, h, exists))
+        if refusal is not None:
+            log.warning("%s (connection %d from %s)", refusal, self.conn_id, self.peer)
+            return str(refusal)
+        return None
 
     def on_send(self, frame: Frame) -> object:
         h = frame.headers

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pairmq.server.app import PairmqServer
 
 log = logging.getLogger("pairmq.admin")
+audit = logging.getLogger("pairmq.audit")  # management changes and refusals
 
 REALM = 'Basic realm="pairmq"'
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -199,14 +200,20 @@ def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
         if user is None:
             log.warning("Management HTTP refused %s: unknown user or wrong password for %r",
                         where, login)
+            audit.warning("management login refused: %r, %s", login, where)
             return _refused(401, "authentication failed: unknown user or wrong password")
         if not set(roles) & set(user.roles):
             has = ", ".join(user.roles) or "none"
             log.warning("Management HTTP refused %s: user %r lacks role %s", where, login, needs)
+            audit.warning("management denied: user %r lacks role %s for %s", login, needs,
+                          where)
             return _refused(403, f"forbidden: {method} {path} needs role {needs}; user "
                                  f"{login!r} has: {has}")
         request["user"] = user.name
-        return await handler(request)
+        response = await handler(request)
+        if method not in READ_METHODS:  # a change: who, from where, what, and the answer
+            audit.info("management: user %r, %s: HTTP %d", user.name, where, response.status)
+        return response
 
     return require_role
 

@@ -17,6 +17,7 @@ from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
 from pairmq.server.connection import TURN_BUDGET_S, StompConnection, now_ms
 from pairmq.server.ha import ReplicationDriver
+from pairmq.server.logins import LoginThrottle
 from pairmq.server.looplag import LoopWatch
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
@@ -73,6 +74,7 @@ class PairmqServer:
         self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
         self._steps = SteppedCollector()
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
+        self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
@@ -146,7 +148,7 @@ class PairmqServer:
     def _accept(self) -> StompConnection:
         """A new client connection belongs to the role current when it is accepted."""
         return StompConnection(self.config, self.role, self.next_conn_id(), self.loop,
-                               self.turn)
+                               self.turn, self.logins)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -151,6 +151,9 @@ KEYS: tuple[Key, ...] = (
         "persistent message bodies held in memory; beyond it they stay on disk",
         _at_least(0)),
     Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
+    Key("auth", "failed_login_delay_max_ms", int, 10000,
+        "failed logins from one address delay its next attempts, 100 ms doubling up to "
+        "this (ms, 0 = no delay); other addresses are not slowed", _at_least(0)),
     Key("auth", "anonymous_management_reads", bool, False,
         "GET /status and /metrics without credentials (writes always need an admin)"),
     Key("ha", "policy", str, "none", "none, replication or shared-store",

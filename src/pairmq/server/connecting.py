@@ -25,11 +25,13 @@ from pairmq.protocol import (
 )
 from pairmq.server.auth import check_login, is_hashed, verify_password
 from pairmq.server.config import ServerConfig
+from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import Parked, SessionRequest
 from pairmq.server.role import Role, Ticket
 from pairmq.server.tls import common_name
 
 log = logging.getLogger("pairmq.connection")
+audit = logging.getLogger("pairmq.audit")  # logins, refusals, permission denials
 
 SUPPORTED = "1.0,1.1,1.2"
 
@@ -61,6 +63,7 @@ class Connecting:
     ttl_ms: int
     frames: int
     login: str | None
+    logins: LoginThrottle
     client_id: str | None
     token: str
 
@@ -122,6 +125,14 @@ class Connecting:
                 self.fail("authentication failed", frame,
                           detail="this server requires a login and passcode")
             return
+        wait = self.logins.admit(self.host, self.loop.time())
+        if wait > 0:
+            # failed logins from this host: its attempts wait their turn (server/logins.py)
+            self.waiting = True
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self._timers["login"] = self.loop.call_later(wait, self._connect_later, frame)
+            return
         passcode = h.get("passcode", "")
         users = self.config.users
         user = users.get(login)
@@ -139,6 +150,20 @@ class Connecting:
         future.add_done_callback(
             lambda f: self._auth_done(f, version, cx, cy, client_id, login, frame))
 
+    def _connect_later(self, frame: Frame) -> None:
+        self._timers.pop("login", None)
+        self.waiting = False
+        if self.closing:
+            return
+        self.on_connect(frame)
+        if not self.waiting:
+            self.release_backlog()
+
+    @property
+    def host(self) -> str:
+        """The client's address without its port: what failed logins are counted by."""
+        return self.peer.rpartition(":")[0] or self.peer
+
     def _auth_done(self, future: asyncio.Future, version: str, cx: int, cy: int,
                    client_id: str | None, login: str, frame: Frame) -> None:
         self.waiting = False
@@ -152,12 +177,19 @@ class Connecting:
         self.release_backlog()
 
     def _auth_failed(self, login: str, frame: Frame) -> None:
+        delay = self.logins.failed(self.host, self.loop.time())
         log.warning("Refused login %r from %s: bad login or passcode", login, self.peer)
+        audit.warning("login refused: %r from %s (connection %d): bad login or passcode; "
+                      "its next attempt waits %.1f s", login, self.peer, self.conn_id, delay)
         self.fail("authentication failed", frame, detail="bad login or passcode")
 
     def finish_connect(self, version: str, cx: int, cy: int, client_id: str | None,
                        login: str | None) -> None:
         self.login = login
+        if login is not None:
+            self.logins.succeeded(self.host)
+        audit.info("login: %s from %s (connection %d)",
+                   repr(login) if login is not None else "anonymous", self.peer, self.conn_id)
         user = self.config.users.get(login) if login is not None else None
         self.roles = frozenset(user.roles) if user is not None else frozenset()
         self.client_id = client_id

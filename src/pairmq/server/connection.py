@@ -27,8 +27,9 @@ from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
 from pairmq.protocol.batch import SEND_BATCH_HEADER, decode_send_records, parse_send_batch
 from pairmq.server import wire
 from pairmq.server.config import ServerConfig
-from pairmq.server.connecting import Connecting, now_ms
+from pairmq.server.connecting import Connecting, audit, now_ms
 from pairmq.server.held import HeldOutput
+from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import SessionRequest
 from pairmq.server.role import Role, RolePhase, Ticket
 from pairmq.server.turns import TurnBudget
@@ -53,9 +54,11 @@ class StompConnection(Connecting, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     def __init__(self, config: ServerConfig, role: Role, conn_id: int,
-                 loop: asyncio.AbstractEventLoop, turn: TurnBudget) -> None:
+                 loop: asyncio.AbstractEventLoop, turn: TurnBudget,
+                 logins: LoginThrottle) -> None:
         self.config = config
         self.turn = turn  # shared by every connection (server/turns.py)
+        self.logins = logins  # failed logins per host, shared (server/logins.py)
         self.role = role
         self.broker = role.broker
         self.loop = loop
@@ -318,7 +321,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         exists = Exists(self.broker.durable_topic(self.conn_id, name)) if name else Exists()
         refusal = rules.refusal(self.login, self.roles, needed(frame.command, h, exists))
         if refusal is not None:
-            log.warning("%s (connection %d from %s)", refusal, self.conn_id, self.peer)
+            audit.warning("%s (connection %d from %s)", refusal, self.conn_id, self.peer)
             return str(refusal)
         return None
 

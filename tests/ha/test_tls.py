@@ -111,3 +111,24 @@ def test_a_witness_with_a_certificate_of_another_ca_is_not_trusted(pair_factory,
     assert "Witness at" in pair.logs("primary")
     assert "Refused connection from" in pair.witness_logs()
     assert "Lease:" not in pair.witness_logs(), "a lease granted by an untrusted witness"
+
+
+def test_a_tls_client_given_one_server_learns_the_backups_tls_listener(pair_factory, pki
+                                                                       ) -> None:
+    """CONNECTED carries `topology-tls` (the pair's TLS listeners) beside `topology`: a
+    client on TLS learns the backup's TLS address from it, never a plaintext one it could
+    not use, and fails over to it."""
+    pair, ports = tls_pair(pair_factory, pki)
+    pair.start(parallel=True)
+    pair.wait_formed()
+    primary_tls = f"{HOST}:{ports['primary']}"
+    backup_tls = f"{HOST}:{ports['backup']}"
+    url = f"stomp+ssl://{primary_tls}?trustStorePath={pki.ca_file}"
+    with pairmq.client.connect(f"failover:({url.split('?')[0]})?trustStorePath="
+                               f"{pki.ca_file}") as client:
+        client.send("/queue/learn", b"before")
+        pair.kill("primary")
+        client.send("/queue/learn", b"after")  # through the failover
+        assert client.server == backup_tls
+    logs = pair.logs("backup")
+    assert "STOMP over TLS on" in logs

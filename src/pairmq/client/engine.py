@@ -290,7 +290,9 @@ class Engine(Recovery, Transacting):
 
     def _error(self, frame: Frame, now: float) -> None:
         headers = frame.headers
-        hint = self.servers.named(headers.get("active-server"))
+        # a client on TLS follows only hints to TLS listeners (the server names both)
+        hint = self.servers.named(headers.get(
+            "active-server-tls" if self.options.tls else "active-server"))
         message = headers.get("message", "ERROR")
         receipt = headers.get("receipt-id")
         if self.link is Link.CONNECTING:
@@ -313,7 +315,7 @@ class Engine(Recovery, Transacting):
         assert self.address is not None
         self.servers.current = self.address
         self.servers.hint = None
-        topology = headers.get("topology")
+        topology = headers.get("topology-tls" if self.options.tls else "topology")
         if topology:
             self.servers.learn(topology)
         cache = headers.get("dup-cache-size")

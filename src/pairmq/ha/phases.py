@@ -109,6 +109,7 @@ class Settings:
     synchronous: bool  # replication_mode = "sync"
     backup_ack_fsync: bool  # backup_ack = "fsync"
     boot: int = 0  # grows with every start of the process: orders its witness requests
+    stomp_tls: str = ""  # where clients on TLS reach it ("" without a TLS listener)
 
     @property
     def activation(self) -> float:

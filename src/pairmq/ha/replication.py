@@ -176,12 +176,16 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         return {"name": self.cfg.name, "identity": self.cfg.identity, "role": self.cfg.role,
                 "state": self.state.value, "epoch": journal.epoch,
                 "last_seq": journal.appended_seq, "epochs": journal.epochs,
-                "stomp": self.cfg.stomp, "oldest": journal.oldest_seq, "ts": now,
+                "stomp": self.cfg.stomp, "stomp_tls": self.cfg.stomp_tls,
+                "oldest": journal.oldest_seq, "ts": now,
                 "echo": self.peer_echo, "in_sync": self.in_sync_with_live,
                 "lease": self.serving and self.witness_lease.valid(now)}
 
-    def active_address(self) -> str | None:
-        return self.peer.get("stomp") if self.peer_state.serving else None
+    def active_address(self, tls: bool = False) -> str | None:
+        """The serving peer's STOMP listener (with `tls`, its TLS one), if it serves."""
+        if not self.peer_state.serving:
+            return None
+        return self.peer.get("stomp_tls" if tls else "stomp") or None
 
     def force_refused(self) -> str | None:
         """Why an operator's force is refused now (None: it is taken)."""

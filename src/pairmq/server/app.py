@@ -103,7 +103,8 @@ class PairmqServer:
 
     def _new_role(self, kind: RoleKind, broker: Broker, store: Store) -> Role:
         self._generation += 1
-        return Role(self._generation, kind, broker, store, self.pair, self.client_address)
+        return Role(self._generation, kind, broker, store, self.pair, self.client_address,
+                    self.tls_address or None)
 
     def _switch_role(self, role: Role, why: str) -> None:
         """Make `role` the one new connections join; close every connection of the old one."""
@@ -135,6 +136,14 @@ class PairmqServer:
     @property
     def client_address(self) -> str:
         return f"{self.config.stomp_host}:{self.port}"
+
+    @property
+    def tls_address(self) -> str:
+        """The STOMP TLS listener's address, its real port ("" without one)."""
+        host, _, port = self.config.stomp_tls.rpartition(":")
+        if self._tls_server is not None:
+            port = str(self._tls_server.sockets[0].getsockname()[1])
+        return f"{host}:{port}" if host and port != "0" else ""
 
     @property
     def active_address(self) -> str | None:

@@ -217,6 +217,9 @@ class Connecting:
         topology = self.role.topology()
         if topology is not None:
             headers["topology"] = topology
+        topology_tls = self.role.topology_tls()
+        if topology_tls is not None:  # for clients on TLS: the listeners they can use
+            headers["topology-tls"] = topology_tls
         self.ttl_ms = min(asked.ttl_ms, self.config.connection_ttl_max_ms)
         if self.ttl_ms:
             self.asked = SessionRequest(self.ttl_ms, self.token, parking.new_key())

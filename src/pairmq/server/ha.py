@@ -89,11 +89,11 @@ class ReplicationDriver:
     def confirmable(self, local: int, current: int) -> int:
         return self.machine.confirmable(local, current, time.monotonic())
 
-    def active_address(self) -> str | None:
-        return self.machine.active_address()
+    def active_address(self, tls: bool = False) -> str | None:
+        return self.machine.active_address(tls)
 
-    def topology(self, own: str) -> str:
-        peer = self.machine.peer.get("stomp")
+    def topology(self, own: str, tls: bool = False) -> str:
+        peer = self.machine.peer.get("stomp_tls" if tls else "stomp")
         return f"{own},{peer}" if peer else own
 
     def force(self) -> str | None:
@@ -127,7 +127,8 @@ class ReplicationDriver:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.machine.cfg = replace(self.machine.cfg, stomp=self.server.client_address)
+        self.machine.cfg = replace(self.machine.cfg, stomp=self.server.client_address,
+                                   stomp_tls=self.server.tls_address)
         host, port = split_address(self.config.listen)
         self._listener = await listen(self._accept, host, port,
                                       peer_tls(self.server, "peer_server"), _refused)

@@ -120,6 +120,9 @@ async def listen(accepted: Accepted, host: str, port: int, tls: ssl.SSLContext |
             now = time.monotonic()
             said = (peer.rpartition(":")[0], why)  # a peer that retries: once a minute
             if now - refusals.get(said, -REFUSALS_EVERY_S) >= REFUSALS_EVERY_S:
+                if len(refusals) >= 1000:  # many hosts: forget the oldest half
+                    for key in sorted(refusals, key=refusals.__getitem__)[:500]:
+                        del refusals[key]
                 refusals[said] = now
                 refused(peer, f"TLS handshake failed: {why}")
             return

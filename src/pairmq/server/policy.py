@@ -22,11 +22,13 @@ class PairPolicy(Protocol):
     @property
     def state(self) -> State: ...
 
-    def active_address(self) -> str | None:
-        """The STOMP address of the pair's serving server when this one does not serve."""
+    def active_address(self, tls: bool = False) -> str | None:
+        """The STOMP address (with `tls`, its TLS listener's) of the pair's serving server
+        when this one does not serve."""
 
-    def topology(self, own: str) -> str | None:
-        """The CONNECTED frame's `topology` header: this server first, then its peer."""
+    def topology(self, own: str, tls: bool = False) -> str | None:
+        """The CONNECTED frame's `topology` header (with `tls`, `topology-tls`, `own` being
+        this server's TLS listener): this server first, then its peer."""
 
     def confirmable(self, local: int, current: int) -> int:
         """Up to which journal sequence receipts may go out, given the local disk's."""
@@ -58,10 +60,10 @@ class NoPair:
     def state(self) -> State:
         return State.STANDALONE
 
-    def active_address(self) -> str | None:
+    def active_address(self, tls: bool = False) -> str | None:
         return None
 
-    def topology(self, own: str) -> str | None:
+    def topology(self, own: str, tls: bool = False) -> str | None:
         return None
 
     def confirmable(self, local: int, current: int) -> int:
@@ -100,6 +102,10 @@ class PairHost(Protocol):
     def client_address(self) -> str: ...
 
     @property
+    def tls_address(self) -> str:
+        """The STOMP TLS listener's address ("" without one)."""
+
+    @property
     def confirmed_seq(self) -> int: ...
 
     async def become_active(self, epoch: int | None) -> None: ...
@@ -134,6 +140,10 @@ class SharedStoreHost(Protocol):
 
     @property
     def client_address(self) -> str: ...
+
+    @property
+    def tls_address(self) -> str:
+        """The STOMP TLS listener's address ("" without one)."""
 
     @property
     def confirmed_seq(self) -> int: ...

@@ -58,10 +58,21 @@ class Refusal:
 
     message: str
     active: str | None
+    active_tls: str | None = None  # its STOMP TLS listener, for clients on TLS
 
     @property
     def extra(self) -> dict[str, str] | None:
-        return {"active-server": self.active} if self.active else None
+        return hint_headers(self.active, self.active_tls)
+
+
+def hint_headers(active: str | None, active_tls: str | None) -> dict[str, str] | None:
+    """`active-server` (and `active-server-tls`, for clients on TLS) of an ERROR."""
+    headers = {}
+    if active:
+        headers["active-server"] = active
+    if active_tls:
+        headers["active-server-tls"] = active_tls
+    return headers or None
 
 
 class Client(Protocol):
@@ -89,7 +100,7 @@ FrameMark = tuple[int, int]  # (records pending, duplicates seen) before a frame
 
 class Role:
     def __init__(self, generation: int, kind: RoleKind, broker: Broker, store: Store,
-                 policy: PairPolicy, own_address: str) -> None:
+                 policy: PairPolicy, own_address: str, own_tls: str | None = None) -> None:
         self.generation = generation
         self.kind = kind
         self.phase = RolePhase.CURRENT
@@ -97,6 +108,7 @@ class Role:
         self.store = store
         self._policy = policy
         self._own_address = own_address
+        self._own_tls = own_tls  # the STOMP TLS listener's address, if there is one
         self.connections: dict[int, Client] = {}
         self.throttled = False  # reading from clients paused: replication is behind
         self._dirty: set[Client] = set()  # connections with output waiting
@@ -158,7 +170,7 @@ class Role:
             conn.throttle(paused)
 
     def close_clients(self, message: str, active: str | None) -> None:
-        extra = {"active-server": active} if active else None
+        extra = hint_headers(active, self._policy.active_address(True) if active else None)
         for conn in list(self.connections.values()):
             conn.fail(message, extra=extra)
         self._write_dirty()
@@ -169,7 +181,7 @@ class Role:
         """None when this role serves clients now; otherwise why not, and where to go."""
         if self.phase is RolePhase.RETIRED:
             return Refusal(f"this server changed role (role {self.generation} ended): reconnect",
-                           self._policy.active_address())
+                           self._policy.active_address(), self._policy.active_address(True))
         state = self._policy.state
         if self.kind is RoleKind.SERVING and state.serving:
             return None
@@ -178,10 +190,15 @@ class Role:
         active = self._policy.active_address()
         where = f": connect to the active server at {active}" if active else \
             ": no server of the pair is active right now"
-        return Refusal(f"this server is {state.value}{where}", active)
+        return Refusal(f"this server is {state.value}{where}", active,
+                       self._policy.active_address(True))
 
     def topology(self) -> str | None:
         return self._policy.topology(self._own_address)
+
+    def topology_tls(self) -> str | None:
+        """The pair's STOMP TLS listeners, this server's first (for clients on TLS)."""
+        return self._policy.topology(self._own_tls, True) if self._own_tls else None
 
     def attach(self, conn: Client) -> None:
         self.connections[conn.conn_id] = conn

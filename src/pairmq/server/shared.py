@@ -70,11 +70,12 @@ class SharedStorePair:
     def state(self) -> State:
         return self.node.state
 
-    def active_address(self) -> str | None:
-        return self.peer.get("stomp") if self.peer_state.serving else None
+    def active_address(self, tls: bool = False) -> str | None:
+        return self.peer.get("stomp_tls" if tls else "stomp") or None \
+            if self.peer_state.serving else None
 
-    def topology(self, own: str) -> str | None:
-        peer = self.peer.get("stomp")
+    def topology(self, own: str, tls: bool = False) -> str | None:
+        peer = self.peer.get("stomp_tls" if tls else "stomp")
         return f"{own},{peer}" if peer else own
 
     def confirmable(self, local: int, current: int) -> int:
@@ -150,7 +151,8 @@ class SharedStorePair:
 
     def hello(self) -> dict[str, Any]:
         return {"name": self.name, "role": self.node.settings.role,
-                "stomp": self.server.client_address, "ts": time.monotonic(),
+                "stomp": self.server.client_address, "stomp_tls": self.server.tls_address,
+                "ts": time.monotonic(),
                 **self.node.hello()}
 
     def step(self, event: m.Input) -> None:

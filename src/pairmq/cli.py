@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,9 @@ from typing import Any
 import click
 
 from pairmq import __version__
+from pairmq.admincli import AdminRefused, admin_call, admin_credentials, admin_options
 from pairmq.server.config import KEYS, ConfigError, ServerConfig, load_config
+from pairmq.usercli import role_group, user_group
 
 
 def _config_options(func):
@@ -108,89 +109,10 @@ def witness(listen: str, secret: str, state_file: Path | None, log_level: str,
     run_witness(listen, secret, state_file, log_level, tls)
 
 
-class AdminRefused(Exception):
-    """The management port answered with an HTTP error; the message is one line for users."""
-
-
-def _admin_call(address: str, path: str, credentials: tuple[str, str] | None,
-                method: str = "GET") -> dict:
-    """One management request; AdminRefused for an HTTP error, OSError if unreachable."""
-    import base64
-    import json
-    import urllib.error
-    import urllib.request
-
-    headers = {}
-    if credentials is not None:
-        token = base64.b64encode(":".join(credentials).encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
-    url = address if address.startswith(("http://", "https://")) else f"http://{address}"
-    request = urllib.request.Request(f"{url.rstrip('/')}{path}", method=method,
-                                     headers=headers)
-    tls = None
-    if url.startswith("https://"):
-        import ssl
-
-        # [server] admin_tls: trust the CA in PAIRMQ_CA (`pairmq up` prints it), or the system's
-        tls = ssl.create_default_context(cafile=os.environ.get("PAIRMQ_CA") or None)
-    try:
-        with urllib.request.urlopen(request, timeout=5, context=tls) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as e:  # before OSError: HTTPError is one
-        try:
-            problem = json.loads(e.read()).get("error") or e.reason
-        except ValueError:
-            problem = e.reason
-        hint = " (give --user and --password, or set PAIRMQ_USER and PAIRMQ_PASSWORD)" \
-            if e.code == 401 else ""
-        raise AdminRefused(f"{address}: {problem} [HTTP {e.code}]{hint}") from None
-
-
-def _is_loopback(address: str) -> bool:
-    import ipaddress
-
-    host = address.partition("://")[2] or address
-    host = host.rstrip("/").rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _admin_credentials(user: str | None, password: str | None,
-                       addresses: tuple[str, ...]) -> tuple[str, str] | None:
-    """--user/--password (or PAIRMQ_USER/PAIRMQ_PASSWORD, or a prompt on a terminal); without
-    a user, the credentials `pairmq up` wrote, but only for servers on this machine."""
-    from pairmq.local import LOCAL_DIR, local_login
-
-    if user is None:
-        if password is not None:
-            raise click.UsageError("a password was given (--password or PAIRMQ_PASSWORD) "
-                                   "without a user: add --user NAME or PAIRMQ_USER")
-        return local_login(LOCAL_DIR) if all(_is_loopback(a) for a in addresses) else None
-    if password is None:
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"--user {user} needs a password: give --password or set "
-                                   "PAIRMQ_PASSWORD (no terminal to ask on)")
-        password = click.prompt(f"Password for {user}", hide_input=True)
-    return user, password
-
-
-def _admin_options(func):
-    func = click.option("--password", envvar="PAIRMQ_PASSWORD", default=None,
-                        help="its password (or PAIRMQ_PASSWORD; asked for on a terminal)")(func)
-    func = click.option("--user", envvar="PAIRMQ_USER", default=None, metavar="NAME",
-                        help="management user (or PAIRMQ_USER); default on loopback: the one "
-                             "`pairmq up` wrote to .pairmq-local/credentials")(func)
-    return func
-
-
 @main.command()
 @click.argument("admin", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
-@_admin_options
+@admin_options
 def status(admin: tuple[str, ...], as_json: bool, user: str | None, password: str | None
            ) -> None:
     """Show the state of servers, by their management addresses (default: `pairmq up`'s)."""
@@ -199,11 +121,11 @@ def status(admin: tuple[str, ...], as_json: bool, user: str | None, password: st
     from pairmq.local import ADMIN_ADDRESSES
 
     addresses = admin or ADMIN_ADDRESSES
-    credentials = _admin_credentials(user, password, addresses)
+    credentials = admin_credentials(user, password, addresses)
     refused = False
     for address in addresses:
         try:
-            info = _admin_call(address, "/status", credentials)
+            info = admin_call(address, "/status", credentials)
         except AdminRefused as e:
             click.echo(str(e), err=True)
             refused = True
@@ -230,13 +152,13 @@ def status(admin: tuple[str, ...], as_json: bool, user: str | None, password: st
 @click.argument("admin")
 @click.confirmation_option(prompt="Serve this server's journal even if the other server may "
                                   "hold newer data?")
-@_admin_options
+@admin_options
 def activate(admin: str, user: str | None, password: str | None) -> None:
     """Force a WAITING server (by its management address) to become active (needs a user
     with the admin role)."""
-    credentials = _admin_credentials(user, password, (admin,))
+    credentials = admin_credentials(user, password, (admin,))
     try:
-        click.echo(_admin_call(admin, "/activate", credentials, method="POST"))
+        click.echo(admin_call(admin, "/activate", credentials, method="POST"))
     except AdminRefused as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
@@ -245,7 +167,7 @@ def activate(admin: str, user: str | None, password: str | None) -> None:
 
 @main.command()
 @click.argument("admin", nargs=-1)
-@_admin_options
+@admin_options
 def reload(admin: tuple[str, ...], user: str | None, password: str | None) -> None:
     """Reload the TLS certificates of servers (by their management addresses; default:
     `pairmq up`'s), as SIGHUP does: new connections use them. https://HOST:PORT for a
@@ -253,11 +175,11 @@ def reload(admin: tuple[str, ...], user: str | None, password: str | None) -> No
     from pairmq.local import ADMIN_ADDRESSES
 
     addresses = admin or ADMIN_ADDRESSES
-    credentials = _admin_credentials(user, password, addresses)
+    credentials = admin_credentials(user, password, addresses)
     failed = False
     for address in addresses:
         try:
-            click.echo(f"{address}: {_admin_call(address, '/reload', credentials, 'POST')}")
+            click.echo(f"{address}: {admin_call(address, '/reload', credentials, 'POST')}")
         except AdminRefused as e:
             click.echo(str(e), err=True)
             failed = True
@@ -391,6 +313,10 @@ def receive(url: str, login: str | None, passcode: str | None, count: int, timeo
         raise click.ClickException(str(e)) from None
     finally:
         client.close(timeout=5)
+
+
+main.add_command(user_group)
+main.add_command(role_group)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -83,3 +86,12 @@ def metric(address: str, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.split()[-1])
     raise AssertionError(f"no {name} in /metrics: {str(body)[:300]!r}")
+
+
+def pairmq_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30.0
+               ) -> subprocess.CompletedProcess:
+    """`pairmq ARGS` without a terminal, logged in as the test admin unless `env` says
+    otherwise (PAIRMQ_USER / PAIRMQ_PASSWORD)."""
+    return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **admin_env(), **(env or {})})

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pairmq.core import records as rec
+from pairmq.core.accounts import Accounts
 from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
@@ -46,6 +47,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self.addresses: dict[str, Address] = {}
         self.queues: dict[str, Queue] = {}  # "/queue/NAME" -> queue
         self.durables: dict[str, Queue] = {}  # durable subscription key -> its queue
+        self.accounts = Accounts()  # users changed at run time (core/accounts.py)
         self.streams: dict[str, StreamLog] = {}  # "/stream/NAME" -> its log (core/streaming.py)
         self.sessions: dict[int, Session] = {}
         self.client_ids: dict[str, int] = {}
@@ -74,6 +76,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
     def restore(self, replay: Replay) -> None:
         """Load what the journal replay rebuilt; only on an empty broker, before clients."""
         assert not self.sessions and not self.addresses, "restore needs an empty broker"
+        self.accounts = replay.accounts
         for destination in replay.destinations:
             if destination.startswith(STREAM_PREFIX):
                 self._stream(destination)
@@ -214,6 +217,15 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         q.consumers.append(sub)
         self._dispatch(q, now)
         return sub
+
+    def set_user(self, name: str, password: str, roles: tuple[str, ...]) -> None:
+        """Add or change a user at run time (core/accounts.py); `password` is a hash."""
+        self.accounts.set_user(name, password, roles)
+        self.records.append((rec.USER, name, password, tuple(roles)))
+
+    def remove_user(self, name: str) -> None:
+        self.accounts.remove_user(name)
+        self.records.append((rec.UNUSER, name))
 
     def durable_topic(self, conn_id: int, durable_name: str) -> str | None:
         """The topic of the durable subscription `durable_name` of this connection (its

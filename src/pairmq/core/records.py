@@ -16,3 +16,5 @@ GROUP = 9  # (GROUP, stream, group, offset)            a stream's consumer group
 # (PRODUCER, destination, producer, epoch, seq, ms)  a producer's messages up to seq are taken
 PRODUCER = 10
 PRODUCER_FORGET = 11  # (PRODUCER_FORGET, destination, producer)  ... expired (bookkeeping)
+USER = 12  # (USER, name, password hash, roles)        a user added or changed at run time
+UNUSER = 13  # (UNUSER, name)                          ... or removed (core/accounts.py)

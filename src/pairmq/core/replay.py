@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pairmq.core.accounts import Accounts
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged import PagedLog
 
@@ -32,6 +33,7 @@ class Replay:
     # queue key -> message id -> its entry (message, deliveries), in journal order
     queues: dict[str, dict[str, Entry]] = field(default_factory=dict)
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
+    accounts: Accounts = field(default_factory=Accounts)  # users changed at run time
     destinations: dict[str, None] = field(default_factory=dict)
     dups: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset

@@ -23,6 +23,7 @@ from pairmq.core.capacity import Shortage
 from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
 from pairmq.server.tls import TlsError
+from pairmq.server.users_api import user_routes
 
 if TYPE_CHECKING:
     from pairmq.server.app import PairmqServer
@@ -195,7 +196,7 @@ def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
         # A hashed password takes tens of ms to check: in a thread of our own, so that
         # neither the event loop nor the threads the journal uses wait for it.
         loop = asyncio.get_running_loop()
-        user = await loop.run_in_executor(executor, authenticate, server.config.users, login,
+        user = await loop.run_in_executor(executor, authenticate, server.users, login,
                                           password)
         if user is None:
             log.warning("Management HTTP refused %s: unknown user or wrong password for %r",
@@ -256,6 +257,7 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
     app = web.Application(middlewares=[_auth_middleware(server, executor)])
     app.add_routes([web.get("/status", status), web.get("/metrics", metrics),
                     web.post("/activate", activate), web.post("/reload", reload)])
+    app.add_routes(user_routes(server, executor))  # server/users_api.py
 
     async def shutdown_executor(_app: web.Application) -> None:
         executor.shutdown(wait=False, cancel_futures=True)

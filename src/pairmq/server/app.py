@@ -10,11 +10,12 @@ import signal
 import ssl
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from pairmq.core import Broker
 from pairmq.ha.states import State
-from pairmq.server.config import ServerConfig
+from pairmq.server.config import ServerConfig, User
 from pairmq.server.connection import TURN_BUDGET_S, StompConnection, now_ms
 from pairmq.server.ha import ReplicationDriver
 from pairmq.server.logins import LoginThrottle
@@ -136,6 +137,12 @@ class PairmqServer:
     @property
     def client_address(self) -> str:
         return f"{self.config.stomp_host}:{self.port}"
+
+    @property
+    def users(self) -> Mapping[str, User]:
+        """The users in force: the file's, with those changed at run time (journal
+        records of the current role's broker, core/accounts.py) over them."""
+        return self.role.broker.accounts.over(self.config.users)
 
     @property
     def tls_address(self) -> str:

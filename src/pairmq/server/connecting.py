@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pairmq import __version__
@@ -24,7 +25,7 @@ from pairmq.protocol import (
     serialize,
 )
 from pairmq.server.auth import check_login, is_hashed, verify_password
-from pairmq.server.config import ServerConfig
+from pairmq.server.config import ServerConfig, User
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import Parked, SessionRequest
 from pairmq.server.role import Role, Ticket
@@ -115,7 +116,7 @@ class Connecting:
             # common name is a configured user (roles come from the user)
             by_cert = common_name(self.transport.get_extra_info("peercert")
                                   if self.transport is not None else None)
-            if by_cert and by_cert in self.config.users:
+            if by_cert and by_cert in self.users:
                 log.info("Connection %d from %s logged in as %r by its client certificate",
                          self.conn_id, self.peer, by_cert)
                 self.finish_connect(version, cx, cy, client_id, by_cert)
@@ -134,7 +135,7 @@ class Connecting:
             self._timers["login"] = self.loop.call_later(wait, self._connect_later, frame)
             return
         passcode = h.get("passcode", "")
-        users = self.config.users
+        users = self.users
         user = users.get(login)
         if user is not None and not is_hashed(user.password):
             if verify_password(user.password, passcode):
@@ -158,6 +159,11 @@ class Connecting:
         self.on_connect(frame)
         if not self.waiting:
             self.release_backlog()
+
+    @property
+    def users(self) -> Mapping[str, User]:
+        """The users in force: the file's, with those changed at run time over them."""
+        return self.broker.accounts.over(self.config.users)
 
     @property
     def host(self) -> str:
@@ -190,7 +196,7 @@ class Connecting:
             self.logins.succeeded(self.host)
         audit.info("login: %s from %s (connection %d)",
                    repr(login) if login is not None else "anonymous", self.peer, self.conn_id)
-        user = self.config.users.get(login) if login is not None else None
+        user = self.users.get(login) if login is not None else None
         self.roles = frozenset(user.roles) if user is not None else frozenset()
         self.client_id = client_id
         asked = self.asked

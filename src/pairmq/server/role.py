@@ -80,6 +80,7 @@ class Client(Protocol):
 
     conn_id: int
     closing: bool
+    login: str | None
 
     def fail(self, message: str, frame: object = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None: ...
@@ -268,6 +269,23 @@ class Role:
                     newest.seq is not None and ticket.seq > newest.seq):
                 newest = ticket
         return newest
+
+    async def change_accounts(self, change: Callable[[Broker], None], timeout: float) -> None:
+        """A run-time change of users (core/accounts.py), journaled, once its record is
+        confirmed: on disk and, in a pair, on the backup. Only a serving role writes."""
+        mark = self.frame_mark()
+        change(self.broker)
+        ticket = self.ticket_since(mark)
+        self.flush()
+        if ticket is None:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self.when_confirmed(ticket, lambda: done.done() or done.set_result(None))
+        await asyncio.wait_for(done, timeout)
+
+    def logged_in(self, login: str) -> list[Client]:
+        """The connections of one user (a removed user's are closed)."""
+        return [c for c in self.connections.values() if c.login == login]
 
     def when_confirmed(self, ticket: Ticket, callback: Callable[[], None]) -> None:
         if self.confirmed(ticket):

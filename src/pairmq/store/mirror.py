@@ -189,6 +189,12 @@ class Mirroring:
             elif kind == disk.DEST:
                 broker.follow_destination(entry[1])
                 keys.append(("dest", entry[1]))
+            elif kind == disk.USER:
+                broker.accounts.set_user(entry[1], entry[2], entry[3])
+                keys.append(("user", entry[1]))
+            elif kind == disk.UNUSER:
+                broker.accounts.remove_user(entry[1])
+                keys.append(("user", entry[1]))
             elif kind == disk.DUP:
                 evicted = broker.follow_dup(entry[1], entry[2])
                 keys.append(("dup", entry[1], entry[2]))

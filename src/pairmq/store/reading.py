@@ -269,6 +269,12 @@ class JournalReading:
             elif kind == disk.DEST:
                 replay.destination(entry[1])
                 where[("dest", entry[1])] = segment_id
+            elif kind == disk.USER:
+                replay.accounts.set_user(entry[1], entry[2], entry[3])
+                where[("user", entry[1])] = segment_id
+            elif kind == disk.UNUSER:
+                replay.accounts.remove_user(entry[1])
+                where[("user", entry[1])] = segment_id
             elif kind == disk.DUP:
                 replay.dup(entry[1], entry[2])
                 where[("dup", entry[1], entry[2])] = segment_id

@@ -50,6 +50,8 @@ DEL_ORDER = 12  # DEL naming the message's enqueue order too (a paged message ha
 #                 memory, store/pages.py); decoded as (DEL, queue, id, order), a plain DEL
 #                 (older journals) as (DEL, queue, id, -1)
 DELIVERED_ORDER = 13  # DELIVERED with the order too: (DELIVERED, queue, id, count, order)
+USER = 14  # a user added or changed at run time: (USER, name, password hash, [roles])
+UNUSER = 15  # ... or removed: (UNUSER, name)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -184,6 +186,15 @@ def encode_durable(key: str, topic: str) -> bytes:
 
 def encode_undurable(key: str) -> bytes:
     return _U8.pack(UNDURABLE) + _s(key)
+
+
+def encode_user(name: str, password: str, roles: tuple[str, ...]) -> bytes:
+    return b"".join((_U8.pack(USER), _s(name), _s(password), _U32.pack(len(roles)),
+                     *(_s(role) for role in roles)))
+
+
+def encode_unuser(name: str) -> bytes:
+    return _U8.pack(UNUSER) + _s(name)
 
 
 def encode_dest(destination: str) -> bytes:
@@ -405,6 +416,16 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
             elif etype == DEST:
                 pos += 1
                 out.append((DEST, string()))
+            elif etype == USER:
+                pos += 1
+                name = string()
+                password = string()
+                (count,) = u32(buf, pos)
+                pos += 4
+                out.append((USER, name, password, tuple(string() for _ in range(count))))
+            elif etype == UNUSER:
+                pos += 1
+                out.append((UNUSER, string()))
             elif etype == DUP:
                 pos += 1
                 destination = string()

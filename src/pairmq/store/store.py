@@ -37,6 +37,8 @@ from pairmq.store.records import (
     encode_group,
     encode_producer,
     encode_undurable,
+    encode_unuser,
+    encode_user,
 )
 from pairmq.store.summary import Added, SummaryBuilder
 from pairmq.store.writer import JournalWriter, SegmentInfo
@@ -363,6 +365,12 @@ class Store(Mirroring):
             elif kind == rec.DEST:
                 entry = encode_dest(record[1])
                 keys.append(("dest", record[1]))
+            elif kind == rec.USER:
+                entry = encode_user(record[1], record[2], record[3])
+                keys.append(("user", record[1]))
+            elif kind == rec.UNUSER:
+                entry = encode_unuser(record[1])
+                keys.append(("user", record[1]))  # the removal lives on (core/accounts.py)
             elif kind == rec.DUP:
                 entry = encode_dup(record[1], record[2])
                 keys.append(("dup", record[1], record[2]))
@@ -660,6 +668,12 @@ class Store(Mirroring):
                 q = broker.durables.get(obj[1])
                 if q is not None:
                     records.append((rec.DURABLE, obj[1], q.address.name))
+            elif obj[0] == "user":
+                account = broker.accounts.users.get(obj[1], False)
+                if account is None:
+                    records.append((rec.UNUSER, obj[1]))
+                elif account is not False:
+                    records.append((rec.USER, obj[1], account.password, account.roles))
             elif obj[0] == "producer":
                 address = broker.addresses.get(obj[1])
                 state = address.producers.get(obj[2]) \

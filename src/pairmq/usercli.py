@@ -1,0 +1,149 @@
+"""`pairmq user add|passwd|remove|list` and `pairmq role grant|revoke|list`: users and roles
+at run time, through the management API (server/users_api.py), shared by the pair.
+
+A change goes to the pair's serving server: the management addresses given (`--admin`,
+repeatable; default `pairmq up`'s two) are tried in turn, and one that does not serve
+answers 409, so the next is tried.
+"""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import quote
+
+import click
+
+from pairmq.admincli import AdminRefused, admin_call, admin_credentials, admin_options
+
+
+def _targets(func):
+    func = click.option("--admin", "admins", multiple=True, metavar="HOST:PORT",
+                        help="management address of a server of the pair (repeatable; "
+                             "default: `pairmq up`'s)")(func)
+    return admin_options(func)
+
+
+def _addresses(admins: tuple[str, ...]) -> tuple[str, ...]:
+    from pairmq.local import ADMIN_ADDRESSES
+
+    return admins or ADMIN_ADDRESSES
+
+
+def _call(admins: tuple[str, ...], user: str | None, password: str | None, path: str,
+          method: str = "GET", body: dict | None = None) -> dict:
+    """The first server that takes the request; exit 1 naming each refusal otherwise."""
+    addresses = _addresses(admins)
+    credentials = admin_credentials(user, password, addresses)
+    problems = []
+    for address in addresses:
+        try:
+            return admin_call(address, path, credentials, method, body)
+        except AdminRefused as e:
+            problems.append(str(e))
+            if "[HTTP 409]" not in str(e):  # anything but "not the serving server"
+                break
+        except OSError as e:
+            problems.append(f"{address}: unreachable ({e})")
+    for problem in problems:
+        click.echo(problem, err=True)
+    sys.exit(1)
+
+
+def _new_password(given: str | None) -> str:
+    if given:
+        return given
+    if not sys.stdin.isatty():
+        raise click.UsageError("give the new user's password with --new-password or "
+                               "PAIRMQ_NEW_PASSWORD (no terminal to ask on)")
+    return click.prompt("New password", hide_input=True, confirmation_prompt=True)
+
+
+def _new_password_option(func):
+    return click.option("--new-password", envvar="PAIRMQ_NEW_PASSWORD", default=None,
+                        help="the user's password (or PAIRMQ_NEW_PASSWORD; asked for on a "
+                             "terminal); hashed by the server (prefer HTTPS: admin_tls)"
+                        )(func)
+
+
+@click.group("user")
+def user_group() -> None:
+    """Users at run time, shared by the pair (journal records; docs/security.md)."""
+
+
+@user_group.command("add")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, help="a role (repeatable)")
+@_new_password_option
+@_targets
+def user_add(name: str, roles: tuple[str, ...], new_password: str | None,
+             admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+    """Add user NAME (or replace it: password and roles)."""
+    done = _call(admins, user, password, f"/users/{quote(name, safe='')}", "PUT",
+                 {"password": _new_password(new_password), "roles": list(roles)})
+    click.echo(done["done"])
+
+
+@user_group.command("passwd")
+@click.argument("name")
+@_new_password_option
+@_targets
+def user_passwd(name: str, new_password: str | None, admins: tuple[str, ...],
+                user: str | None, password: str | None) -> None:
+    """Change the password of user NAME."""
+    done = _call(admins, user, password, f"/users/{quote(name, safe='')}/password", "POST",
+                 {"password": _new_password(new_password)})
+    click.echo(done["done"])
+
+
+@user_group.command("remove")
+@click.argument("name")
+@_targets
+def user_remove(name: str, admins: tuple[str, ...], user: str | None, password: str | None
+                ) -> None:
+    """Remove user NAME; its connections are closed."""
+    click.echo(_call(admins, user, password, f"/users/{quote(name, safe='')}",
+                     "DELETE")["done"])
+
+
+@user_group.command("list")
+@_targets
+def user_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+    """The users in force: name, roles, and whether the file or a run-time change made
+    them."""
+    for row in _call(admins, user, password, "/users")["users"]:
+        click.echo(f"{row['name']}\t{','.join(row['roles']) or '-'}\t{row['source']}")
+
+
+@click.group("role")
+def role_group() -> None:
+    """Roles of users at run time, shared by the pair."""
+
+
+@role_group.command("grant")
+@click.argument("role")
+@click.argument("name")
+@_targets
+def role_grant(role: str, name: str, admins: tuple[str, ...], user: str | None,
+               password: str | None) -> None:
+    """Give ROLE to user NAME."""
+    click.echo(_call(admins, user, password, f"/users/{quote(name, safe='')}/roles", "POST",
+                     {"role": role})["done"])
+
+
+@role_group.command("revoke")
+@click.argument("role")
+@click.argument("name")
+@_targets
+def role_revoke(role: str, name: str, admins: tuple[str, ...], user: str | None,
+                password: str | None) -> None:
+    """Take ROLE from user NAME (its connections are closed: they log in again)."""
+    click.echo(_call(admins, user, password, f"/users/{quote(name, safe='')}/roles/"
+                     f"{quote(role, safe='')}", "DELETE")["done"])
+
+
+@role_group.command("list")
+@_targets
+def role_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+    """Each role and its users."""
+    for role, names in sorted(_call(admins, user, password, "/roles")["roles"].items()):
+        click.echo(f"{role}\t{','.join(names)}")

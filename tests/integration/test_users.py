@@ -1,0 +1,101 @@
+"""Users and roles at run time on a real server (issue 19): `pairmq user ...` and `pairmq
+role ...` through the management API; the changes are journal records, so they outlive a
+restart, removals of the file's users included; a removed user's connections close."""
+
+from __future__ import annotations
+
+import pytest
+
+from pairmq.client.plain import BlockingConnection, StompError
+from tests.integration.clients import wait_until
+from tests.serverproc import free_port
+from tests.support.admin import ADMIN_USER, admin_user_flags, pairmq_cli
+
+SECURITY = """
+[auth.users.filed]
+password = "from-file"
+roles = ["producers"]
+
+[security."orders.#"]
+send = ["producers"]
+consume = ["producers"]
+"""
+
+
+def managed(server_factory):
+    admin = f"127.0.0.1:{free_port()}"
+    srv = server_factory("--admin", admin, *admin_user_flags(), config_text=SECURITY,
+                         anonymous=False, name="users")
+    wait_until(lambda: "Management HTTP on" in srv.logs(), what="the management port")
+    return srv, admin
+
+
+def cli(admin: str, *args: str):
+    done = pairmq_cli(*args, "--admin", admin)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def login(srv, user: str, password: str) -> BlockingConnection:
+    return BlockingConnection(srv.host, srv.port, login=user, passcode=password)
+
+
+def refused_login(srv, user: str, password: str) -> str:
+    with pytest.raises(StompError) as refused:
+        login(srv, user, password)
+    return str(refused.value)
+
+
+def test_add_passwd_grant_revoke_remove(server_factory) -> None:
+    srv, admin = managed(server_factory)
+    assert "user 'ann' set" in cli(admin, "user", "add", "ann", "--role", "producers",
+                                   "--new-password", "pw1")
+    ann = login(srv, "ann", "pw1")
+    ann.send("/queue/orders.eu", b"by ann")  # the role applies: producers may send
+    listed = cli(admin, "user", "list")
+    assert "ann\tproducers\trun time" in listed and "filed\tproducers\tfile" in listed
+    assert f"{ADMIN_USER}\tadmin\tfile" in listed
+    # passwd: the old one no longer logs in
+    cli(admin, "user", "passwd", "ann", "--new-password", "pw2")
+    assert "authentication failed" in refused_login(srv, "ann", "pw1")
+    login(srv, "ann", "pw2").close()
+    assert "producers\tann,filed" in cli(admin, "role", "list")
+    # revoke: her connection closes; her next one may not send
+    cli(admin, "role", "revoke", "producers", "ann")
+    with pytest.raises((StompError, OSError)):
+        ann.send("/queue/orders.eu", b"after revoke")
+    again = login(srv, "ann", "pw2")
+    with pytest.raises(StompError, match="lacks permission send"):
+        again.send("/queue/orders.eu", b"no role")
+    cli(admin, "role", "grant", "producers", "ann")
+    ann = login(srv, "ann", "pw2")
+    ann.send("/queue/orders.eu", b"granted again")
+    # remove: her connection closes, she cannot log in
+    cli(admin, "user", "remove", "ann")
+    with pytest.raises((StompError, OSError)):
+        ann.send("/queue/orders.eu", b"removed")
+    assert "authentication failed" in refused_login(srv, "ann", "pw2")
+    assert "user 'ann' was removed" in srv.logs()
+    assert "pairmq.audit: management: user 'pairmq-test-admin'" in srv.logs()
+
+
+def test_run_time_changes_outlive_a_restart_and_override_the_file(server_factory) -> None:
+    srv, admin = managed(server_factory)
+    cli(admin, "user", "add", "bob", "--role", "producers", "--new-password", "bobpw")
+    cli(admin, "user", "remove", "filed")  # a user of the file, removed at run time
+    srv.stop()
+    srv2, admin2 = managed(server_factory)
+    assert srv2.data_dir == srv.data_dir
+    login(srv2, "bob", "bobpw").close()
+    assert "authentication failed" in refused_login(srv2, "filed", "from-file")
+    listed = cli(admin2, "user", "list")
+    assert "bob\tproducers\trun time" in listed and "filed" not in listed
+
+
+def test_only_an_admin_changes_users_and_a_bad_request_is_named(server_factory) -> None:
+    _srv, admin = managed(server_factory)
+    done = pairmq_cli("user", "add", "eve", "--new-password", "x", "--admin", admin,
+                      env={"PAIRMQ_USER": "filed", "PAIRMQ_PASSWORD": "from-file"})
+    assert done.returncode == 1 and "needs role admin" in done.stderr, done.stderr
+    done = pairmq_cli("user", "remove", "nobody", "--admin", admin)
+    assert done.returncode == 1 and "no user 'nobody'" in done.stderr, done.stderr

@@ -11,7 +11,7 @@ import click
 from pairmq import __version__
 from pairmq.admincli import AdminRefused, admin_call, admin_credentials, admin_options
 from pairmq.server.config import KEYS, ConfigError, ServerConfig, load_config
-from pairmq.usercli import role_group, user_group
+from pairmq.usercli import role_group, security_group, user_group
 
 
 def _config_options(func):
@@ -317,6 +317,7 @@ def receive(url: str, login: str | None, passcode: str | None, count: int, timeo
 
 main.add_command(user_group)
 main.add_command(role_group)
+main.add_command(security_group)
 
 
 if __name__ == "__main__":

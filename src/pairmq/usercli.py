@@ -1,5 +1,6 @@
-"""`pairmq user add|passwd|remove|list` and `pairmq role grant|revoke|list`: users and roles
-at run time, through the management API (server/users_api.py), shared by the pair.
+"""`pairmq user add|passwd|remove|list`, `pairmq role grant|revoke|list` and `pairmq
+security set|remove|list`: users, roles and permission rules at run time, through the
+management API (server/users_api.py), shared by the pair.
 
 A change goes to the pair's serving server: the management addresses given (`--admin`,
 repeatable; default `pairmq up`'s two) are tried in turn, and one that does not serve
@@ -147,3 +148,47 @@ def role_list(admins: tuple[str, ...], user: str | None, password: str | None) -
     """Each role and its users."""
     for role, names in sorted(_call(admins, user, password, "/roles")["roles"].items()):
         click.echo(f"{role}\t{','.join(names)}")
+
+
+@click.group("security")
+def security_group() -> None:
+    """Permission rules at run time, shared by the pair (docs/security.md)."""
+
+
+@security_group.command("set")
+@click.argument("pattern")
+@click.option("--grant", "grants", multiple=True, metavar="PERMISSION=ROLE,ROLE",
+              help="e.g. send=producers (repeatable; Artemis' permission names)")
+@_targets
+def security_set(pattern: str, grants: tuple[str, ...], admins: tuple[str, ...],
+                 user: str | None, password: str | None) -> None:
+    """Set the rule of PATTERN (e.g. 'orders.#'), replacing it if it exists."""
+    body: dict[str, list[str]] = {}
+    for grant in grants:
+        permission, sep, roles = grant.partition("=")
+        if not sep or not permission:
+            raise click.UsageError(f"--grant {grant!r}: give PERMISSION=ROLE,ROLE")
+        body[permission] = [r for r in roles.split(",") if r]
+    if not body:
+        raise click.UsageError("give at least one --grant PERMISSION=ROLE,ROLE")
+    click.echo(_call(admins, user, password, f"/security/{quote(pattern, safe='')}", "PUT",
+                     body)["done"])
+
+
+@security_group.command("remove")
+@click.argument("pattern")
+@_targets
+def security_remove(pattern: str, admins: tuple[str, ...], user: str | None,
+                    password: str | None) -> None:
+    """Remove the rule of PATTERN."""
+    click.echo(_call(admins, user, password, f"/security/{quote(pattern, safe='')}",
+                     "DELETE")["done"])
+
+
+@security_group.command("list")
+@_targets
+def security_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+    """The rules in force, most specific first: pattern, grants, "file" or "run time"."""
+    for row in _call(admins, user, password, "/security")["rules"]:
+        grants = " ".join(f"{p}={','.join(roles)}" for p, roles in row["grants"].items())
+        click.echo(f"{row['pattern']}\t{grants}\t{row['source']}")

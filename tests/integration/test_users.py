@@ -99,3 +99,33 @@ def test_only_an_admin_changes_users_and_a_bad_request_is_named(server_factory) 
     assert done.returncode == 1 and "needs role admin" in done.stderr, done.stderr
     done = pairmq_cli("user", "remove", "nobody", "--admin", admin)
     assert done.returncode == 1 and "no user 'nobody'" in done.stderr, done.stderr
+
+
+def test_permission_rules_at_run_time(server_factory) -> None:
+    srv, admin = managed(server_factory)
+    filed = login(srv, "filed", "from-file")
+    filed.send("/queue/orders.eu", b"allowed by the file's rule")
+    # a narrower rule set at run time decides for orders.eu
+    cli(admin, "security", "set", "orders.eu", "--grant", "send=eu-desk",
+        "--grant", "consume=eu-desk")
+    listed = cli(admin, "security", "list")
+    assert "orders.eu\tsend=eu-desk consume=eu-desk\trun time" in listed, listed
+    assert "orders.#\tsend=producers consume=producers\tfile" in listed, listed
+    again = login(srv, "filed", "from-file")
+    with pytest.raises(StompError, match="lacks permission send on /queue/orders.eu "
+                                         r"\(granted to roles: eu-desk\)"):
+        again.send("/queue/orders.eu", b"refused now")
+    cli(admin, "role", "grant", "eu-desk", "filed")
+    login(srv, "filed", "from-file").send("/queue/orders.eu", b"as eu-desk")
+    # the file's own rule removed at run time: it stays removed after a restart
+    cli(admin, "security", "remove", "orders.#")
+    srv.stop()
+    srv2, admin2 = managed(server_factory)
+    listed = cli(admin2, "security", "list")
+    assert "orders.#" not in listed and "orders.eu" in listed, listed
+    with pytest.raises(StompError, match=r"lacks permission send on /queue/orders\.us"):
+        login(srv2, "filed", "from-file").send("/queue/orders.us", b"no rule matches")
+    bad = pairmq_cli("security", "set", "/queue/x", "--grant", "send=a", "--admin", admin2)
+    assert bad.returncode == 1 and "without /queue/" in bad.stderr, bad.stderr
+    bad = pairmq_cli("security", "set", "x", "--grant", "sned=a", "--admin", admin2)
+    assert bad.returncode == 1 and "unknown permission 'sned'" in bad.stderr, bad.stderr

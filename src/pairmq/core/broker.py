@@ -227,6 +227,16 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self.accounts.remove_user(name)
         self.records.append((rec.UNUSER, name))
 
+    def set_rule(self, pattern: str, grants: tuple[tuple[str, tuple[str, ...]], ...]
+                 ) -> None:
+        """Set a permission rule at run time (core/accounts.py, core/permissions.py)."""
+        self.accounts.set_rule(pattern, grants)
+        self.records.append((rec.RULE, pattern, self.accounts.rules[pattern]))
+
+    def remove_rule(self, pattern: str) -> None:
+        self.accounts.remove_rule(pattern)
+        self.records.append((rec.UNRULE, pattern))
+
     def durable_topic(self, conn_id: int, durable_name: str) -> str | None:
         """The topic of the durable subscription `durable_name` of this connection (its
         client-id's), if it exists: what a permission check asks (core/permissions.py)."""

@@ -18,3 +18,5 @@ PRODUCER = 10
 PRODUCER_FORGET = 11  # (PRODUCER_FORGET, destination, producer)  ... expired (bookkeeping)
 USER = 12  # (USER, name, password hash, roles)        a user added or changed at run time
 UNUSER = 13  # (UNUSER, name)                          ... or removed (core/accounts.py)
+RULE = 14  # (RULE, pattern, ((permission, roles), ...))  a permission rule set at run time
+UNRULE = 15  # (UNRULE, pattern)                       ... or removed

@@ -225,7 +225,7 @@ class PairmqServer:
         await self.pair.start()
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
         self._collector = self.loop.call_later(FULL_EVERY_S, self._collect)
-        if self.config.security is None:
+        if self.role.broker.accounts.rules_over(self.config.security) is None:
             log.warning("No [security] rules: every client that logs in may send to, "
                         "consume from, create and delete any destination (docs/security.md)")
         if not self.config.users and not self.config.allow_anonymous:

@@ -313,7 +313,7 @@ class StompConnection(Connecting, asyncio.Protocol):
     def _denied(self, frame: Frame) -> str | None:
         """Why [security] refuses this frame, or None: every frame is checked here, before
         its handler runs, so a refused one stores nothing (core/permissions.py)."""
-        rules = self.config.security
+        rules = self.broker.accounts.rules_over(self.config.security)
         if rules is None:
             return None
         h = frame.headers

@@ -1,7 +1,7 @@
-"""Users and roles at run time, through the management API (issue 19, docs/security.md):
-what `pairmq user ...` and `pairmq role ...` call. Changes are journal records
-(core/accounts.py), answered once confirmed (on disk and on the backup), so the pair
-shares them; only the serving server takes them.
+"""Users, roles and permission rules at run time, through the management API (issue 19,
+docs/security.md): what `pairmq user ...`, `pairmq role ...` and `pairmq security ...`
+call. Changes are journal records (core/accounts.py), answered once confirmed (on disk and
+on the backup), so the pair shares them; only the serving server takes them.
 
     GET    /users                      the users in force, their roles and where they come from
     PUT    /users/NAME                 {"password": "...", "roles": [...]}: add or replace
@@ -10,6 +10,9 @@ shares them; only the serving server takes them.
     POST   /users/NAME/roles           {"role": "..."}: grant
     DELETE /users/NAME/roles/ROLE      revoke
     GET    /roles                      role -> its users
+    GET    /security                   the permission rules in force, and their source
+    PUT    /security/PATTERN           {"send": [roles], "consume": [...], ...}: set a rule
+    DELETE /security/PATTERN           remove a rule
 
 The management middleware lets only users with the `admin` role change anything.
 """
@@ -17,6 +20,7 @@ The management middleware lets only users with the `admin` role change anything.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +29,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from pairmq.core import Broker
+from pairmq.core.permissions import Permission, rule_pattern_problem
 from pairmq.server.auth import hash_password, is_hashed
 
 log = logging.getLogger("pairmq.admin")
@@ -160,7 +165,44 @@ def user_routes(server: UsersHost, executor: ThreadPoolExecutor) -> list[web.Rou
                 conn.fail(f"role {role!r} was revoked from user {name!r}: log in again")
         return response
 
+    async def list_rules(_request: web.Request) -> web.Response:
+        configured = server.config.security
+        filed = {r.pattern: r for r in (configured.rules if configured else ())}
+        rules = server.role.broker.accounts.rules_over(configured)
+        rows = [{"pattern": r.pattern,
+                 "grants": {str(p): sorted(roles) for p, roles in r.grants.items()},
+                 "source": "file" if filed.get(r.pattern) is r else "run time"}
+                for r in (rules.rules if rules else ())]
+        return web.json_response({"rules": rows})
+
+    async def put_rule(request: web.Request) -> web.Response:
+        pattern = request.match_info["pattern"]
+        problem = rule_pattern_problem(pattern)
+        data = await body(request)
+        known = {p.value for p in Permission}
+        unknown = sorted(set(data) - known)
+        if problem or unknown or not data:
+            why = f"the pattern {problem}" if problem else \
+                f"unknown permission {unknown[0]!r}; known: {', '.join(known)}" if unknown \
+                else "give at least one permission"
+            raise web.HTTPBadRequest(text=json.dumps({"error": why}),
+                                     content_type="application/json")
+        grants = tuple((name, roles_of({"roles": roles})) for name, roles in data.items())
+        return await change(request, f"rule {pattern!r} set",
+                            lambda broker: broker.set_rule(pattern, grants))
+
+    async def remove_rule(request: web.Request) -> web.Response:
+        pattern = request.match_info["pattern"]
+        rules = server.role.broker.accounts.rules_over(server.config.security)
+        if rules is None or all(r.pattern != pattern for r in rules.rules):
+            raise web.HTTPNotFound(text=json.dumps({"error": f"no rule {pattern!r}"}),
+                                   content_type="application/json")
+        return await change(request, f"rule {pattern!r} removed",
+                            lambda broker: broker.remove_rule(pattern))
+
     return [web.get("/users", list_users), web.get("/roles", list_roles),
+            web.get("/security", list_rules), web.put("/security/{pattern}", put_rule),
+            web.delete("/security/{pattern}", remove_rule),
             web.put("/users/{name}", put_user),
             web.post("/users/{name}/password", set_password),
             web.delete("/users/{name}", remove_user),

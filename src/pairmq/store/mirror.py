@@ -195,6 +195,12 @@ class Mirroring:
             elif kind == disk.UNUSER:
                 broker.accounts.remove_user(entry[1])
                 keys.append(("user", entry[1]))
+            elif kind == disk.RULE:
+                broker.accounts.set_rule(entry[1], entry[2])
+                keys.append(("rule", entry[1]))
+            elif kind == disk.UNRULE:
+                broker.accounts.remove_rule(entry[1])
+                keys.append(("rule", entry[1]))
             elif kind == disk.DUP:
                 evicted = broker.follow_dup(entry[1], entry[2])
                 keys.append(("dup", entry[1], entry[2]))

@@ -275,6 +275,12 @@ class JournalReading:
             elif kind == disk.UNUSER:
                 replay.accounts.remove_user(entry[1])
                 where[("user", entry[1])] = segment_id
+            elif kind == disk.RULE:
+                replay.accounts.set_rule(entry[1], entry[2])
+                where[("rule", entry[1])] = segment_id
+            elif kind == disk.UNRULE:
+                replay.accounts.remove_rule(entry[1])
+                where[("rule", entry[1])] = segment_id
             elif kind == disk.DUP:
                 replay.dup(entry[1], entry[2])
                 where[("dup", entry[1], entry[2])] = segment_id

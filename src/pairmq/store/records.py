@@ -52,6 +52,8 @@ DEL_ORDER = 12  # DEL naming the message's enqueue order too (a paged message ha
 DELIVERED_ORDER = 13  # DELIVERED with the order too: (DELIVERED, queue, id, count, order)
 USER = 14  # a user added or changed at run time: (USER, name, password hash, [roles])
 UNUSER = 15  # ... or removed: (UNUSER, name)
+RULE = 16  # a permission rule set at run time: (RULE, pattern, ((permission, roles), ...))
+UNRULE = 17  # ... or removed: (UNRULE, pattern)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -195,6 +197,17 @@ def encode_user(name: str, password: str, roles: tuple[str, ...]) -> bytes:
 
 def encode_unuser(name: str) -> bytes:
     return _U8.pack(UNUSER) + _s(name)
+
+
+def encode_rule(pattern: str, grants: tuple[tuple[str, tuple[str, ...]], ...]) -> bytes:
+    parts = [_U8.pack(RULE), _s(pattern), _U32.pack(len(grants))]
+    for permission, roles in grants:
+        parts += [_s(permission), _U32.pack(len(roles)), *(_s(role) for role in roles)]
+    return b"".join(parts)
+
+
+def encode_unrule(pattern: str) -> bytes:
+    return _U8.pack(UNRULE) + _s(pattern)
 
 
 def encode_dest(destination: str) -> bytes:
@@ -426,6 +439,21 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
             elif etype == UNUSER:
                 pos += 1
                 out.append((UNUSER, string()))
+            elif etype == RULE:
+                pos += 1
+                pattern = string()
+                (count,) = u32(buf, pos)
+                pos += 4
+                grants = []
+                for _ in range(count):
+                    permission = string()
+                    (roles,) = u32(buf, pos)
+                    pos += 4
+                    grants.append((permission, tuple(string() for _ in range(roles))))
+                out.append((RULE, pattern, tuple(grants)))
+            elif etype == UNRULE:
+                pos += 1
+                out.append((UNRULE, string()))
             elif etype == DUP:
                 pos += 1
                 destination = string()

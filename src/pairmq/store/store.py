@@ -36,7 +36,9 @@ from pairmq.store.records import (
     encode_epoch,
     encode_group,
     encode_producer,
+    encode_rule,
     encode_undurable,
+    encode_unrule,
     encode_unuser,
     encode_user,
 )
@@ -371,6 +373,12 @@ class Store(Mirroring):
             elif kind == rec.UNUSER:
                 entry = encode_unuser(record[1])
                 keys.append(("user", record[1]))  # the removal lives on (core/accounts.py)
+            elif kind == rec.RULE:
+                entry = encode_rule(record[1], record[2])
+                keys.append(("rule", record[1]))
+            elif kind == rec.UNRULE:
+                entry = encode_unrule(record[1])
+                keys.append(("rule", record[1]))
             elif kind == rec.DUP:
                 entry = encode_dup(record[1], record[2])
                 keys.append(("dup", record[1], record[2]))
@@ -674,6 +682,12 @@ class Store(Mirroring):
                     records.append((rec.UNUSER, obj[1]))
                 elif account is not False:
                     records.append((rec.USER, obj[1], account.password, account.roles))
+            elif obj[0] == "rule":
+                grants = broker.accounts.rules.get(obj[1], False)
+                if grants is None:
+                    records.append((rec.UNRULE, obj[1]))
+                elif grants is not False:
+                    records.append((rec.RULE, obj[1], grants))
             elif obj[0] == "producer":
                 address = broker.addresses.get(obj[1])
                 state = address.producers.get(obj[2]) \

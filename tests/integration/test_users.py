@@ -129,3 +129,26 @@ def test_permission_rules_at_run_time(server_factory) -> None:
     assert bad.returncode == 1 and "without /queue/" in bad.stderr, bad.stderr
     bad = pairmq_cli("security", "set", "x", "--grant", "sned=a", "--admin", admin2)
     assert bad.returncode == 1 and "unknown permission 'sned'" in bad.stderr, bad.stderr
+
+
+def test_the_management_api_follows_the_rules_on_pairmq_management(server_factory) -> None:
+    """Beside the admin and monitor roles, [security] grants `manage` (changes) and
+    `browse` (reads) on pairmq.management."""
+    _srv, admin = managed(server_factory)
+    cli(admin, "user", "add", "opsy", "--role", "operators", "--new-password", "o")
+    cli(admin, "user", "add", "watch", "--role", "dashboards", "--new-password", "w")
+    as_opsy = {"PAIRMQ_USER": "opsy", "PAIRMQ_PASSWORD": "o"}
+    as_watch = {"PAIRMQ_USER": "watch", "PAIRMQ_PASSWORD": "w"}
+    denied = pairmq_cli("user", "list", "--admin", admin, env=as_watch)
+    assert denied.returncode == 1 and "permission browse on pairmq.management" in \
+        denied.stderr, denied.stderr
+    cli(admin, "security", "set", "pairmq.management", "--grant", "manage=operators",
+        "--grant", "browse=operators,dashboards")
+    assert pairmq_cli("user", "list", "--admin", admin, env=as_watch).returncode == 0
+    refused = pairmq_cli("user", "add", "x", "--new-password", "x", "--admin", admin,
+                         env=as_watch)
+    assert refused.returncode == 1 and "permission manage on pairmq.management" in \
+        refused.stderr, refused.stderr
+    done = pairmq_cli("user", "add", "x", "--new-password", "x", "--admin", admin,
+                      env=as_opsy)
+    assert done.returncode == 0, done.stderr

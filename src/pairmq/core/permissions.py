@@ -34,6 +34,9 @@ class Permission(StrEnum):
     MANAGE = "manage"  # reserved for the management API's per-destination actions
 
 
+# What the management API's requests are checked on: `manage` for changes, `browse` for
+# reads (Artemis checks its management address the same way).
+MANAGEMENT = "pairmq.management"
 PREFIXES = ("/queue/", "/topic/", "/stream/", "/temp-queue/")
 # A connection's own temporary queues: making one (SUBSCRIBE /temp-queue/NAME) needs
 # createNonDurableQueue on NAME; sending to one, or to its /reply-queue/ name, needs nothing.

@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pairmq.core import Broker
 from pairmq.core.capacity import Shortage
+from pairmq.core.permissions import MANAGEMENT, Permission
 from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
 from pairmq.server.tls import TlsError
@@ -170,6 +171,16 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
     return credentials.login, credentials.password
 
 
+def _granted(server: PairmqServer, method: str, roles: tuple[str, ...]) -> bool:
+    """The [security] rules' say beside the admin and monitor roles: `manage` on
+    pairmq.management for changes, `browse` on it for reads (docs/security.md)."""
+    rules = server.role.broker.accounts.rules_over(server.config.security)
+    if rules is None:
+        return False
+    permission = Permission.BROWSE if method in READ_METHODS else Permission.MANAGE
+    return rules.allows(roles, permission, MANAGEMENT)
+
+
 def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
     open_reads: bool = server.config.anonymous_management_reads
 
@@ -203,8 +214,11 @@ def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
                         where, login)
             audit.warning("management login refused: %r, %s", login, where)
             return _refused(401, "authentication failed: unknown user or wrong password")
-        if not set(roles) & set(user.roles):
+        if not set(roles) & set(user.roles) and not _granted(server, method, user.roles):
             has = ", ".join(user.roles) or "none"
+            if server.role.broker.accounts.rules_over(server.config.security) is not None:
+                needs += (f", or permission {'browse' if method in READ_METHODS else 'manage'}"
+                          f" on {MANAGEMENT}")
             log.warning("Management HTTP refused %s: user %r lacks role %s", where, login, needs)
             audit.warning("management denied: user %r lacks role %s for %s", login, needs,
                           where)

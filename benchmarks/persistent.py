@@ -8,6 +8,7 @@ Run from the repository root:
         --messages 400000                       # consumers join 10 s late: the backlog pages
     .venv/bin/python benchmarks/persistent.py --scenario 1p1c --window 1 \
         --messages 5000 [--deliver-unconfirmed] # latency alone, with or without the gate
+    .venv/bin/python benchmarks/persistent.py --tls  # clients on the STOMP TLS listener
 
 Every scenario starts a fresh server (fresh data directory) and pushes --messages
 persistent messages (header persistent:true) of --size bytes through one queue:
@@ -52,6 +53,7 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import ssl  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -100,11 +102,15 @@ class Stopped(Exception):
 class Wire:
     """One raw STOMP connection with an input buffer; the stop flag is checked on every wait."""
 
-    def __init__(self, host: str, port: int, stop: Any, deadline: float) -> None:
+    def __init__(self, host: str, port: int, stop: Any, deadline: float,
+                 tls_ca: str | None = None) -> None:
         self.stop = stop
         self.deadline = deadline
         self.sock = socket.create_connection((host, port), timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls_ca is not None:  # --tls: the server's STOMP TLS listener
+            self.sock = ssl.create_default_context(cafile=tls_ca).wrap_socket(
+                self.sock, server_hostname=host)
         self.sock.settimeout(POLL_S)
         self.buf = bytearray()
         self.send(CONNECT)
@@ -202,6 +208,7 @@ class Job:
     prefetch: int = 1000
     sample_every: int = 1
     late: bool = False  # consumer: messages are waiting already (no receipt to wait for)
+    tls_ca: str | None = None  # --tls: connect over TLS, trusting this CA
 
 
 def generator_main(job: Job, shared: Shared) -> None:
@@ -209,7 +216,7 @@ def generator_main(job: Job, shared: Shared) -> None:
     wire = None
     result: dict[str, Any] = {}
     try:
-        wire = Wire(job.host, job.port, shared.stop, job.deadline)
+        wire = Wire(job.host, job.port, shared.stop, job.deadline, job.tls_ca)
         if job.role == "producer":
             produce(job, shared, wire, result)
         else:
@@ -492,7 +499,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
              size: int = 1024, window: int = 100, prefetch: int = 1000,
              destination: str | None = None, timeout: float = 600.0,
              idle_timeout: float = 30.0, server: psutil.Process | None = None,
-             on_tick: Any = None, consumer_delay: float = 0.0) -> LoadResult:
+             on_tick: Any = None, consumer_delay: float = 0.0,
+             tls_ca: str | None = None) -> LoadResult:
     """Producers send `total` persistent messages with receipts; consumers ACK each one.
 
     With no consumers the run ends when every SEND is confirmed (a journal builder).
@@ -517,7 +525,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
         for i in range(consumers):
             pool.launch("consumer", i, generator_main, (
                 Job("consumer", i, host, port, destination, deadline, total, size=size,
-                    prefetch=prefetch, sample_every=every, late=consumer_delay > 0), shared))
+                    prefetch=prefetch, sample_every=every, late=consumer_delay > 0,
+                    tls_ca=tls_ca), shared))
 
     try:
         if consumer_delay <= 0:
@@ -527,7 +536,7 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
             for i, count in enumerate(split(total, producers)):
                 pool.launch("producer", i, generator_main, (
                     Job("producer", i, host, port, destination, deadline, total, first, count,
-                        size, window, sample_every=every), shared))
+                        size, window, sample_every=every, tls_ca=tls_ca), shared))
                 first += count
             if pool.wait_ready("producer", producers, SETUP_TIMEOUT_S):
                 server_cpu0 = process_cpu(server)
@@ -701,6 +710,17 @@ def wait_serving(server: ServerProcess, timeout: float = 20.0) -> None:
             time.sleep(0.1)
 
 
+def wait_listening(server: ServerProcess, port: int) -> None:
+    """The TLS listener opens just after the plaintext one the helper waited for."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((server.host, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise LoadError(f"the TLS listener on port {port} did not open")
+
+
 def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
     n_producers, n_consumers = SCENARIOS[name]
     workdir = Path(tempfile.mkdtemp(prefix=f"pairmq-persistent-{name}-", dir=args.workdir))
@@ -719,6 +739,17 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
                   "--listen", f"127.0.0.1:{free_port()}", "--peer", f"127.0.0.1:{free_port()}",
                   "--secret", "bench", "--heartbeat-interval-ms", "100",
                   "--activation-interval-ms", "400"]
+    tls_ca = None
+    port = None
+    if args.tls:  # clients on the STOMP TLS listener, with a CA made for the run
+        from pairmq.localca import LocalCA
+
+        ca = LocalCA(workdir / "tls")
+        issued = ca.issue("server")
+        port = free_port()
+        flags += ["--stomp-tls", f"127.0.0.1:{port}", "--tls-cert", str(issued.cert),
+                  "--tls-key", str(issued.key)]
+        tls_ca = str(ca.cert_path)
     server = start_server(workdir, *flags, name="persistent")
     if journal_home is not None:
         wait_serving(server)
@@ -728,10 +759,13 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
     record: dict[str, Any] = {}
     try:
         sampler.start()
-        res = run_load(server.host, server.port, n_producers, n_consumers, args.messages,
-                       size=args.size, window=args.window, prefetch=args.prefetch,
-                       timeout=args.timeout, server=psutil.Process(server.proc.pid),
-                       consumer_delay=args.consumer_delay)
+        if port is not None:
+            wait_listening(server, port)
+        res = run_load(server.host, port or server.port, n_producers, n_consumers,
+                       args.messages, size=args.size, window=args.window,
+                       prefetch=args.prefetch, timeout=args.timeout,
+                       server=psutil.Process(server.proc.pid),
+                       consumer_delay=args.consumer_delay, tls_ca=tls_ca)
         sampler.stop()
         segments, size, settle_s = settle_journal(journal)
         rss = psutil.Process(server.proc.pid).memory_info().rss if server.alive() else None
@@ -751,6 +785,7 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "consumer_delay_s": args.consumer_delay,
             "address_full_policy": args.address_full_policy or "server default",
             "deliver_unconfirmed": args.deliver_unconfirmed,
+            "tls": args.tls,
             "producer_msgs_per_s": res.producer_msgs_per_s,
             "producer_seconds": res.producer_seconds,
             "received": res.received,
@@ -820,6 +855,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300.0, help="cap on one scenario, seconds")
     ap.add_argument("--workdir", default=None, help="where data directories go (default: tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the data directory and log")
+    ap.add_argument("--tls", action="store_true",
+                    help="producers and consumers on the server's STOMP TLS listener")
     ap.add_argument("--consumer-delay", type=float, default=0.0,
                     help="start the consumers this many seconds after the producers")
     ap.add_argument("--address-full-policy", choices=["page", "block", "fail", "drop"],

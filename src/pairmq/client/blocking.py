@@ -535,13 +535,14 @@ class Client:
         assert self._socket is not None
         socket_id, sock = self._socket
         timeout = 1.0 if deadline is None else max(0.0, min(deadline - time.monotonic(), 1.0))
-        if isinstance(sock, TlsSocket) and sock.pending():
-            timeout = 0.0  # decrypted bytes wait, which the socket does not show
+        # decrypted bytes may wait in the TLS layer, which the socket does not show
+        pending = isinstance(sock, TlsSocket) and sock.pending()
         try:
-            readable, _, _ = select.select([sock, self._wake_r], [], [], timeout)
+            readable, _, _ = select.select([sock, self._wake_r], [], [],
+                                           0.0 if pending else timeout)
         except (OSError, ValueError):
             readable = [sock]
-        if timeout == 0.0 and isinstance(sock, TlsSocket):
+        if pending and sock not in readable:
             readable.append(sock)
         if self._wake_r in readable:
             try:

@@ -64,6 +64,7 @@ class Connecting:
     ttl_ms: int
     frames: int
     login: str | None
+    roles: frozenset[str]
     logins: LoginThrottle
     client_id: str | None
     token: str

@@ -4,8 +4,6 @@ removals too."""
 
 from __future__ import annotations
 
-import asyncio
-
 from pairmq.core.accounts import Accounts
 from pairmq.core.permissions import Permission, Rule, SecurityRules
 from pairmq.store.records import (
@@ -16,7 +14,7 @@ from pairmq.store.records import (
     encode_user,
 )
 from pairmq.store.segments import list_segments
-from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, run, synced
+from tests.store.test_journal import churn, close, open_broker, persist, run
 
 
 def test_user_records_round_trip() -> None:
@@ -67,20 +65,7 @@ def test_users_survive_a_restart_and_a_compaction_of_their_segment(tmp_path) -> 
         broker.set_rule("orders.#", (("send", ("producers",)),))
         broker.remove_rule("#")
         persist(broker, store)
-        broker.open_session(1, "1.2")
-        broker.subscribe(1, "s", "/queue/work", NOW, ack="client-individual")
-        for i in range(3000):  # enough traffic for the first segments to be compacted
-            broker.send(1, "/queue/work", PERSISTENT, b"x" * 500, NOW)
-            persist(broker, store)
-            for d in broker.take_outbox().get(1, []):
-                broker.ack(1, d.ack_id, NOW)
-            persist(broker, store)
-            if i % 100 == 0:
-                await synced(store)
-                await asyncio.sleep(0)
-        for _ in range(20):
-            await synced(store)
-            await asyncio.sleep(0.01)
+        await churn(broker, store, 3000)  # its first segments compacted away
         await close(store)
 
     run(first())

@@ -297,26 +297,34 @@ def test_damage_in_an_older_segment_is_corruption_even_at_its_end(tmp_path):
         recovered_bodies(tmp_path)
 
 
+async def churn(broker: Broker, store: Store, count: int, session: int = 99) -> None:
+    """`count` messages of 500 bytes sent to /queue/work and acknowledged at once (by a
+    session of their own), then time for compaction: the segments that held only them go
+    away, the older ones' live records are rewritten at the head."""
+    broker.open_session(session, "1.2")
+    broker.subscribe(session, "s", "/queue/work", NOW, ack="client-individual")
+    persist(broker, store)
+    for i in range(count):
+        broker.send(session, "/queue/work", PERSISTENT, b"x" * 500, NOW)
+        persist(broker, store)
+        for d in broker.take_outbox().get(session, []):
+            broker.ack(session, d.ack_id, NOW)
+        persist(broker, store)
+        if i % 100 == 0:
+            await synced(store)
+            await asyncio.sleep(0)
+    for _ in range(20):
+        await synced(store)
+        await asyncio.sleep(0.01)
+
+
 def test_compaction_keeps_the_journal_bounded_and_rewrites_long_lived_records(tmp_path):
     async def go():
         broker, store = await open_broker(tmp_path, segment_bytes=64 * 1024)
         broker.open_session(1, "1.2")
         broker.send(1, "/queue/keep", PERSISTENT, b"long-lived", NOW)
         persist(broker, store)
-        broker.subscribe(1, "s", "/queue/work", NOW, ack="client-individual")
-        persist(broker, store)
-        for i in range(3000):
-            broker.send(1, "/queue/work", PERSISTENT, b"x" * 500, NOW)
-            persist(broker, store)
-            for d in broker.take_outbox().get(1, []):
-                broker.ack(1, d.ack_id, NOW)
-            persist(broker, store)
-            if i % 100 == 0:
-                await synced(store)
-                await asyncio.sleep(0)
-        for _ in range(20):
-            await synced(store)
-            await asyncio.sleep(0.01)
+        await churn(broker, store, 3000)
         segments = len(list_segments(tmp_path))
         await close(store)
         return segments

@@ -246,3 +246,26 @@ def test_one_tls_client_sends_and_receives_at_once_without_garbling(server_facto
     assert len(got) == count
     assert all(body.startswith(b"%d:" % i) and len(body) == len(b"%d:" % i) + i % 3000
                for i, body in enumerate(got))
+
+
+def test_the_outbox_forwards_over_tls_once_the_server_is_up(server_factory, pki, tmp_path
+                                                            ) -> None:
+    """A durable connection (outbox) keeps sending while no server is reachable, then
+    forwards over TLS: its TLS options pass through like the others."""
+    port = free_port()
+    flags = ["--user", "alice:secret", "--stomp-tls", f"{HOST}:{port}", *pki.server_flags()]
+    url = f"failover:(stomp+ssl://{HOST}:{port})?trustStorePath={pki.ca_file}"
+    with pairmq.client.connect(url, login="alice", passcode="secret",
+                               outbox=str(tmp_path / "outbox.db"), retry_interval=50) as client:
+        for i in range(10):
+            client.send("/queue/tls-outbox", b"m%d" % i)  # into the outbox: no server yet
+        assert client.stats()["outbox"]["depth"] == 10
+        server_factory(*flags, anonymous=False)
+        wait_until(lambda: client.stats()["outbox"]["depth"] == 0, 30, "the outbox forwarded")
+    with pairmq.client.connect(url, login="alice", passcode="secret") as client:
+        sub = client.subscribe("/queue/tls-outbox", ack="client-individual")
+        got = []
+        while (message := sub.receive(5)) is not None and len(got) < 10:
+            got.append(message.body)
+            client.ack(message)
+    assert got == [b"m%d" % i for i in range(10)]

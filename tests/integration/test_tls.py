@@ -269,3 +269,24 @@ def test_the_outbox_forwards_over_tls_once_the_server_is_up(server_factory, pki,
             got.append(message.body)
             client.ack(message)
     assert got == [b"m%d" % i for i in range(10)]
+
+
+def test_a_server_with_tls_only(pki, tmp_path) -> None:
+    """`stomp = ""` turns the plaintext listener off: clients reach it over TLS only."""
+    port = free_port()
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - the child's
+    proc = subprocess.Popen([sys.executable, "-m", "pairmq", "server", "--name", "tlsonly",
+                             "--data-dir", str(tmp_path / "data"), "--stomp", "",
+                             "--stomp-tls", f"{HOST}:{port}", "--allow-anonymous",
+                             *pki.server_flags()], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: b"ready: STOMP over TLS on" in (tmp_path / "server.log").read_bytes(),
+                   20, "the TLS listener")
+        assert b"STOMP on " not in (tmp_path / "server.log").read_bytes()
+        with pairmq.client.connect(f"stomp+ssl://{HOST}:{port}",
+                                   trust_store_path=pki.ca_file) as client:
+            client.send("/queue/tls-only", b"only over TLS")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()

@@ -92,6 +92,7 @@ def test_the_plan_thaws_now_and_then_and_steps_sooner_when_a_step_ran_long() -> 
     the next one closer, down to MIN_EVERY_S; quick steps move it back to FULL_EVERY_S."""
     plan = gcpause.StepPlan()
     quiet = 0.0
+    assert not plan.thaws(100.0 - gcpause.THAW_EVERY_S, quiet)  # the first step: never
     assert plan.thaws(100.0, quiet)
     assert not plan.thaws(100.5, quiet)
     assert not plan.thaws(100.0 + gcpause.THAW_EVERY_S - 0.01, quiet)
@@ -111,7 +112,7 @@ def test_a_busy_server_thaws_rarely_a_quiet_one_every_few_seconds() -> None:
     step past THAW_EVERY_S."""
     plan = gcpause.StepPlan()
     busy = gcpause.QUIET_BELOW + 0.5
-    assert plan.thaws(0.0, busy)  # the first step: nothing known yet
+    assert not plan.thaws(0.0, busy)  # the first step: never
     assert not plan.thaws(gcpause.THAW_EVERY_S, busy)
     assert not plan.thaws(gcpause.THAW_BUSY_EVERY_S - 0.01, busy)
     assert plan.thaws(gcpause.THAW_BUSY_EVERY_S, busy)
@@ -127,9 +128,18 @@ def test_the_collector_measures_how_busy_the_loop_was_since_its_last_step(
     monkeypatch.setattr(gcpause, "collection_step", lambda thaw=True: thawed.append(thaw))
     monkeypatch.setattr(gcpause, "THAW_BELOW", 1 << 40)  # a small heap, however run
     steps = gcpause.SteppedCollector()
-    steps.step(0.0, 0.0)  # the first step: nothing known yet
+    steps.step(0.0, 0.0)  # the first step: never thaws
     # the thread ran 9 of the next 10 s: busy, no thaw
     steps.step(10.0, 9.0)
     # ran 1 of the next 10 s: quiet, thaw
     steps.step(20.0, 10.0)
-    assert thawed[1:] == [False, True]
+    assert thawed == [False, False, True]
+
+
+def test_the_start_is_frozen_before_the_first_step(collector) -> None:
+    """What the start made (modules, classes) is frozen before the process serves, so the
+    first step does not scan it on the event loop."""
+    made = [Node() for _ in range(1000)]
+    gcpause.freeze_the_start()
+    assert gc.get_freeze_count() >= 1000
+    assert not any(obj is made[0] for obj in gc.get_objects())  # out of every generation

@@ -31,6 +31,7 @@ from pairmq.store.gcpause import (
     SteppedCollector,
     collect_oldest_in_steps,
     collect_young_less_often,
+    freeze_the_start,
     gc_paused,
     report_slow_collections,
 )
@@ -507,6 +508,7 @@ def run(config: ServerConfig) -> None:
         runner = asyncio.run
     else:
         runner = uvloop.run
+    freeze_the_start()
     try:
         runner(serve(config))
     except (StartupError, JournalCorrupt) as e:

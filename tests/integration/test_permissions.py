@@ -39,6 +39,9 @@ deleteNonDurableQueue = ["consumers", "producers"]
 [security."orders.audit"]
 consume = ["ops"]
 
+[security."news.#"]
+consume = ["consumers"]
+
 [security."#"]
 send = ["ops"]
 consume = ["ops"]
@@ -126,6 +129,15 @@ def test_a_non_durable_topic_subscription_needs_create_non_durable_queue(srv, st
     client = login(stomp_client, srv, "ops")
     client.conn.subscribe("/topic/orders.news", "t1")
     assert "lacks permission consume" in refused(client, "refusal")
+    # news.# lets consumers consume but create nothing: no subscription queue for them
+    client = login(stomp_client, srv, "cons")
+    client.conn.subscribe("/topic/news.eu", "t2")
+    assert "lacks permission createNonDurableQueue on /topic/news.eu" in \
+        refused(client, "refusal")
+    durable = stomp_client(srv, login="cons", passcode="c", headers={"client-id": "n"})
+    durable.conn.subscribe("/topic/news.eu", "d1", headers={"durable": "true"})
+    assert "lacks permission createDurableQueue on /topic/news.eu" in \
+        refused(durable, "refusal")
 
 
 def test_durable_subscriptions_need_create_then_delete_durable_queue(srv, stomp_client,

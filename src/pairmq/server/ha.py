@@ -26,6 +26,7 @@ from pairmq.server.halink import (
     Link,
     accept_link,
     listen,
+    logged_refusals,
     open_link,
     peer_tls,
     split_address,
@@ -131,7 +132,8 @@ class ReplicationDriver:
                                    stomp_tls=self.server.tls_address)
         host, port = split_address(self.config.listen)
         self._listener = await listen(self._accept, host, port,
-                                      peer_tls(self.server, "peer_server"), _refused)
+                                      peer_tls(self.server, "peer_server"),
+                                      logged_refusals(log, "HA connection"))
         log.info("HA channel listening on %s:%d (%s, role %s)", host, port,
                  self.config.name, self.config.role)
         if self.config.role == "backup":
@@ -564,7 +566,3 @@ def _node_id(data_dir: Path) -> str:
         node_id = secrets.token_hex(4)
         path.write_text(node_id + "\n")
         return node_id
-
-
-def _refused(peer: str, why: str) -> None:
-    log.warning("Refused HA connection from %s: %s", peer, why)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 import time
@@ -142,6 +143,11 @@ async def listen(accepted: Accepted, host: str, port: int, tls: ssl.SSLContext |
         return tls_protocol
 
     return await loop.create_server(connection, host, port, reuse_address=True)
+
+
+def logged_refusals(log: logging.Logger, what: str) -> Callable[[str, str], None]:
+    """`listen`'s `refused`: a WARNING naming the peer (`what`: "HA connection")."""
+    return lambda peer, why: log.warning("Refused %s from %s: %s", what, peer, why)
 
 
 def _address(peer: Any) -> str:

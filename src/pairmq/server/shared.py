@@ -23,6 +23,7 @@ from pairmq.server.halink import (
     Link,
     accept_link,
     listen,
+    logged_refusals,
     open_link,
     peer_tls,
     split_address,
@@ -95,7 +96,8 @@ class SharedStorePair:
         loop = asyncio.get_running_loop()
         host, port = split_address(self.server.config.listen)
         self._listener = await listen(self._accept, host, port,
-                                      peer_tls(self.server, "peer_server"), _refused)
+                                      peer_tls(self.server, "peer_server"),
+                                      logged_refusals(log, "HA connection"))
         log.info("HA channel listening on %s:%d (%s, role %s, shared store %s)", host, port,
                  self.name, self.node.settings.role, self.shared_dir)
         self._tasks.append(loop.create_task(self._role_worker()))
@@ -374,7 +376,3 @@ class SharedStorePair:
 async def _resolve(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _refused(peer: str, why: str) -> None:
-    log.warning("Refused HA connection from %s: %s", peer, why)

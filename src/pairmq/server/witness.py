@@ -13,7 +13,7 @@ from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.lease import WitnessLeases, answer
-from pairmq.server.halink import accept_link, listen, split_address
+from pairmq.server.halink import accept_link, listen, logged_refusals, split_address
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.tls import TlsContexts, TlsError, TlsFiles
 
@@ -64,7 +64,7 @@ class Witness:
         host, port = split_address(self.listen)
         self._server = await listen(
             self._handle, host, port, self.tls.listener("peer_server") if self.tls else None,
-            lambda peer, why: log.warning("Refused connection from %s: %s", peer, why))
+            logged_refusals(log, "connection"))
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("pairmq witness ready: listening on %s:%d%s", host, self.port,
                  " (mutual TLS)" if self.tls else "")

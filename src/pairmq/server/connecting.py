@@ -129,10 +129,10 @@ class Connecting:
             return
         wait = self.logins.admit(self.host, self.loop.time())
         if wait > 0:
-            # failed logins from this host: its attempts wait their turn (server/logins.py)
+            # Failed logins from this host: its attempts wait their turn (server/logins.py).
+            # Reading goes on, so that a client that leaves meanwhile is seen to leave (its
+            # frames wait in the backlog, a few at most: StompConnection._take).
             self.waiting = True
-            assert self.transport is not None
-            self.transport.pause_reading()
             self._timers["login"] = self.loop.call_later(wait, self._connect_later, frame)
             return
         passcode = h.get("passcode", "")

@@ -36,6 +36,7 @@ from pairmq.server.turns import TurnBudget
 
 log = logging.getLogger("pairmq.connection")
 
+PRE_LOGIN_FRAMES = 4  # frames held behind a delayed login before reading pauses
 TURN_BUDGET_S = 0.01  # frames of all connections applied per turn of the loop, at most
 BATCH_SLICE = 256  # messages of a batched SEND routed per turn
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
@@ -138,6 +139,9 @@ class StompConnection(Connecting, asyncio.Protocol):
     def _take(self, frames: list[Frame]) -> None:
         if self.waiting or self.backlog:
             self.backlog.extend(frames)
+            if not self.connected and len(self.backlog) > PRE_LOGIN_FRAMES \
+                    and self.transport is not None:
+                self.transport.pause_reading()  # a login being delayed: enough held
         else:
             self.process(frames)
 

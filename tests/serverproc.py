@@ -82,6 +82,12 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def rss(self) -> int:
+        """The server process's resident memory, in bytes."""
+        import psutil  # a test dependency only
+
+        return psutil.Process(self.proc.pid).memory_info().rss
+
 
 def start_server(
     workdir: Path,

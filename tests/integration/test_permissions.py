@@ -172,6 +172,42 @@ def test_ops_deletes_a_durable_subscription(srv, stomp_client) -> None:
     ops.unsubscribe("m1", headers=durable)  # with the name: deleted
 
 
+def test_ending_a_non_durable_topic_subscription_needs_delete_non_durable_queue(
+        srv, stomp_client) -> None:
+    # consumers may delete their subscription queues under orders.#
+    cons = login(stomp_client, srv, "cons")
+    cons.subscribe("/topic/orders.news", id="t1")
+    cons.unsubscribe("t1")
+    # under "#", ops may create one but not delete it (as Artemis checks when a
+    # subscription's queue goes with its UNSUBSCRIBE)
+    ops = login(stomp_client, srv, "ops")
+    ops.subscribe("/topic/misc.news", id="t2")
+    ops.conn.unsubscribe("t2", headers={"receipt": "r-unsub"})
+    assert "user 'ops' lacks permission deleteNonDurableQueue on /topic/misc.news " \
+        "(granted to roles: none)" in refused(ops, "refusal")
+    assert ops.listener.errors[0].headers.get("receipt-id") == "r-unsub"
+
+
+@pytest.mark.parametrize(("user", "allowed"), [("ops", True), ("cons", False),
+                                               ("prod", False)])
+def test_browse_a_queue(srv, stomp_client, user, allowed) -> None:
+    producer = login(stomp_client, srv, "prod")
+    for i in range(3):
+        producer.send("/queue/orders.browse", f"m{i}")
+    client = login(stomp_client, srv, user)
+    if allowed:
+        client.subscribe("/queue/orders.browse", id="b1", headers={"browser": "true"})
+        frames = client.wait_messages(4)
+        assert [f.body for f in frames[:3]] == ["m0", "m1", "m2"]
+        assert frames[3].headers.get("browser") == "end"
+        assert depth(srv, "/queue/orders.browse", "cons") == 3  # all still there
+        return
+    client.conn.subscribe("/queue/orders.browse", "b1", headers={"browser": "true"})
+    assert f"user '{user}' lacks permission browse on /queue/orders.browse (granted to " \
+        "roles: ops)" in refused(client, "refusal")
+    assert depth(srv, "/queue/orders.browse", "cons") == 3
+
+
 def test_a_temporary_queue_needs_create_non_durable_queue(srv, stomp_client) -> None:
     login(stomp_client, srv, "prod").subscribe("/temp-queue/replies")
     anonymous = login(stomp_client, srv, None)

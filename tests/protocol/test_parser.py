@@ -331,3 +331,24 @@ def test_round_trip_of_the_serializer_output():
     [parsed] = parse_all(serialize(frame))
     assert parsed.headers == {**frame.headers, "content-length": "5"}
     assert parsed.body == frame.body
+
+
+@pytest.mark.parametrize("wire", [
+    b"SEND\ndestination:/queue/a\nx:innocent\x00MESSAGE\nsubscription:1\n\nforged\x00",
+    b"SEND\nna\x00me:v\n\nbody\x00",
+    b"SE\x00ND\n\nbody\x00",
+])
+def test_a_nul_in_the_command_or_a_header_is_refused(wire: bytes) -> None:
+    with pytest.raises(ProtocolError, match=r"NUL \(octet 0\)"):
+        FrameParser().feed(wire)
+
+
+def test_the_frame_limit_can_be_raised_after_login() -> None:
+    parser = FrameParser(max_frame_bytes=64)
+    with pytest.raises(ProtocolError, match="frame too large: more than 64 bytes"):
+        FrameParser(max_frame_bytes=64).feed(b"SEND\n\n" + b"x" * 100 + b"\x00")
+    assert parser.feed(b"CONNECT\n\n\x00SEND\n\n" + b"x" * 20) == [Frame("CONNECT")]
+    assert parser.buffered == 26  # the unfinished SEND
+    parser.max_frame_bytes = 1024
+    [frame] = parser.feed(b"x" * 80 + b"\x00")
+    assert frame.body == b"x" * 100 and parser.buffered == 0

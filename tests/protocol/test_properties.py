@@ -38,9 +38,11 @@ plain_commands = st.one_of(
         lambda c: c not in CONNECT_COMMANDS
     ),
 )
-# Small texts that favour the characters escaping is about.
+# Small texts that favour the characters escaping is about (no NUL: the grammar has none
+# in headers, and the parser refuses one, tests/protocol/test_parser.py).
 header_text = st.text(
-    alphabet=st.one_of(st.sampled_from(":\\\n\r\x00 é✓"), st.characters(codec="utf-8")),
+    alphabet=st.one_of(st.sampled_from(":\\\n\r é✓"),
+                       st.characters(codec="utf-8", exclude_characters="\x00")),
     max_size=12,
 )
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pairmq.core import records as rec
 from pairmq.core.accounts import Accounts
 from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
+from pairmq.core.browsing import Browse, browse
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
@@ -25,6 +26,8 @@ from pairmq.core.follow import Follow
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
 from pairmq.core.paging import PAGE_LOW, Paging
+from pairmq.core.permissions import Exists
+from pairmq.core.permissions import durable_name as durable_name_of
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.replay import Replay
 from pairmq.core.resume import Resume
@@ -33,6 +36,8 @@ from pairmq.core.settings import CoreSettings
 from pairmq.core.stream import Outgoing, StreamLog
 from pairmq.core.streaming import Streams
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery, Subscription, ack_mode_of
+
+NOTHING = Exists()
 
 __all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/intake.py
 
@@ -218,6 +223,14 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self._dispatch(q, now)
         return sub
 
+    def browse(self, destination: str, limit: int) -> Browse:
+        """The first `limit` messages waiting in a queue, left where they are
+        (core/browsing.py); a queue that does not exist is empty and stays absent."""
+        kind, _name = parse_destination(destination)
+        if kind != QUEUE:
+            raise CoreError(f"only a /queue/ destination can be browsed, not {destination!r}")
+        return browse(self.queues.get(destination), limit)
+
     def set_user(self, name: str, password: str, roles: tuple[str, ...]) -> None:
         """Add or change a user at run time (core/accounts.py); `password` is a hash."""
         self.accounts.set_user(name, password, roles)
@@ -237,13 +250,22 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self.accounts.remove_rule(pattern)
         self.records.append((rec.UNRULE, pattern))
 
-    def durable_topic(self, conn_id: int, durable_name: str) -> str | None:
-        """The topic of the durable subscription `durable_name` of this connection (its
-        client-id's), if it exists: what a permission check asks (core/permissions.py)."""
+    def exists_for(self, conn_id: int, command: str, headers: dict[str, str]) -> Exists:
+        """What a SUBSCRIBE or UNSUBSCRIBE finds on this connection (its client-id's
+        durable subscription, the non-durable topic subscription it ends): what its
+        permission check asks (core/permissions.py)."""
+        if command not in ("SUBSCRIBE", "UNSUBSCRIBE"):
+            return NOTHING
         session = self._session(conn_id)
-        key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name
-        q = self.durables.get(key)
-        return None if q is None else q.address.name
+        name = durable_name_of(headers)
+        if name is not None:
+            key = f"{session.client_id}:{name}" if session.client_id else name
+            q = self.durables.get(key)
+            return Exists(durable_topic=None if q is None else q.address.name)
+        sub = session.subs.get(headers.get("id", "")) if command == "UNSUBSCRIBE" else None
+        if sub is not None and not sub.durable and sub.queue.address.kind == TOPIC:
+            return Exists(non_durable_topic=sub.queue.address.name)
+        return NOTHING
 
     def _durable_queue(self, session: Session, address: Address, topic_name: str,
                        durable_name: str) -> Queue:

@@ -455,6 +455,13 @@ class Intake:
         capacity.set_paged(paged_bytes)
         self._server_changed(capacity.check_memory())
 
+    def add_frame_bytes(self, delta: int) -> None:
+        """Input from the server: the bytes of unfinished frames its connections hold
+        changed by `delta`; they count in global_max_size_bytes (issue 20)."""
+        capacity = self.capacity
+        capacity.memory += delta
+        self._server_changed(capacity.check_memory())
+
     def set_disk_usage(self, percent: float) -> None:
         """Input from the server: the data directory's file system, percent used."""
         self._server_changed(self.capacity.check_disk(percent))

@@ -26,7 +26,7 @@ class Permission(StrEnum):
 
     SEND = "send"
     CONSUME = "consume"
-    BROWSE = "browse"  # reserved: pairmq has no queue browser yet
+    BROWSE = "browse"  # a queue browser (SUBSCRIBE browser:true, core/browsing.py)
     CREATE_DURABLE_QUEUE = "createDurableQueue"
     DELETE_DURABLE_QUEUE = "deleteDurableQueue"
     CREATE_NON_DURABLE_QUEUE = "createNonDurableQueue"
@@ -149,6 +149,8 @@ class Exists:
     """What the broker says exists, for the frame at hand."""
 
     durable_topic: str | None = None  # the topic of the durable subscription it names
+    # the topic of the non-durable subscription an UNSUBSCRIBE ends (its queue is deleted)
+    non_durable_topic: str | None = None
 
 
 def needed(command: str, headers: Mapping[str, str], exists: Exists
@@ -163,6 +165,8 @@ def needed(command: str, headers: Mapping[str, str], exists: Exists
             return [(Permission.CREATE_NON_DURABLE_QUEUE, destination)]
         if destination.startswith(PRIVATE):
             return []
+        if headers.get("browser") == "true":  # a queue browser takes nothing (core/browsing.py)
+            return [(Permission.BROWSE, destination)]
         need = [(Permission.CONSUME, destination)]
         if destination.startswith("/topic/"):
             if durable_name(headers) is None:
@@ -170,9 +174,11 @@ def needed(command: str, headers: Mapping[str, str], exists: Exists
             elif exists.durable_topic != destination:  # new (or moved to this topic)
                 need.append((Permission.CREATE_DURABLE_QUEUE, destination))
         return need
-    if command == "UNSUBSCRIBE" and durable_name(headers) is not None \
-            and exists.durable_topic is not None:
-        return [(Permission.DELETE_DURABLE_QUEUE, exists.durable_topic)]
+    if command == "UNSUBSCRIBE":
+        if durable_name(headers) is not None and exists.durable_topic is not None:
+            return [(Permission.DELETE_DURABLE_QUEUE, exists.durable_topic)]
+        if exists.non_durable_topic is not None:  # its queue goes with it, as in Artemis
+            return [(Permission.DELETE_NON_DURABLE_QUEUE, exists.non_durable_topic)]
     return []
 
 

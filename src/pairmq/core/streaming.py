@@ -319,11 +319,15 @@ class Streams:
             self._deliver_cursor(cursor, message, cursor.position)
             cursor.position += 1
 
-    def take_stream_reads(self, most: int) -> list[tuple[StreamCursor, list[int]]]:
+    def take_stream_reads(self, most: int, cut: bool = True
+                          ) -> list[tuple[StreamCursor, list[int]]]:
         """(cursor, offsets to read back) for cursors whose next records are held only in
         the journal, `most` records in all (reading them back and sending them is a turn's
         work: the other cursors wait in `stream_reads` for the next call); the store reads
-        them and `stream_read` delivers them."""
+        them and `stream_read` delivers them. Only the first read of a call, and only with
+        `cut`, may be cut short by `most`: a cursor whose run does not fit waits for the
+        next call, or a turn that read 1,000 records for one reader would send the next a
+        batch of 24, and both readers then ACK ever smaller batches."""
         wanted, self.stream_reads = self.stream_reads, {}
         out = []
         for cursor in wanted:
@@ -337,6 +341,9 @@ class Streams:
                 else cursor.prefetch, STREAM_READ)
             if cursor.end is not None:
                 room = min(room, cursor.end - cursor.position)
+            if room > most and (out or not cut):
+                self.stream_reads[cursor] = None
+                continue
             offsets = cursor.stream.cold_run(cursor.position, max(1, min(room, most)))
             if offsets:
                 out.append((cursor, offsets))

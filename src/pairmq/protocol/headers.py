@@ -17,8 +17,12 @@ def parse_header_block(text: str, version: str, max_headers: int) -> tuple[str, 
     Lines may end in LF or CRLF; only a CR right before the LF is dropped, so other CRs stay
     in values (1.0, 1.1). Each header splits at its first colon; the first of repeated names
     wins. Names and values are unescaped as `version` says, never on CONNECT/CONNECTED/STOMP.
-    An empty header name is refused: the grammar asks for at least one octet.
+    An empty header name is refused: the grammar asks for at least one octet. So is a NUL
+    anywhere in the section: the grammar has no NUL in a header, and one passed on to a
+    subscriber would end its MESSAGE there and start a forged frame after it.
     """
+    if "\0" in text:
+        raise ProtocolError("NUL (octet 0) in the command or a header: not allowed by STOMP")
     if "\r" in text:
         text = text.replace("\r\n", "\n")
         if text[-1] == "\r":

@@ -85,6 +85,21 @@ class FrameParser:
         self._pending: tuple[str, dict[str, str], int, int, int] | None = None
 
     @property
+    def max_frame_bytes(self) -> int:
+        """The frame size limit; a server raises it once a client has logged in (RabbitMQ's
+        smaller limit before authentication). Applies to frames not parsed yet."""
+        return self._max_frame
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        self._max_frame = value
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished frame held until the rest of it arrives."""
+        return len(self._buf)
+
+    @property
     def version(self) -> str:
         """The STOMP version whose escaping rules apply: "1.0", "1.1" or "1.2"."""
         return self._version

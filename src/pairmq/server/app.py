@@ -17,6 +17,7 @@ from pairmq.core import Broker
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.connection import TURN_BUDGET_S, StompConnection, now_ms
+from pairmq.server.connlimits import ConnectionCount
 from pairmq.server.ha import ReplicationDriver
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.looplag import LoopWatch
@@ -77,6 +78,7 @@ class PairmqServer:
         self._steps = SteppedCollector()
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
+        self.counts = ConnectionCount(config.max_connections, config.max_connections_per_address)
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
@@ -165,7 +167,7 @@ class PairmqServer:
     def _accept(self) -> StompConnection:
         """A new client connection belongs to the role current when it is accepted."""
         return StompConnection(self.config, self.role, self.next_conn_id(), self.loop,
-                               self.turn, self.logins)
+                               self.turn, self.logins, self.counts)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -20,6 +20,7 @@ from pairmq.core.settings import (
     pattern_problem,
     sorted_overrides,
 )
+from pairmq.protocol.limits import HEADERS_ADDED
 from pairmq.server.tls import CLIENT_AUTH, TlsError, TlsFiles, build
 from pairmq.store.store import FULL_POLICIES, StoreSettings
 
@@ -102,8 +103,21 @@ KEYS: tuple[Key, ...] = (
         _one_of(CLIENT_AUTH), flag_name="tls_client_auth"),
     Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
         _at_least(256)),
-    Key("limits", "max_headers", int, 1000, "most headers in one frame", _at_least(1)),
+    Key("limits", "max_headers", int, 1000, "most headers in one frame (a message keeps "
+        f"{HEADERS_ADDED} fewer: the server's own go with it when it is delivered)",
+        _at_least(HEADERS_ADDED + 2)),
     Key("limits", "max_header_bytes", int, 10240, "longest header line (bytes)", _at_least(16)),
+    Key("limits", "pre_login_frame_bytes", int, 8192,
+        "largest frame accepted before the client has logged in (bytes; RabbitMQ's smaller "
+        "pre-authentication limit): its CONNECT and what it sends before CONNECTED",
+        _at_least(512)),
+    Key("limits", "frame_timeout_ms", int, 60000,
+        "a frame begun must be complete within this (ms, 0 = no deadline)", _at_least(0)),
+    Key("limits", "max_connections", int, -1,
+        "client connections held at once; past it new ones get an ERROR and are closed "
+        "(-1 = the open-files limit less 256)", _at_least(-1)),
+    Key("limits", "max_connections_per_address", int, 1000,
+        "client connections from one address at once (0 = no limit)", _at_least(0)),
     Key("destinations", "default_prefetch", int, 1000,
         "unacknowledged messages per client-ack subscription", _at_least(1)),
     Key("destinations", "max_delivery_attempts", int, 10,
@@ -122,6 +136,9 @@ KEYS: tuple[Key, ...] = (
         "bytes of messages held in memory, all destinations; past it new messages are held "
         "or refused per [store] full_policy (-1 = half of this machine's memory, 0 = no "
         "limit)", _at_least(-1)),
+    Key("destinations", "max_browse_messages", int, 400,
+        "messages a queue browser (SUBSCRIBE browser:true) is shown, from the head of the "
+        "queue (ActiveMQ's maxBrowsePageSize)", _at_least(1)),
     Key("destinations", "dup_cache_size", int, 20000,
         "dup-ids remembered per destination (advertised on CONNECTED)", _at_least(1)),
     Key("destinations", "producer_expiry_ms", int, 7 * 24 * 3600 * 1000,

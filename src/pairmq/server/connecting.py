@@ -29,6 +29,7 @@ from pairmq.server.config import ServerConfig, User
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import Parked, SessionRequest
 from pairmq.server.role import Role, Ticket
+from pairmq.server.stomp_session import ServerSession
 from pairmq.server.tls import common_name
 
 log = logging.getLogger("pairmq.connection")
@@ -52,19 +53,13 @@ class Connecting:
     parser: FrameParser
     conn_id: int
     peer: str
-    version: str
-    connected: bool
-    closing: bool
-    waiting: bool
+    session: ServerSession
     out: list[bytes]
     last_ticket: Ticket | None
     _timers: dict[str, asyncio.TimerHandle]
     clock: HeartbeatClock
     asked: SessionRequest
     ttl_ms: int
-    frames: int
-    login: str | None
-    roles: frozenset[str]
     logins: LoginThrottle
     client_id: str | None
     token: str
@@ -72,94 +67,95 @@ class Connecting:
     if TYPE_CHECKING:  # provided by StompConnection
         def fail(self, message: str, frame: Frame | None = None, detail: str = "",
                  extra: dict[str, str] | None = None) -> None: ...
-        def close(self) -> None: ...
+        def close(self, park: bool = False) -> None: ...
         def release_backlog(self) -> None: ...
         def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None: ...
         def _beat(self) -> None: ...
         def _watch(self) -> None: ...
 
     def _park(self) -> None:
-        self.connected = False
-        self.role.parking.park(Parked(self.conn_id, self.token, self.asked.key, self.login,
-                                      self.client_id, self.frames, self.last_ticket),
+        session = self.session
+        self.role.parking.park(Parked(self.conn_id, self.token, self.asked.key, session.login,
+                                      self.client_id, session.frames, self.last_ticket),
                                self.ttl_ms)
 
     def drop(self, why: str) -> None:
         """Close the socket without an ERROR (its client is silent, or back on another
         connection); the session is parked if its client asked for that."""
-        if self.closing:
+        if self.session.closed:
             return
         log.info("Closing connection %d from %s: %s", self.conn_id, self.peer, why)
-        if self.connected and self.ttl_ms:
-            self._park()
-        self.close()
+        self.close(park=True)
 
     def on_connect(self, frame: Frame) -> None:
-        if self.connected or self.waiting:
-            raise CoreError("already connected")
         h = frame.headers
         version = negotiate_version(h.get("accept-version"))
         if version is None:
             self.fail("no common STOMP version: this server supports 1.0, 1.1 and 1.2", frame,
                       extra={"version": SUPPORTED})
             return
-        self.version = version
+        self.session.version = version
         refusal = self.role.refusal()
         if refusal is not None:
             self.fail(refusal.message, frame, extra=refusal.extra)
             return
-        cx, cy = parse_heart_beat(h.get("heart-beat", "0,0"))
+        parse_heart_beat(h.get("heart-beat", "0,0"))  # a malformed one is refused now
         self.asked = SessionRequest.from_headers(h)
-        client_id = h.get("client-id")
         login = h.get("login")
-        if login is None:
-            # [tls] client_auth: a verified client certificate stands in for a login when its
-            # common name is a configured user (roles come from the user)
-            by_cert = common_name(self.transport.get_extra_info("peercert")
-                                  if self.transport is not None else None)
-            if by_cert and by_cert in self.users:
-                log.info("Connection %d from %s logged in as %r by its client certificate",
-                         self.conn_id, self.peer, by_cert)
-                self.finish_connect(version, cx, cy, client_id, by_cert)
-            elif self.config.allow_anonymous:
-                self.finish_connect(version, cx, cy, client_id, None)
-            else:
-                self.fail("authentication failed", frame,
-                          detail="this server requires a login and passcode")
+        if login is not None:
+            self._log_in(frame, login)
             return
+        # [tls] client_auth: a verified client certificate stands in for a login when its
+        # common name is a configured user (roles come from the user)
+        by_cert = common_name(self.transport.get_extra_info("peercert")
+                              if self.transport is not None else None)
+        if by_cert and by_cert in self.users:
+            log.info("Connection %d from %s logged in as %r by its client certificate",
+                     self.conn_id, self.peer, by_cert)
+            self.finish_connect(frame, by_cert)
+        elif self.config.allow_anonymous:
+            self.finish_connect(frame, None)
+        else:
+            self.fail("authentication failed", frame,
+                      detail="this server requires a login and passcode")
+
+    def _log_in(self, frame: Frame, login: str) -> None:
+        """Check a CONNECT's login and passcode: at once for a plain password; in a thread
+        for a hash (tens of ms); later when its host's failed logins ask for a delay."""
+        session = self.session
         wait = self.logins.admit(self.host, self.loop.time())
         if wait > 0:
             # Failed logins from this host: its attempts wait their turn (server/logins.py).
             # Reading goes on, so that a client that leaves meanwhile is seen to leave (its
             # frames wait in the backlog, a few at most: StompConnection._take).
-            self.waiting = True
-            self._timers["login"] = self.loop.call_later(wait, self._connect_later, frame)
+            session.step("checking")
+            self._timers["login"] = self.loop.call_later(wait, self._log_in_later, frame,
+                                                         login)
             return
-        passcode = h.get("passcode", "")
+        passcode = frame.headers.get("passcode", "")
         users = self.users
         user = users.get(login)
         if user is not None and not is_hashed(user.password):
             if verify_password(user.password, passcode):
-                self.finish_connect(version, cx, cy, client_id, login)
+                self.finish_connect(frame, login)
             else:
                 self._auth_failed(login, frame)
             return
         # A hash takes tens of ms to check: do it in a thread and hold later frames meanwhile.
-        self.waiting = True
+        session.step("checking")
         assert self.transport is not None
         self.transport.pause_reading()
         future = self.loop.run_in_executor(None, check_login, users, login, passcode)
-        future.add_done_callback(
-            lambda f: self._auth_done(f, version, cx, cy, client_id, login, frame))
+        future.add_done_callback(lambda f: self._auth_done(f, login, frame))
 
-    def _connect_later(self, frame: Frame) -> None:
+    def _log_in_later(self, frame: Frame, login: str) -> None:
         self._timers.pop("login", None)
-        self.waiting = False
-        if self.closing:
+        if self.session.closed:
             return
-        self.on_connect(frame)
-        if not self.waiting:
+        self._log_in(frame, login)
+        if not self.session.holds_frames:
             self.release_backlog()
+        self.role.flush()
 
     @property
     def users(self) -> Mapping[str, User]:
@@ -171,14 +167,12 @@ class Connecting:
         """The client's address without its port: what failed logins are counted by."""
         return self.peer.rpartition(":")[0] or self.peer
 
-    def _auth_done(self, future: asyncio.Future, version: str, cx: int, cy: int,
-                   client_id: str | None, login: str, frame: Frame) -> None:
-        self.waiting = False
-        if self.closing:
+    def _auth_done(self, future: asyncio.Future, login: str, frame: Frame) -> None:
+        if self.session.closed:
             return
         ok = not future.cancelled() and future.exception() is None and future.result()
         if ok:
-            self.finish_connect(version, cx, cy, client_id, login)
+            self.finish_connect(frame, login)
         else:
             self._auth_failed(login, frame)
         self.release_backlog()
@@ -190,15 +184,21 @@ class Connecting:
                       "its next attempt waits %.1f s", login, self.peer, self.conn_id, delay)
         self.fail("authentication failed", frame, detail="bad login or passcode")
 
-    def finish_connect(self, version: str, cx: int, cy: int, client_id: str | None,
-                       login: str | None) -> None:
-        self.login = login
+    def finish_connect(self, frame: Frame, login: str | None) -> None:
+        """The CONNECT is let in as `login` (None: anonymous): a broker session, new or
+        resumed, then CONNECTED."""
+        session = self.session
+        version = session.version
+        h = frame.headers
+        cx, cy = parse_heart_beat(h.get("heart-beat", "0,0"))
+        client_id = h.get("client-id")
+        session.login = login
         if login is not None:
             self.logins.succeeded(self.host)
         audit.info("login: %s from %s (connection %d)",
                    repr(login) if login is not None else "anonymous", self.peer, self.conn_id)
         user = self.users.get(login) if login is not None else None
-        self.roles = frozenset(user.roles) if user is not None else frozenset()
+        session.roles = frozenset(user.roles) if user is not None else frozenset()
         self.client_id = client_id
         asked = self.asked
         parking = self.role.parking
@@ -213,8 +213,9 @@ class Connecting:
             except CoreError as e:
                 self.fail(str(e))
                 return
-        self.connected = True
+        session.step("logged-in")
         self.parser.version = version
+        self.parser.max_frame_bytes = self.config.max_frame_bytes  # logged in: the full limit
         beat = self.config.heartbeat_ms
         outgoing, incoming = negotiate_heart_beat(beat, beat, cx, cy)
         headers = {"version": version, "heart-beat": f"{beat},{beat}",
@@ -240,7 +241,7 @@ class Connecting:
             # Sent once everything the session wrote is confirmed: every frame it counts
             # as applied is then confirmed too, and the client resends only the others.
             headers["resumed"] = "true"
-            headers["resume-frames"] = str(self.frames)
+            headers["resume-frames"] = str(session.frames)
             self.confirm(self.last_ticket, serialize(Frame("CONNECTED", headers), version))
         loop = self.loop
         self.clock = HeartbeatClock(outgoing, incoming, loop.time())
@@ -259,7 +260,7 @@ class Connecting:
         self.conn_id = parked.conn_id
         role.attach(self)
         self.token = parked.token
-        self.frames = parked.frames
+        self.session.frames = parked.frames
         self.last_ticket = parked.last_ticket
         returned = self.broker.resume_session(self.conn_id, self.asked.last_ack, now_ms())
         log.info("Connection %d from %s resumed session %s (%d frames applied, %d deliveries "

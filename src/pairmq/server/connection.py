@@ -1,7 +1,9 @@
 """One client connection: bytes to frames (protocol), frames to broker commands (core).
 
 An `asyncio.Protocol` rather than streams: data_received hands a whole socket read to
-the parser, every frame in it is applied, and all output is written once at the end.
+the parser, every frame in it is applied, and all output is written once at the end. The
+connection's STOMP state, and whether a frame may be applied, are decided by its sans-IO
+`ServerSession` (server/stomp_session.py); this is the asyncio shell around it.
 
 Output that must wait for the journal (a RECEIPT, a MESSAGE of a persistent message whose
 record is not confirmed yet) waits in `held` (server/held.py), in order, with whatever
@@ -20,19 +22,25 @@ from enum import StrEnum
 from pairmq.core import CoreError
 from pairmq.core.admission import Admission, Cause, Outcome
 from pairmq.core.destinations import STREAM_PREFIX
-from pairmq.core.permissions import Exists, durable_name, needed
+from pairmq.core.intake import TRANSPORT_HEADERS as NOT_KEPT
+from pairmq.core.permissions import Exists
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing, StreamBatch
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
 from pairmq.protocol.batch import SEND_BATCH_HEADER, decode_send_records, parse_send_batch
+from pairmq.protocol.limits import MessageLimits
 from pairmq.server import wire
+from pairmq.server.commands import Commands
 from pairmq.server.config import ServerConfig
 from pairmq.server.connecting import Connecting, audit, now_ms
+from pairmq.server.connlimits import ConnectionCount
 from pairmq.server.held import HeldOutput
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import SessionRequest
 from pairmq.server.role import Role, RolePhase, Ticket
+from pairmq.server.stomp_session import OWN_RECEIPTS, Phase, ServerSession, Wait
 from pairmq.server.turns import TurnBudget
+from pairmq.server.unfinished import UnfinishedFrame
 
 log = logging.getLogger("pairmq.connection")
 
@@ -51,31 +59,33 @@ class Stall(StrEnum):
     HELD = "held"  # too many bytes wait for their records to be confirmed
 
 
-class StompConnection(Connecting, asyncio.Protocol):
+class StompConnection(Connecting, Commands, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     def __init__(self, config: ServerConfig, role: Role, conn_id: int,
                  loop: asyncio.AbstractEventLoop, turn: TurnBudget,
-                 logins: LoginThrottle) -> None:
+                 logins: LoginThrottle, counts: ConnectionCount) -> None:
         self.config = config
         self.turn = turn  # shared by every connection (server/turns.py)
         self.logins = logins  # failed logins per host, shared (server/logins.py)
+        self.counts = counts  # connections per host, shared (server/connlimits.py)
+        self.counted_as: str | None = None  # the host it is counted under, once let in
         self.role = role
         self.broker = role.broker
         self.loop = loop
         self.conn_id = conn_id
         cfg = config
-        self.parser = FrameParser(max_frame_bytes=cfg.max_frame_bytes,
+        # a smaller frame limit until the client has logged in (connecting.py raises it)
+        self.parser = FrameParser(max_frame_bytes=min(cfg.max_frame_bytes,
+                                                      cfg.pre_login_frame_bytes),
                                   max_headers=cfg.max_headers,
                                   max_header_bytes=cfg.max_header_bytes)
+        # what one message may hold, so that its MESSAGEs fit them too (protocol/limits.py)
+        self.limits = MessageLimits(cfg.max_frame_bytes, cfg.max_headers, cfg.max_header_bytes)
+        self.unfinished = UnfinishedFrame(cfg.frame_timeout_ms / 1000)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.version = "1.2"
-        self.connected = False
-        self.closing = False
-        self.waiting = False  # frames are held: a password check runs, the journal is full,
-        # or this turn spent its budget (process)
-        self.disconnecting = False  # DISCONNECT seen: closing once its receipt is out
+        self.session = ServerSession()  # phase, why frames wait, what may be applied
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
         self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
         self._stalls: set[Stall] = set()  # the broker delivers only while this is empty
@@ -91,9 +101,6 @@ class StompConnection(Connecting, asyncio.Protocol):
         # the session's life beyond this socket (server/parking.py)
         self.asked = SessionRequest()
         self.ttl_ms = 0  # granted: the session is parked this long if the socket breaks
-        self.frames = 0  # frames of the session applied (what a resumed session reports)
-        self.login: str | None = None
-        self.roles: frozenset[str] = frozenset()  # the user's, for [security] rules
         self.client_id: str | None = None
         self.token = ""
 
@@ -106,25 +113,42 @@ class StompConnection(Connecting, asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.clock = HeartbeatClock(0, 0, self.loop.time())
         self.role.attach(self)
+        refusal = self.counts.refusal(self.host)
+        if refusal is not None:
+            log.warning("Refused connection %d from %s: %s", self.conn_id, self.peer, refusal)
+            self.fail(refusal)
+            return
+        self.counted_as = self.host
         if self.role.throttled:
             self.transport.pause_reading()
         self._timers["connect"] = self.loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
         log.debug("Connection %d opened from %s (role %d)", self.conn_id, self.peer,
                   self.role.generation)
 
+    @property
+    def closing(self) -> bool:
+        """Closed: nothing more is written to it (what the role asks before writing)."""
+        return self.session.closed
+
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.session.closed:
             return
-        self.clock.read(self.loop.time())
+        now = self.loop.time()
+        self.clock.read(now)
         try:
             frames = self.parser.feed(data)
         except ProtocolError as e:
             # Frames completed before the bad bytes count, however the reads were split.
             if e.frames:
                 self._take(e.frames)
-            self.fail(str(e), receipt=e.receipt)
+            message = str(e)
+            if message.startswith("frame too large") and not self.session.owns_broker_session:
+                message += " before login (pre_login_frame_bytes; max_frame_bytes applies " \
+                           "once CONNECTED)"
+            self.fail(message, receipt=e.receipt)
             self.role.flush()
             return
+        self._count_unfinished(bool(frames), now)
         if frames:
             try:
                 self._take(frames)
@@ -137,9 +161,9 @@ class StompConnection(Connecting, asyncio.Protocol):
                 self.role.flush()
 
     def _take(self, frames: list[Frame]) -> None:
-        if self.waiting or self.backlog:
+        if self.session.holds_frames or self.backlog:
             self.backlog.extend(frames)
-            if not self.connected and len(self.backlog) > PRE_LOGIN_FRAMES \
+            if self.session.phase is Phase.LOGGING_IN and len(self.backlog) > PRE_LOGIN_FRAMES \
                     and self.transport is not None:
                 self.transport.pause_reading()  # a login being delayed: enough held
         else:
@@ -148,20 +172,61 @@ class StompConnection(Connecting, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         log.debug("Connection %d from %s closed%s", self.conn_id, self.peer,
                   f" ({exc})" if exc else "")
-        broken = not self.closing  # the peer or the network ended it, not this server
-        self.closing = True
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        if self.counted_as is not None:
+            self.counts.closed(self.counted_as)
+            self.counted_as = None
+        if self.unfinished.bytes:
+            self.broker.add_frame_bytes(self.unfinished.fed(0, False, 0.0))
         self.role.detach(self)
         self.blocked_on.clear()
-        if self.connected:
-            if broken and self.ttl_ms:
-                self._park()
-            else:
-                self.role.parking.gone(self.token)
-                self.broker.close_session(self.conn_id, now_ms())
+        if not self.session.closed:  # the peer or the network ended it, not this server
+            self._to_closed(park=True)
         self.role.flush()
+
+    def _to_closed(self, park: bool) -> None:
+        """Enter CLOSED. A broker session this connection owns ends here: parked for its
+        connection_ttl (when `park` and the client asked for one), or closed."""
+        owned = self.session.owns_broker_session
+        self.session.step("closed")
+        if not owned:
+            return
+        if park and self.ttl_ms:
+            self._park()
+        else:
+            self.role.parking.gone(self.token)
+            self.broker.close_session(self.conn_id, now_ms())
+
+    def _count_unfinished(self, completed: bool, now: float) -> None:
+        """After a read: the bytes of an unfinished frame count in the server's memory, and
+        the frame must be complete by [limits] frame_timeout_ms (server/unfinished.py)."""
+        unfinished = self.unfinished
+        delta = unfinished.fed(self.parser.buffered, completed, now)
+        if delta:
+            self.broker.add_frame_bytes(delta)
+        if unfinished.since is not None and "frame" not in self._timers \
+                and unfinished.timeout_s:
+            self._timers["frame"] = self.loop.call_later(unfinished.timeout_s,
+                                                         self._frame_deadline)
+
+    def _frame_deadline(self) -> None:
+        self._timers.pop("frame", None)
+        unfinished = self.unfinished
+        if self.session.closed or unfinished.since is None:
+            return
+        now = self.loop.time()
+        if self.session.holds_frames or self.role.throttled:
+            unfinished.not_reading(now)  # this server paused reading, not the client
+        if unfinished.overdue(now):
+            self.fail(f"frame not completed within {unfinished.timeout_s:g} s "
+                      f"(frame_timeout_ms): {unfinished.bytes} bytes of it arrived")
+            self.role.flush()
+            return
+        due = unfinished.due()
+        assert due is not None
+        self._timers["frame"] = self.loop.call_later(due - now, self._frame_deadline)
 
     def pause_writing(self) -> None:
         self._stall(Stall.SOCKET, True)
@@ -180,7 +245,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         else:
             stalls.discard(reason)
         writable = not stalls
-        if writable == was_writable or not self.connected or self.closing:
+        if writable == was_writable or not self.session.owns_broker_session:
             return False
         self.broker.set_writable(self.conn_id, writable, now_ms())
         return writable
@@ -195,15 +260,16 @@ class StompConnection(Connecting, asyncio.Protocol):
         reading paused, until the next turn (issue 18). At least one frame is applied."""
         turn = self.turn
         turn.start(time.perf_counter())
+        session = self.session
         for i, frame in enumerate(frames):
-            if self.closing or self.disconnecting:
-                return
-            if self.waiting:
+            if not session.reads_frames:
+                return  # after a DISCONNECT, or closed: ignored
+            if session.holds_frames:
                 self.backlog.extend(frames[i:])
                 return
             if i and turn.spent(time.perf_counter()):
                 self.backlog.extend(frames[i:])
-                self.waiting = True
+                session.wait = Wait.TURN
                 if self.transport is not None:
                     self.transport.pause_reading()
                 self.loop.call_soon(self.release_backlog)
@@ -212,13 +278,10 @@ class StompConnection(Connecting, asyncio.Protocol):
 
     def handle(self, frame: Frame) -> None:
         command = frame.command
-        if not self.connected and command not in ("CONNECT", "STOMP"):
-            self.fail(f"not connected: the first frame must be CONNECT or STOMP, not {command}",
-                      frame)
-            return
-        handler = HANDLERS.get(command)
-        if handler is None:
-            self.fail(f"unknown command {command!r}", frame)
+        session = self.session
+        refusal = session.refusal(command)
+        if refusal is not None:
+            self.fail(refusal, frame)
             return
         role = self.role
         if role.phase is not RolePhase.CURRENT:
@@ -232,15 +295,15 @@ class StompConnection(Connecting, asyncio.Protocol):
             return
         mark = role.frame_mark()
         try:
-            held = handler(self, frame)
+            held = HANDLERS[command](self, frame)
         except (CoreError, ProtocolError) as e:
             self.fail(str(e), frame)
             return
         if held is HELD:
             return
         extra = held if isinstance(held, dict) else None  # headers for this frame's RECEIPT
-        if command != "CONNECT" and command != "STOMP":
-            self.frames += 1
+        if session.counts(command):
+            session.frames += 1
         # A RECEIPT says this frame and every earlier one of the connection were taken, so
         # it waits for the newest record this connection wrote: this frame's own (or, for a
         # dup-id hit, the original's) or, if it wrote none, that of an earlier frame (an
@@ -249,9 +312,9 @@ class StompConnection(Connecting, asyncio.Protocol):
         if ticket is not None:
             self.last_ticket = ticket
         receipt = frame.headers.get("receipt")
-        if receipt is not None and not self.closing and command not in _OWN_RECEIPTS:
+        if receipt is not None and not session.closed and command not in OWN_RECEIPTS:
             self.drain_deliveries()
-            self.confirm(self.last_ticket, wire.receipt(receipt, self.version, extra))
+            self.confirm(self.last_ticket, wire.receipt(receipt, session.version, extra))
 
     def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None:
         """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,
@@ -272,7 +335,7 @@ class StompConnection(Connecting, asyncio.Protocol):
             self._stall(Stall.HELD, True)  # a stalled disk or backup: stop dispatching
 
     def release_held(self) -> None:
-        if self.closing:
+        if self.session.closed:
             return
         role = self.role
         held = self.held
@@ -280,7 +343,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         role.mark_dirty(self)
         if held.size <= WRITE_LOW_WATER and Stall.HELD in self._stalls:
             self._stall(Stall.HELD, False)  # whoever called flushes what is dispatched
-        if self.disconnecting and not held:
+        if self.session.phase is Phase.DISCONNECTING and not held:
             self.close()
 
     def hold(self, frame: Frame, address: Address | None = None,
@@ -289,7 +352,8 @@ class StompConnection(Connecting, asyncio.Protocol):
         destination under address_full_policy block), else on the server (journal, disk,
         memory under full_policy block); or until the record `until` is confirmed. The
         frame is decided again when it is released."""
-        self.waiting = True
+        self.session.wait = Wait.CONFIRM if until is not None else \
+            Wait.ROOM if address is None else Wait.ADDRESS
         self.backlog.appendleft(frame)
         if self.transport is not None:
             self.transport.pause_reading()
@@ -305,8 +369,8 @@ class StompConnection(Connecting, asyncio.Protocol):
     def release_backlog(self) -> None:
         if self.blocked_on:
             return  # still blocked by a full destination: its unblocking releases us
-        self.waiting = False
-        if not self.closing:
+        self.session.wait = Wait.NONE
+        if not self.session.closed:
             if self.transport is not None and not self.role.throttled:
                 self.transport.resume_reading()
             frames = list(self.backlog)
@@ -315,15 +379,15 @@ class StompConnection(Connecting, asyncio.Protocol):
         self.role.flush()
 
     def _denied(self, frame: Frame) -> str | None:
-        """Why [security] refuses this frame, or None: every frame is checked here, before
-        its handler runs, so a refused one stores nothing (core/permissions.py)."""
+        """Why [security] refuses this frame (ServerSession.denial), audited, or None."""
         rules = self.broker.accounts.rules_over(self.config.security)
         if rules is None:
             return None
-        h = frame.headers
-        name = durable_name(h) if frame.command in ("SUBSCRIBE", "UNSUBSCRIBE") else None
-        exists = Exists(self.broker.durable_topic(self.conn_id, name)) if name else Exists()
-        refusal = rules.refusal(self.login, self.roles, needed(frame.command, h, exists))
+        session = self.session
+        command = frame.command
+        exists = self.broker.exists_for(self.conn_id, command, frame.headers) \
+            if session.owns_broker_session else _NOTHING
+        refusal = session.denial(command, frame.headers, rules, exists)
         if refusal is not None:
             audit.warning("%s (connection %d from %s)", refusal, self.conn_id, self.peer)
             return str(refusal)
@@ -337,6 +401,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         count = parse_send_batch(h.get(SEND_BATCH_HEADER))
         if count is not None:  # docs/stomp.md: its messages are taken or held as a whole
             messages = decode_send_records(frame.body, count)
+            self.limits.check_batch(messages, h, BATCH_NOT_KEPT)
             outcome = self.broker.send_batch(self.conn_id, destination, h, messages, now_ms(),
                                              h.get("transaction"),
                                              self.role.journal_full_reason(),
@@ -344,6 +409,7 @@ class StompConnection(Connecting, asyncio.Protocol):
             if self.broker.batch_open(self.conn_id):
                 return self._route_later(frame)
             return self._no_room(frame, outcome)
+        self.limits.check(h, len(frame.body), not_kept=NOT_KEPT)
         journal_full = self.role.journal_full_reason() if h.get("persistent") == "true" \
             or destination.startswith(STREAM_PREFIX) else None
         outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
@@ -354,14 +420,14 @@ class StompConnection(Connecting, asyncio.Protocol):
         """A big batch was admitted and its first slice routed: the rest goes a slice per
         turn (a turn stays short), frames after it waiting, and its RECEIPT after the
         last slice."""
-        self.waiting = True
+        self.session.wait = Wait.BATCH
         if self.transport is not None:
             self.transport.pause_reading()
         self.loop.call_soon(self._next_slice, frame)
         return HELD
 
     def _next_slice(self, frame: Frame) -> None:
-        if self.closing or not self.broker.batch_open(self.conn_id):
+        if self.session.closed or not self.broker.batch_open(self.conn_id):
             return
         role = self.role
         mark = role.frame_mark()
@@ -377,86 +443,15 @@ class StompConnection(Connecting, asyncio.Protocol):
             role.flush()
             self.loop.call_soon(self._next_slice, frame)
             return
-        self.frames += 1
+        self.session.frames += 1
         ticket = role.ticket_since(mark)
         if ticket is not None:
             self.last_ticket = ticket
         receipt = frame.headers.get("receipt")
         if receipt is not None:
             self.drain_deliveries()
-            self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
+            self.confirm(self.last_ticket, wire.receipt(receipt, self.session.version))
         self.release_backlog()  # the frames that came meanwhile, and reading again
-
-    def on_subscribe(self, frame: Frame) -> dict[str, str] | None:
-        h = frame.headers
-        destination = h.get("destination")
-        if destination is None:
-            raise CoreError("SUBSCRIBE requires a destination header")
-        sub_id = h.get("id")
-        if sub_id is None:
-            if self.version != "1.0":
-                raise CoreError("SUBSCRIBE requires an id header")
-            sub_id = destination
-        prefetch = _int_header(h, "prefetch-count")
-        if prefetch is None:
-            prefetch = _int_header(h, "activemq.prefetchSize")
-        if destination.startswith(STREAM_PREFIX):  # docs/streams.md
-            first, next_offset = self.broker.subscribe_stream(
-                self.conn_id, sub_id, destination, h, ack=h.get("ack", "auto"),
-                prefetch=prefetch)
-            return {"x-stream-first-offset": str(first), "x-stream-next-offset": str(next_offset)}
-        durable_name = h.get("activemq.subscriptionName")
-        if durable_name is None and (h.get("durable") == "true" or h.get("persistent") == "true"):
-            durable_name = sub_id
-        self.broker.subscribe(self.conn_id, sub_id, destination, now_ms(),
-                              ack=h.get("ack", "auto"), prefetch=prefetch,
-                              durable_name=durable_name)
-        return None
-
-    def on_unsubscribe(self, frame: Frame) -> None:
-        h = frame.headers
-        sub_id = h.get("id")
-        if sub_id is None and self.version == "1.0":
-            sub_id = h.get("destination")
-        durable_name = h.get("activemq.subscriptionName")
-        delete = durable_name is not None or h.get("durable") == "true" \
-            or h.get("persistent") == "true"
-        if sub_id is None and not delete:
-            raise CoreError("UNSUBSCRIBE requires an id header")
-        self.broker.unsubscribe(self.conn_id, sub_id, now_ms(), delete_durable=delete,
-                                durable_name=durable_name or sub_id)
-        if sub_id is not None:
-            self.sub_lines.pop(sub_id, None)
-
-    def _ack_id(self, frame: Frame) -> str:
-        h = frame.headers
-        if self.version == "1.2":
-            ack_id = h.get("id")
-            if ack_id is None:
-                raise CoreError(f"{frame.command} requires an id header (the MESSAGE's ack "
-                                "header)")
-            return ack_id
-        message_id = h.get("message-id")
-        if message_id is None:
-            raise CoreError(f"{frame.command} requires a message-id header")
-        return self.broker.legacy_ack_id(self.conn_id, message_id, h.get("subscription"))
-
-    def on_ack(self, frame: Frame) -> None:
-        self.broker.ack(self.conn_id, self._ack_id(frame), now_ms(),
-                        frame.headers.get("transaction"))
-
-    def on_nack(self, frame: Frame) -> None:
-        self.broker.nack(self.conn_id, self._ack_id(frame), now_ms(),
-                         frame.headers.get("transaction"))
-
-    def _transaction(self, frame: Frame) -> str:
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            raise CoreError(f"{frame.command} requires a transaction header")
-        return tx
-
-    def on_begin(self, frame: Frame) -> None:
-        self.broker.begin(self.conn_id, self._transaction(frame))
 
     def on_commit(self, frame: Frame) -> object:
         outcome = self.broker.commit(self.conn_id, self._transaction(frame), now_ms(),
@@ -479,19 +474,16 @@ class StompConnection(Connecting, asyncio.Protocol):
             raise CoreError(outcome.reason)
         return None
 
-    def on_abort(self, frame: Frame) -> None:
-        self.broker.abort(self.conn_id, self._transaction(frame), now_ms())
-
     def on_disconnect(self, frame: Frame) -> None:
         self.drain_deliveries()
         receipt = frame.headers.get("receipt")
-        self.disconnecting = True
+        self.session.step("DISCONNECT")
         if self.transport is not None:
             self.transport.pause_reading()
         if receipt is not None:
             # After every earlier receipt, and once everything this connection wrote is
             # confirmed: the client may rely on all its frames having been taken.
-            self.confirm(self.last_ticket, wire.receipt(receipt, self.version))
+            self.confirm(self.last_ticket, wire.receipt(receipt, self.session.version))
         if not self.held:
             self.close()
 
@@ -500,7 +492,7 @@ class StompConnection(Connecting, asyncio.Protocol):
     def write_deliveries(self, deliveries: list[Outgoing]) -> None:
         """MESSAGE frames, in order; one of a persistent message waits until the record that
         added it is confirmed (as a RECEIPT would), and everything after it waits too."""
-        version = self.version
+        version = self.session.version
         lines = self.sub_lines
         out = self.out
         role = self.role
@@ -529,7 +521,7 @@ class StompConnection(Connecting, asyncio.Protocol):
 
     def _deliver_more(self) -> None:
         """The rest of a backlog an auto-ack consumer is owed, one turn at a time."""
-        if self.closing or not self.connected or self._stalls:
+        if not self.session.owns_broker_session or self._stalls:
             return  # resume_writing (or nothing, when closing) asks again
         self.broker.set_writable(self.conn_id, True, now_ms())
         self.role.flush()
@@ -553,18 +545,21 @@ class StompConnection(Connecting, asyncio.Protocol):
         still waiting for its record is dropped, as a connection lost would drop it: no
         RECEIPT is owed for what is not confirmed, and an unconfirmed message is not
         delivered (with ack client it goes back to its queue)."""
-        if self.closing:
+        if self.session.closed:
             return
         if frame is not None:
             receipt = frame.headers.get("receipt")
-        if self.connected:
+        if self.session.owns_broker_session:
             self.drain_deliveries()
         log.info("Closing connection %d from %s: %s", self.conn_id, self.peer, message)
-        self.out.append(wire.error(message, self.version, receipt, detail, extra))
+        self.out.append(wire.error(message, self.session.version, receipt, detail, extra))
         self.close()
 
-    def close(self) -> None:
-        self.closing = True
+    def close(self, park: bool = False) -> None:
+        """The server ends the connection: what is written goes out, then the socket closes
+        (its broker session ends now: _to_closed)."""
+        if not self.session.closed:
+            self._to_closed(park)
         self.flush_out()
         if self.transport is not None:
             self.transport.close()
@@ -573,28 +568,28 @@ class StompConnection(Connecting, asyncio.Protocol):
 
     def throttle(self, paused: bool) -> None:
         """The role pauses reading from every client while the backup is far behind."""
-        if self.transport is None or self.closing:
+        if self.transport is None or self.session.closed:
             return
         if paused:
             self.transport.pause_reading()
-        elif not self.waiting:
+        elif not self.session.holds_frames:
             self.transport.resume_reading()
 
     def unblock(self, address: Address) -> None:
         self.blocked_on.discard(address)
-        if not self.blocked_on and not self.closing:
+        if not self.blocked_on and not self.session.closed:
             self.release_backlog()
 
     # ------------------------------------------------------------ timers
 
     def _connect_timeout(self) -> None:
-        if not self.connected and not self.closing:
+        if self.session.phase in (Phase.AWAITING_CONNECT, Phase.LOGGING_IN):
             log.info("Closing connection %d from %s: no CONNECT within %.0f s", self.conn_id,
                      self.peer, CONNECT_TIMEOUT_S)
             self.close()
 
     def _beat(self) -> None:
-        if self.closing or self.transport is None:
+        if self.session.closed or self.transport is None:
             return
         now = self.loop.time()
         clock = self.clock
@@ -606,7 +601,7 @@ class StompConnection(Connecting, asyncio.Protocol):
         self._timers["beat"] = self.loop.call_later(due - now, self._beat)
 
     def _watch(self) -> None:
-        if self.closing:
+        if self.session.closed:
             return
         now = self.loop.time()
         clock = self.clock
@@ -618,22 +613,10 @@ class StompConnection(Connecting, asyncio.Protocol):
         self._timers["watch"] = self.loop.call_later(max(due - now, 0.01), self._watch)
 
 
-def _int_header(headers: dict[str, str], name: str) -> int | None:
-    value = headers.get(name)
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise CoreError(f"{name} must be an integer, got {value!r}") from None
-    if number < 0:
-        raise CoreError(f"{name} must not be negative, got {value!r}")
-    return number
-
-
 HELD = object()  # a handler's answer when it kept the frame for later
 _HELD, _FAILED = Admission.HELD, Admission.FAILED  # for every SEND: no class lookups
-_OWN_RECEIPTS = frozenset({"CONNECT", "STOMP", "DISCONNECT"})
+_NOTHING = Exists()
+BATCH_NOT_KEPT = NOT_KEPT | {SEND_BATCH_HEADER}  # a batched SEND's own header stays with it
 
 HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {
     "CONNECT": StompConnection.on_connect,

@@ -18,26 +18,30 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from pairmq.core import Broker, BrokerEvent, Message
+from pairmq.core import Broker, BrokerEvent, CoreError, Message
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing
 from pairmq.server.parking import Parking, now_ms
 from pairmq.server.policy import PairPolicy
 from pairmq.server.tickets import Ticket
+from pairmq.server.turns import ReadBudget
 from pairmq.store.store import Store
 
-# Paged messages read back per turn of the event loop, at most: each is decoded into a
-# Message, about 10 us (4,096 held turns of 40-70 ms in a drain; the window a queue asks for
-# is 1,024, core/paging.py)
-PAGES_PER_TURN = 1024
-# ... and stream records: each is also encoded and sent in the same turn (a Spark read of
-# 4,096 1 KiB records held the loop for 100-170 ms)
-STREAM_READS_PER_TURN = 1024
+# Paged messages and stream records are read back from the journal for at most this long
+# in a turn of the event loop, over every flush of the turn, by the last reads' cost per
+# record (server/turns.py ReadBudget): a paged message is decoded into a Message, about
+# 10 us (4,096 held turns of 40-70 ms in a drain); a stream record is also encoded and sent
+# in the same turn, 15-25 us (a Spark read of 4,096 1 KiB records held the loop for
+# 100-170 ms). The first read of a turn may take READS_FLOOR, a queue's window (1,024,
+# core/paging.py) or a stream reader's batch of 1,000, whatever they cost.
+READS_TURN_S = 0.03
+READS_FLOOR = 1024
 
 log = logging.getLogger("pairmq.server")
 
@@ -122,6 +126,7 @@ class Role:
         self._gate: Ticket | None = None  # the last delivery gate handed out (shared by seq)
         # sessions kept for clients whose connection broke (connection TTL)
         self.parking = Parking(broker, self.flush)
+        self._reads = ReadBudget(READS_TURN_S, READS_FLOOR)  # reading back, per loop turn
 
     def __repr__(self) -> str:
         return f"<Role {self.generation} {self.kind} {self.phase}>"
@@ -311,6 +316,18 @@ class Role:
     def read_body(self, message: Message) -> bytes:
         return self.store.read_body(message)
 
+    def browse(self, destination: str, limit: int) -> list[Message]:
+        """The first `limit` messages waiting in a queue, left there (core/browsing.py): a
+        paging queue's next ones are read back from the journal, not handed to it."""
+        seen = self.broker.browse(destination, limit)
+        if seen.log is None or not seen.numbers or self.store.writer is None:
+            return seen.messages
+        try:
+            return seen.messages + self.store.read_stream(seen.log, seen.numbers)
+        except OSError as e:
+            raise CoreError(f"cannot read the paged messages of {destination} back from the "
+                            f"journal: {e}") from None
+
     def read_bodies(self, messages: list[Message]) -> list[bytes | memoryview]:
         return self.store.read_bodies(messages)
 
@@ -382,26 +399,33 @@ class Role:
         broker = self.broker
         if broker.records:
             self.persist()
+        read_back = 0
         if broker.page_wanted or broker.moved_logs or broker.stream_reads:
-            self._serve_pages()
+            started = time.perf_counter()
+            read_back = self._serve_pages(started)
         if broker.outbox:
             for conn_id, deliveries in broker.take_outbox().items():
                 conn = self.connections.get(conn_id)
                 if conn is not None and not conn.closing:
                     conn.write_deliveries(deliveries)
+        if read_back:  # what reading them back, and sending them, cost
+            self._reads.took(read_back, time.perf_counter() - started)
         if broker.events:
             for event in broker.take_events():
                 self._on_event(event)
         self._write_dirty()
 
-    def _serve_pages(self) -> None:
+    def _serve_pages(self, now: float) -> int:
         """Read back the windows paging queues asked for (core/paging.py) and the records
-        stream readers reached (core/streaming.py), at most PAGES_PER_TURN messages this
-        turn (the rest at the next one), and release the journal entries every reader has
-        passed."""
+        stream readers reached (core/streaming.py), as many as this turn of the loop's read
+        budget allows, whichever flush reads them (the rest at the next turn), and release
+        the journal entries every reader has passed. Returns how many were read back."""
         broker, store = self.broker, self.store
+        read_back = 0
         if self.kind is RoleKind.SERVING and store.writer is not None and not store.mirror:
-            budget = PAGES_PER_TURN
+            reads = self._reads
+            budget = reads.room(now)
+            fresh = reads.fresh  # the turn's first read: it may be cut to the budget
             wanted = broker.take_page_wanted()
             now = now_ms()
             for i, (q, paged, numbers) in enumerate(wanted):
@@ -412,6 +436,7 @@ class Role:
                     break
                 numbers = numbers[:budget]
                 budget -= len(numbers)
+                read_back += len(numbers)
                 try:
                     messages = store.page_in(paged, numbers, q.key or "")
                 except OSError as e:
@@ -419,8 +444,9 @@ class Role:
                               q.name, e)
                     continue
                 broker.paged_in(q, numbers, messages, now)
-            stream_budget = min(budget, STREAM_READS_PER_TURN)
-            for cursor, offsets in broker.take_stream_reads(stream_budget):
+            # a reader's run is cut short only by a turn that has read nothing else
+            for cursor, offsets in broker.take_stream_reads(budget, cut=fresh):
+                read_back += len(offsets)
                 try:
                     records = store.read_stream(cursor.stream.log, offsets)
                 except OSError as e:
@@ -432,6 +458,7 @@ class Role:
                 asyncio.get_running_loop().call_soon(self.flush)
         for paged in broker.take_moved_logs():
             store.release_paged(paged)
+        return read_back
 
     def _write_dirty(self) -> None:
         if self._dirty:

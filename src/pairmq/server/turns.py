@@ -35,3 +35,41 @@ class TurnBudget:
 
     def _next_turn(self) -> None:
         self._started = None
+
+
+class ReadBudget:
+    """How many paged messages or stream records may still be read back from the journal
+    in this turn of the loop, by time (issue 18).
+
+    The role reads them back when it flushes, and it flushes after every connection's read:
+    with two stream readers ACKing in the same turn, a limit of 1,024 records per flush let
+    a turn read and send 2,048 (turns of 50-55 ms in benchmarks/turns.py --stream). A limit
+    per turn in records instead (1,024) kept turns short but sent one reader's batch a turn,
+    and the read rate fell by a fifth. So the budget is time: a turn may read back while,
+    at the cost per record the last reads took, the reads stay within `budget_s`; the first
+    read of a turn is always allowed at least `floor` records, so every turn makes
+    progress. Times are given; the clock renews each turn as TurnBudget's does."""
+
+    def __init__(self, budget_s: float, floor: int, per_record_s: float = 25e-6) -> None:
+        self.budget_s = budget_s
+        self.floor = floor
+        self.per_record_s = per_record_s  # the last reads' cost per record, smoothed
+        self._started: float | None = None  # when this turn's first read began
+        self.fresh = False  # the last room() started the turn's clock
+
+    def room(self, now: float) -> int:
+        """Records that may be read back now; the first call of a turn starts its clock."""
+        self.fresh = self._started is None
+        if self.fresh:
+            self._started = now
+            asyncio.get_running_loop().call_soon(self._next_turn)
+            return max(self.floor, int(self.budget_s / self.per_record_s))
+        return max(0, int((self.budget_s - (now - self._started)) / self.per_record_s))
+
+    def took(self, records: int, seconds: float) -> None:
+        """`records` were read back (and handed on) in `seconds`."""
+        if records:
+            self.per_record_s = (self.per_record_s + seconds / records) / 2
+
+    def _next_turn(self) -> None:
+        self._started = None

@@ -6,12 +6,15 @@ so a topic with many subscribers or a redelivery does not re-escape anything.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from pairmq.core import Delivery, Message
 from pairmq.core.stream import BATCH_HEADER, OFFSET_HEADER, StreamBatch
 from pairmq.protocol import Frame, escape_header, serialize
 from pairmq.protocol.batch import append_record, header_block
+
+log = logging.getLogger("pairmq.connection")
 
 # a record's own headers in a batch body: the fixed part carries these two
 _NOT_IN_RECORD = frozenset({OFFSET_HEADER, "timestamp"})
@@ -26,10 +29,9 @@ def _escape(value: str, version: str) -> str:
     return value
 
 
-def message_block(delivery: Delivery, version: str,
+def message_block(message: Message, version: str,
                   read_body: Callable[[Message], bytes]) -> bytes:
     """Headers that are the same for every delivery of one message, plus its body."""
-    message = delivery.entry.message
     wire = message.wire
     if wire is None:
         if message.body is None:  # paged out: read it back, cache nothing
@@ -45,6 +47,8 @@ def _encode_block(message: Message, version: str, body: bytes) -> bytes:
     # The sender's headers reached us unescaped: usually nothing in them needs escaping, so
     # check the joined text once. Our own message ids hold a colon, so they are escaped alone.
     pairs = message.headers.items()
+    if version == "1.0" and any(":" in name for name in message.headers):
+        pairs = _for_stomp_10(message)
     text = "\n".join([f"{name}:{value}" for name, value in pairs])
     if ("\\" in text or "\r" in text or text.count("\n") != len(pairs) - 1
             or text.count(":") != len(pairs)):
@@ -57,10 +61,21 @@ def _encode_block(message: Message, version: str, body: bytes) -> bytes:
     return f"{head}content-length:{len(body)}\n\n".encode() + body + b"\x00"
 
 
+def _for_stomp_10(message: Message) -> list[tuple[str, str]]:
+    """STOMP 1.0 has no escapes: a header name holding a colon (`na\\cme` from a 1.1 or 1.2
+    sender) would reach a 1.0 subscriber as another header (`na:me:v`). Such headers are
+    left out of its MESSAGE, and said so."""
+    dropped = [name for name in message.headers if ":" in name]
+    log.info("Message %s: header(s) %s left out of its delivery to a STOMP 1.0 subscriber "
+             "(a colon in a header name cannot be written in 1.0)", message.message_id,
+             ", ".join(repr(name) for name in dropped))
+    return [(name, value) for name, value in message.headers.items() if ":" not in name]
+
+
 def encode_delivery(delivery: Delivery, version: str, sub_line: bytes,
                     read_body: Callable[[Message], bytes]) -> bytes:
     """MESSAGE frame; `sub_line` is the connection's cached b"MESSAGE\\nsubscription:ID\\n"."""
-    block = message_block(delivery, version, read_body)
+    block = message_block(delivery.entry.message, version, read_body)
     count = delivery.delivery_count
     if delivery.ack_id is None:
         if count == 1:
@@ -70,6 +85,20 @@ def encode_delivery(delivery: Delivery, version: str, sub_line: bytes,
     if count == 1:
         return b"".join((sub_line, ack, b"delivery-count:1\n", block))
     return b"".join((sub_line, ack, b"redelivered:true\ndelivery-count:%d\n" % count, block))
+
+
+def encode_browsed(message: Message, version: str, sub_line: bytes,
+                   read_body: Callable[[Message], bytes]) -> bytes:
+    """MESSAGE frame of a queue browser (core/browsing.py): no ack header, as nothing is
+    taken."""
+    return b"".join((sub_line, message_block(message, version, read_body)))
+
+
+def browse_end(destination: str, version: str, sub_line: bytes) -> bytes:
+    """The MESSAGE that ends a browse, as ActiveMQ sends it: `browser:end`, no body."""
+    return b"".join((sub_line, (f"message-id:browse-end\n"
+                                f"destination:{_escape(destination, version)}\n"
+                                f"browser:end\ncontent-length:0\n\n").encode(), b"\x00"))
 
 
 def encode_batch(batch: StreamBatch, version: str, sub_line: bytes,

@@ -30,7 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
 
 fuzz: $(STAMP)
-	$(BIN)/python benchmarks/fuzz_campaign.py --frames 100000
+	$(BIN)/python benchmarks/fuzz_campaign.py --frames 1000000
 
 sim: $(STAMP)
 	$(BIN)/python -m pairmq.ha.sim --seeds $(SEEDS) --jobs $(JOBS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -98,10 +99,12 @@ def start_server(
     name: str = "test",
     env: dict[str, str] | None = None,
     start_timeout: float = 20.0,
+    open_files: int | None = None,
 ) -> ServerProcess:
     """Start `python -m pairmq server` with the given flags and wait until it listens.
 
     `config_text` is written to a TOML file passed with --config; flags win over it.
+    `open_files`: the process's limit on open files (RLIMIT_NOFILE), if not the default.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -123,7 +126,10 @@ def start_server(
     if env:
         full_env.update(env)
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    limit = None if open_files is None else (
+        lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files)))
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                            preexec_fn=limit)
     log.close()
     try:
         wait_for_port("127.0.0.1", port, proc, start_timeout)

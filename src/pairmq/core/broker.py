@@ -23,6 +23,7 @@ from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.follow import Follow
+from pairmq.core.idle import IdleDestinations
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
 from pairmq.core.paging import PAGE_LOW, Paging
@@ -45,7 +46,7 @@ _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.
 TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
-class Broker(Intake, Follow, Resume, Streams, Paging):
+class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -75,6 +76,8 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self._session_seq = 0
         self._index: dict[str, dict[str, Entry]] | None = None  # while following (follow.py)
         self._unsorted: set[Queue] = set()
+        self._idle_since: dict[str, int] = {}  # core/idle.py
+        self._idle_round: list[str] = []
 
     # ----------------------------------------------------------------- recovery
 
@@ -196,6 +199,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         if prefetch is None or prefetch <= 0:
             prefetch = self.settings.default_prefetch
         kind, name = parse_destination(destination)
+        self._may_create(destination, kind)
         durable = False
         if kind == QUEUE:
             q = self._plain_queue(destination)
@@ -441,6 +445,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
             if admission is Admission.HELD or admission is Admission.FAILED:
                 return refusal(admission, cause, address, self.capacity, journal_full)
         del session.txs[transaction]
+        self._unstage(tx)
         for pending in tx.sends:
             kind, name = parse_destination(pending.destination)
             self._route(session, pending.destination, kind, name, pending.headers,
@@ -462,6 +467,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         self._undo(tx, now)
 
     def _undo(self, tx: Transaction, now: int) -> None:
+        self._unstage(tx)
         touched: list[Queue] = []
         self._return_grouped(tx.acked + tx.nacked, now, touched)
         for q in touched:
@@ -484,6 +490,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
         returns how many expired."""
         self.retain_streams(now)
         self.expire_producers(now)
+        self.delete_idle(now)
         count = 0
         queues = [q for a in self.addresses.values() for q in a.queues]
         queues += [q for s in self.sessions.values() for q in s.temp_queues.values()]
@@ -623,6 +630,15 @@ class Broker(Intake, Follow, Resume, Streams, Paging):
             self._to_log(dlq.address, [dlq], moved)  # behind what the DLQ has paged
         else:
             self._enqueue(dlq, Entry(moved), now)
+
+    def _may_create(self, destination: str, kind: str) -> None:
+        """A client's frame may make this destination: the server holds fewer than
+        max_destinations (temporary queues, which end with their connection, aside)."""
+        most = self.settings.max_destinations
+        if most and kind not in (TEMP, REPLY) and destination not in self.addresses \
+                and len(self.addresses) >= most:
+            raise CoreError(f"too many destinations: the server holds max_destinations "
+                            f"({most}); {destination} is not made")
 
     def _address(self, name: str, kind: str) -> Address:
         address = self.addresses.get(name)

@@ -46,6 +46,7 @@ class Follow:
 
     if TYPE_CHECKING:  # provided by the Broker
         def _plain_queue(self, destination: str) -> Queue: ...
+        def _delete_destination(self, address: Address) -> None: ...
         def _address(self, name: str, kind: str) -> Address: ...
         def _check_full(self, address: Address) -> None: ...
         def _consumed(self, q: Queue, entry: Entry) -> None: ...
@@ -219,6 +220,12 @@ class Follow:
             self._stream(name)
         else:
             self._plain_queue(name)
+
+    def follow_undestination(self, name: str) -> None:
+        """The active server deleted an empty, unused destination (core/idle.py)."""
+        address = self.addresses.get(name)
+        if address is not None:
+            self._delete_destination(address)
 
     def follow_dup(self, destination: str, dup_id: str) -> str | None:
         """A dup-id is remembered; returns the one the cache evicted for it, if any."""

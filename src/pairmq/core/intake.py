@@ -86,6 +86,7 @@ class Intake:
         def _session(self, conn_id: int) -> Session: ...
         @staticmethod
         def _tx(session: Session, transaction: str) -> Transaction: ...
+        def _may_create(self, destination: str, kind: str) -> None: ...
         def _plain_queue(self, destination: str) -> Queue: ...
         def _temp_queue(self, session: Session, name: str) -> Queue: ...
         def _address(self, name: str, kind: str) -> Address: ...
@@ -106,6 +107,7 @@ class Intake:
         Inside a transaction the message only waits for COMMIT, where it is decided."""
         session = self._session(conn_id)
         kind, name = parse_destination(destination)
+        self._may_create(destination, kind)
         _check_message_headers(headers)
         stamp = stamp_of(headers)
         if kind == REPLY and name not in self.reply_queues:
@@ -113,7 +115,8 @@ class Intake:
         if transaction is not None:
             if stamp is not None:
                 raise _stamp_in_transaction()
-            self._tx(session, transaction).sends.append(PendingSend(destination, headers, body))
+            self._stage(transaction, self._tx(session, transaction),
+                        [PendingSend(destination, headers, body)])
             return ACCEPTED
         if stamp is None:
             return self._route(session, destination, kind, name, headers, body, now,
@@ -146,6 +149,7 @@ class Intake:
         `continue_batch`, one slice per turn of the server (a turn must stay short)."""
         session = self._session(conn_id)
         kind, name = parse_destination(destination)
+        self._may_create(destination, kind)
         if "dup-id" in headers:
             raise CoreError("a batched SEND carries a dup-id per message, in its records, "
                             "not on the frame")
@@ -164,8 +168,8 @@ class Intake:
         if transaction is not None:
             if stamp is not None:
                 raise _stamp_in_transaction()
-            self._tx(session, transaction).sends.extend(
-                PendingSend(destination, hdrs, body) for hdrs, body in merged)
+            self._stage(transaction, self._tx(session, transaction),
+                        [PendingSend(destination, hdrs, body) for hdrs, body in merged])
             return ACCEPTED
         address = self._existing_address(session, destination, kind, name)
         count = len(merged)
@@ -196,6 +200,35 @@ class Intake:
         if not self._route_slice(session, rest, slice_size or len(merged), now):
             session.batch = rest
         return ACCEPTED
+
+    def _stage(self, name: str, tx: Transaction, sends: list[PendingSend]) -> None:
+        """Keep sends for the transaction's COMMIT, within its limits; their bytes count
+        in the server's memory until then (`_unstage`)."""
+        settings = self.settings
+        if len(tx.sends) + len(sends) > settings.max_transaction_messages:
+            raise CoreError(f"transaction {name!r} would hold more than "
+                            f"max_transaction_messages ({settings.max_transaction_messages}) "
+                            "messages: COMMIT it before sending more")
+        size = sum(64 + len(s.body) + sum(map(len, s.headers))
+                   + sum(map(len, s.headers.values())) for s in sends)
+        if tx.bytes + size > settings.max_transaction_bytes:
+            raise CoreError(f"transaction {name!r} would hold more than "
+                            f"max_transaction_bytes ({settings.max_transaction_bytes}) bytes: "
+                            "COMMIT it before sending more")
+        tx.sends.extend(sends)
+        tx.bytes += size
+        capacity = self.capacity
+        capacity.memory += size
+        self._server_changed(capacity.check_memory())
+
+    def _unstage(self, tx: Transaction) -> None:
+        """The transaction's sends leave (COMMIT routes them, counted as messages then;
+        ABORT or a closed session drops them)."""
+        if tx.bytes:
+            capacity = self.capacity
+            capacity.memory -= tx.bytes
+            tx.bytes = 0
+            self._server_changed(capacity.check_memory())
 
     def batch_open(self, conn_id: int) -> bool:
         """A batched SEND of this connection is not routed whole yet."""

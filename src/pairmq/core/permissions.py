@@ -101,6 +101,11 @@ class SecurityRules:
                 self._cache.clear()
         return self._cache[name]
 
+    def roles(self) -> frozenset[str]:
+        """Every role some rule grants something to."""
+        return frozenset(role for rule in self.rules for granted in rule.grants.values()
+                         for role in granted)
+
     def allows(self, roles: Iterable[str], permission: Permission, destination: str) -> bool:
         if destination.startswith("/reply-queue/"):
             return True
@@ -190,3 +195,17 @@ def durable_name(headers: Mapping[str, str]) -> str | None:
                          or headers.get("persistent") == "true"):
         name = headers.get("id")
     return name
+
+
+def unchecked_roles(users: Mapping[str, Iterable[str]], rules: SecurityRules | None,
+                    built_in: Iterable[str]) -> dict[str, list[str]]:
+    """Roles of users (name -> roles) that nothing grants or checks: neither built in
+    (the management port's admin and monitor) nor named by a rule. Likely typos (`admn`),
+    which would otherwise leave a user without what was meant for it. Role -> its users."""
+    known = set(built_in) | (rules.roles() if rules is not None else set())
+    found: dict[str, list[str]] = {}
+    for user, roles in users.items():
+        for role in roles:
+            if role not in known:
+                found.setdefault(role, []).append(user)
+    return found

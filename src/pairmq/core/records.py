@@ -20,3 +20,4 @@ USER = 12  # (USER, name, password hash, roles)        a user added or changed a
 UNUSER = 13  # (UNUSER, name)                          ... or removed (core/accounts.py)
 RULE = 14  # (RULE, pattern, ((permission, roles), ...))  a permission rule set at run time
 UNRULE = 15  # (UNRULE, pattern)                       ... or removed
+UNDEST = 16  # (UNDEST, destination)                   an empty, unused queue is deleted

@@ -338,6 +338,10 @@ class Replay:
     def destination(self, name: str) -> None:
         self.destinations[name] = None
 
+    def undestination(self, name: str) -> None:
+        """An empty, unused destination was deleted (core/idle.py)."""
+        self.destinations.pop(name, None)
+
     def dup(self, destination: str, dup_id: str) -> None:
         cache = self.dups.get(destination)
         if cache is None:

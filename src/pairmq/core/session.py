@@ -43,6 +43,7 @@ class Transaction:
     sends: list[PendingSend] = field(default_factory=list)
     acked: list[tuple[Queue, Entry]] = field(default_factory=list)
     nacked: list[tuple[Queue, Entry]] = field(default_factory=list)
+    bytes: int = 0  # of its sends, counted in the server's memory until COMMIT or ABORT
 
 
 class Session:

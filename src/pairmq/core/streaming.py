@@ -63,6 +63,7 @@ class Streams:
 
     if TYPE_CHECKING:  # provided by the Broker
         def _session(self, conn_id: int) -> Session: ...
+        def _may_create(self, destination: str, kind: str) -> None: ...
         def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
         def _remember_dup(self, address: Address, dup_id: str) -> None: ...
         @property
@@ -195,6 +196,7 @@ class Streams:
         session.check_free(sub_id)
         ack_mode = ack_mode_of(ack)
         kind, _ = parse_destination(destination)
+        self._may_create(destination, kind)
         if kind != STREAM:
             raise CoreError(f"{destination!r} is not a stream")
         start = parse_start(headers.get("x-stream-offset"))

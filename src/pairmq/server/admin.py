@@ -9,20 +9,23 @@ Every request is checked against [auth.users] with HTTP basic auth (docs/configu
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import BasicAuth, hdrs, web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pairmq.core import Broker
 from pairmq.core.capacity import Shortage
 from pairmq.core.permissions import MANAGEMENT, Permission
 from pairmq.core.queue import Address
-from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, authenticate, management_roles
+from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, management_roles
+from pairmq.server.config import User
+from pairmq.server.passwords import Busy
 from pairmq.server.tls import TlsError
 from pairmq.server.users_api import user_routes
 
@@ -121,13 +124,18 @@ class _Collector:
                                  "1 while past max_size_bytes (the policy applies)",
                                  labels=["destination", "policy"])
         paged_by = server.store.paged.by_destination
-        for name, address in server.broker.addresses.items():
-            waiting = sum(Broker.paged_waiting(q) for q in address.queues)
-            depth.add_metric([name], sum(q.count for q in address.queues) + waiting)
-            held.add_metric([name], address.size)
-            paged.add_metric([name], paged_by.get(name, 0) + Broker.paged_bytes(address))
-            full.add_metric([name, address.policy.value], 1 if address.full else 0)
-        yield from (depth, held, paged, full)
+        addresses = server.broker.addresses
+        count = GaugeMetricFamily("pairmq_destinations", "destinations held")
+        count.add_metric([], len(addresses))
+        yield count
+        if len(addresses) <= server.config.max_destination_metrics:
+            for name, address in addresses.items():
+                waiting = sum(Broker.paged_waiting(q) for q in address.queues)
+                depth.add_metric([name], sum(q.count for q in address.queues) + waiting)
+                held.add_metric([name], address.size)
+                paged.add_metric([name], paged_by.get(name, 0) + Broker.paged_bytes(address))
+                full.add_metric([name, address.policy.value], 1 if address.full else 0)
+            yield from (depth, held, paged, full)
         capacity = server.broker.capacity
         memory = GaugeMetricFamily("pairmq_memory_bytes",
                                    "bytes of messages held in memory, all destinations")
@@ -156,6 +164,16 @@ class _Collector:
             yield from server.watch.metrics()
 
 
+class _Snapshot:
+    """Metric families already read, for generate_latest to write out in a thread."""
+
+    def __init__(self, families: list) -> None:
+        self._families = families
+
+    def collect(self):
+        return self._families
+
+
 def _refused(status: int, problem: str) -> web.Response:
     """401 asks for credentials (with the challenge a browser or curl understands); 403 says
     the user is known but lacks the role."""
@@ -181,7 +199,7 @@ def _granted(server: PairmqServer, method: str, roles: tuple[str, ...]) -> bool:
     return rules.allows(roles, permission, MANAGEMENT)
 
 
-def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
+def _auth_middleware(server: PairmqServer) -> Any:
     open_reads: bool = server.config.anonymous_management_reads
 
     @web.middleware
@@ -204,11 +222,7 @@ def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
             return _refused(401, f"authentication required: {method} {path} needs a user "
                                  f"with role {needs} (HTTP basic auth)")
         login, password = credentials
-        # A hashed password takes tens of ms to check: in a thread of our own, so that
-        # neither the event loop nor the threads the journal uses wait for it.
-        loop = asyncio.get_running_loop()
-        user = await loop.run_in_executor(executor, authenticate, server.users, login,
-                                          password)
+        user = await _checked(server, request.remote or "?", login, password)
         if user is None:
             log.warning("Management HTTP refused %s: unknown user or wrong password for %r",
                         where, login)
@@ -233,16 +247,43 @@ def _auth_middleware(server: PairmqServer, executor: ThreadPoolExecutor) -> Any:
     return require_role
 
 
+async def _checked(server: PairmqServer, host: str, login: str, password: str) -> User | None:
+    """The user, if the password is right: at once if it was verified a moment ago, else
+    after the address's delay for its failed logins (server/logins.py) and an scrypt in a
+    login thread (server/passwords.py), as a STOMP login is checked."""
+    loop = asyncio.get_running_loop()
+    users = server.users
+    passwords, logins = server.passwords, server.logins
+    user = passwords.known(users, login, password, loop.time())
+    if user is not None:
+        return user
+    while (wait := logins.admit(host, loop.time())) > 0:
+        await asyncio.sleep(wait)
+    try:
+        user = await passwords.check(users, login, password, loop.time, host)
+    except Busy as e:
+        raise web.HTTPServiceUnavailable(text=json.dumps({"error": str(e)}),
+                                         content_type="application/json") from None
+    if user is None:
+        logins.failed(host, loop.time())
+    else:
+        logins.succeeded(host)
+    return user
+
+
 async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
-    registry = CollectorRegistry()
-    registry.register(_Collector(server))
+    collector = _Collector(server)
 
     async def status(_request: web.Request) -> web.Response:
         return web.json_response(server_status(server))
 
     async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry),
-                            headers={"Content-Type": "text/plain; version=0.0.4"})
+        # The figures are read on the loop (they change there), bounded by
+        # max_destination_metrics; the text is written in a thread (25 MB took 2 s).
+        families = _Snapshot(list(collector.collect()))
+        body = await asyncio.get_running_loop().run_in_executor(
+            executor, generate_latest, families)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     async def activate(request: web.Request) -> web.Response:
         pair = server.pair
@@ -267,8 +308,9 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
         log.info("TLS reload asked by user %s: %s", request["user"], done)
         return web.json_response({"tls": done})
 
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pairmq-admin-auth")
-    app = web.Application(middlewares=[_auth_middleware(server, executor)])
+    # a thread for the management port's slow work: new passwords' hashes, /metrics' text
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pairmq-admin")
+    app = web.Application(middlewares=[_auth_middleware(server)])
     app.add_routes([web.get("/status", status), web.get("/metrics", metrics),
                     web.post("/activate", activate), web.post("/reload", reload)])
     app.add_routes(user_routes(server, executor))  # server/users_api.py

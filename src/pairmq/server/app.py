@@ -11,16 +11,21 @@ import ssl
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from pairmq.core import Broker
+from pairmq.core.permissions import unchecked_roles
 from pairmq.ha.states import State
+from pairmq.server.auth import ADMIN_ROLE, MONITOR_ROLE
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.connection import TURN_BUDGET_S, StompConnection, now_ms
 from pairmq.server.connlimits import ConnectionCount
+from pairmq.server.guards import Guards
 from pairmq.server.ha import ReplicationDriver
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.looplag import LoopWatch
+from pairmq.server.passwords import PasswordCheck, hash_plain
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
@@ -60,6 +65,8 @@ GIL_SWITCH_S = 0.0002
 
 class PairmqServer:
     def __init__(self, config: ServerConfig) -> None:
+        # every password an scrypt hash, so that every check costs the same (passwords.py)
+        config = replace(config, users=hash_plain(config.users))
         self.config = config
         self._data_lock: SharedLock | None = None  # this process's, on its data_dir
         self._conn_seq = 0
@@ -78,7 +85,9 @@ class PairmqServer:
         self._steps = SteppedCollector()
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
-        self.counts = ConnectionCount(config.max_connections, config.max_connections_per_address)
+        self.passwords = PasswordCheck()
+        self.guards = Guards(self.turn, self.logins, ConnectionCount(
+            config.max_connections, config.max_connections_per_address), self.passwords)
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
         if config.policy == "replication":
@@ -167,7 +176,7 @@ class PairmqServer:
     def _accept(self) -> StompConnection:
         """A new client connection belongs to the role current when it is accepted."""
         return StompConnection(self.config, self.role, self.next_conn_id(), self.loop,
-                               self.turn, self.logins, self.counts)
+                               self.guards)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -177,9 +186,14 @@ class PairmqServer:
             raise StartupError(f"data directory {data_dir} is the shared store of a "
                                "shared-store pair: only a server with [ha] policy = "
                                "\"shared-store\" and shared_dir pointing there may use it")
-        data_dir.mkdir(parents=True, exist_ok=True)
         lock = SharedLock(data_dir, self.config.name, file_name=DATA_LOCK_NAME)
-        if not lock.try_acquire():
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            acquired = lock.try_acquire()
+        except OSError as e:
+            raise StartupError(f"data directory {data_dir} cannot be written: "
+                               f"{e.strerror or e}") from None
+        if not acquired:
             raise StartupError(f"data directory {data_dir} is in use by another pairmq server: "
                                f"{lock.holder()}")
         self._data_lock = lock
@@ -228,9 +242,15 @@ class PairmqServer:
         await self.pair.start()
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
         self._collector = self.loop.call_later(FULL_EVERY_S, self._collect)
-        if self.role.broker.accounts.rules_over(self.config.security) is None:
+        rules = self.role.broker.accounts.rules_over(self.config.security)
+        if rules is None:
             log.warning("No [security] rules: every client that logs in may send to, "
                         "consume from, create and delete any destination (docs/security.md)")
+        users = {name: user.roles for name, user in self.users.items()}
+        for role, holders in unchecked_roles(users, rules, (ADMIN_ROLE, MONITOR_ROLE)).items():
+            log.warning("Role %r (of %s) is granted nothing and checked nowhere: it is not "
+                        "admin or monitor and no [security] rule names it. A typo?", role,
+                        ", ".join(repr(name) for name in holders))
         if not self.config.users and not self.config.allow_anonymous:
             log.warning("No users are configured and anonymous access is off: nobody can "
                         "connect. Add [auth.users] or set allow_anonymous = true.")
@@ -282,6 +302,7 @@ class PairmqServer:
         for listener in (self._server, self._tls_server):
             if listener is not None:
                 listener.close()
+        self.passwords.close()
         role = self.role
         if role.kind is RoleKind.SERVING:
             role.persist()
@@ -515,4 +536,8 @@ def run(config: ServerConfig) -> None:
         runner(serve(config))
     except (StartupError, JournalCorrupt) as e:
         log.error("Cannot start: %s", e)
+        sys.exit(3)
+    except OSError as e:  # a file or directory it needs (the journal's, a certificate's)
+        where = f" ({e.filename})" if e.filename else ""
+        log.error("Cannot start: %s%s", e.strerror or e, where)
         sys.exit(3)

@@ -6,9 +6,6 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
-
-from pairmq.server.config import User
 
 SCRYPT_PREFIX = "scrypt$"
 _N, _R, _P = 2**14, 8, 1
@@ -40,15 +37,6 @@ def verify_password(stored: str, given: str) -> bool:
     return hmac.compare_digest(expected, actual)
 
 
-def check_login(users: Mapping[str, User], login: str, passcode: str) -> bool:
-    user = users.get(login)
-    if user is None:
-        # Spend the same effort for an unknown user, so timing does not reveal who exists.
-        verify_password(hash_password("x", b"0" * 16), passcode)
-        return False
-    return verify_password(user.password, passcode)
-
-
 # ------------------------------------------------------------------ management HTTP
 
 ADMIN_ROLE = "admin"
@@ -60,8 +48,3 @@ def management_roles(method: str) -> tuple[str, ...]:
     """The roles that may make a management request: reads (GET, HEAD) need `admin` or
     `monitor`; anything else may change the server (POST /activate), so only `admin`."""
     return (ADMIN_ROLE, MONITOR_ROLE) if method in READ_METHODS else (ADMIN_ROLE,)
-
-
-def authenticate(users: Mapping[str, User], login: str, password: str) -> User | None:
-    """The user behind a login and password, or None; slow for hashes (run it in a thread)."""
-    return users.get(login) if check_login(users, login, password) else None

@@ -88,6 +88,9 @@ KEYS: tuple[Key, ...] = (
     Key("server", "admin", str, "", "management HTTP HOST:PORT (status, metrics); empty = off",
         _optional_address),
     Key("server", "admin_tls", bool, False, "the management port speaks HTTPS, with [tls]"),
+    Key("server", "max_destination_metrics", int, 10_000,
+        "/metrics has per-destination series while the server holds at most this many "
+        "destinations (0 = never)", _at_least(0)),
     Key("server", "connection_ttl_max_ms", int, 60000,
         "longest a client may ask (CONNECT header connection-ttl) that its session be kept "
         "after its connection breaks, to resume it on reconnecting (ms, 0 = never kept)",
@@ -136,6 +139,21 @@ KEYS: tuple[Key, ...] = (
         "bytes of messages held in memory, all destinations; past it new messages are held "
         "or refused per [store] full_policy (-1 = half of this machine's memory, 0 = no "
         "limit)", _at_least(-1)),
+    Key("destinations", "max_destinations", int, 100_000,
+        "destinations clients' SENDs and SUBSCRIBEs may make; past it they get an ERROR "
+        "(temporary queues aside; 0 = no limit)", _at_least(0)),
+    Key("destinations", "auto_delete_queues", bool, True,
+        "a queue or topic that is empty and unused for auto_delete_delay_ms is deleted "
+        "(Artemis' auto-delete-queues); one that remembers dup-ids or producer sequences "
+        "stays until they expire"),
+    Key("destinations", "auto_delete_delay_ms", int, 60_000,
+        "how long a destination is empty and unused before it is deleted", _at_least(0)),
+    Key("destinations", "max_transaction_messages", int, 2_000,
+        "messages one transaction may hold until its COMMIT (which applies them in one "
+        "turn of the server, about 15 us each)", _at_least(1)),
+    Key("destinations", "max_transaction_bytes", int, 64 * 1024 * 1024,
+        "bytes of messages one transaction may hold until its COMMIT (they count in "
+        "global_max_size_bytes meanwhile)", _at_least(1024)),
     Key("destinations", "max_browse_messages", int, 400,
         "messages a queue browser (SUBSCRIBE browser:true) is shown, from the head of the "
         "queue (ActiveMQ's maxBrowsePageSize)", _at_least(1)),
@@ -242,6 +260,10 @@ class ServerConfig:
             dup_cache_size=v["dup_cache_size"],
             producer_expiry_ms=v["producer_expiry_ms"],
             max_producers=v["max_producers"],
+            max_destinations=v["max_destinations"],
+            auto_delete_delay_ms=v["auto_delete_delay_ms"] if v["auto_delete_queues"] else -1,
+            max_transaction_messages=v["max_transaction_messages"],
+            max_transaction_bytes=v["max_transaction_bytes"],
             address_full_policy=AddressFullPolicy(v["address_full_policy"]),
             overrides=self.overrides,
             global_max_size_bytes=memory_budget(v["global_max_size_bytes"]),

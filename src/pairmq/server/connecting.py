@@ -24,10 +24,10 @@ from pairmq.protocol import (
     parse_heart_beat,
     serialize,
 )
-from pairmq.server.auth import check_login, is_hashed, verify_password
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import Parked, SessionRequest
+from pairmq.server.passwords import Busy, PasswordCheck
 from pairmq.server.role import Role, Ticket
 from pairmq.server.stomp_session import ServerSession
 from pairmq.server.tls import common_name
@@ -61,6 +61,7 @@ class Connecting:
     asked: SessionRequest
     ttl_ms: int
     logins: LoginThrottle
+    passwords: PasswordCheck
     client_id: str | None
     token: str
 
@@ -134,19 +135,19 @@ class Connecting:
             return
         passcode = frame.headers.get("passcode", "")
         users = self.users
-        user = users.get(login)
-        if user is not None and not is_hashed(user.password):
-            if verify_password(user.password, passcode):
-                self.finish_connect(frame, login)
-            else:
-                self._auth_failed(login, frame)
+        if self.passwords.known(users, login, passcode, self.loop.time()) is not None:
+            self.finish_connect(frame, login)  # verified a moment ago (server/passwords.py)
             return
-        # A hash takes tens of ms to check: do it in a thread and hold later frames meanwhile.
+        # An scrypt takes tens of ms: in a login thread, later frames held meanwhile.
+        try:
+            checked = self.passwords.check(users, login, passcode, self.loop.time, self.host)
+        except Busy as e:
+            self.fail(str(e), frame)
+            return
         session.step("checking")
         assert self.transport is not None
         self.transport.pause_reading()
-        future = self.loop.run_in_executor(None, check_login, users, login, passcode)
-        future.add_done_callback(lambda f: self._auth_done(f, login, frame))
+        checked.add_done_callback(lambda f: self._auth_done(f, login, frame))
 
     def _log_in_later(self, frame: Frame, login: str) -> None:
         self._timers.pop("login", None)
@@ -170,7 +171,8 @@ class Connecting:
     def _auth_done(self, future: asyncio.Future, login: str, frame: Frame) -> None:
         if self.session.closed:
             return
-        ok = not future.cancelled() and future.exception() is None and future.result()
+        ok = not future.cancelled() and future.exception() is None \
+            and future.result() is not None
         if ok:
             self.finish_connect(frame, login)
         else:

@@ -33,13 +33,11 @@ from pairmq.server import wire
 from pairmq.server.commands import Commands
 from pairmq.server.config import ServerConfig
 from pairmq.server.connecting import Connecting, audit, now_ms
-from pairmq.server.connlimits import ConnectionCount
+from pairmq.server.guards import Guards
 from pairmq.server.held import HeldOutput
-from pairmq.server.logins import LoginThrottle
 from pairmq.server.parking import SessionRequest
 from pairmq.server.role import Role, RolePhase, Ticket
 from pairmq.server.stomp_session import OWN_RECEIPTS, Phase, ServerSession, Wait
-from pairmq.server.turns import TurnBudget
 from pairmq.server.unfinished import UnfinishedFrame
 
 log = logging.getLogger("pairmq.connection")
@@ -63,12 +61,12 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     def __init__(self, config: ServerConfig, role: Role, conn_id: int,
-                 loop: asyncio.AbstractEventLoop, turn: TurnBudget,
-                 logins: LoginThrottle, counts: ConnectionCount) -> None:
+                 loop: asyncio.AbstractEventLoop, guards: Guards) -> None:
         self.config = config
-        self.turn = turn  # shared by every connection (server/turns.py)
-        self.logins = logins  # failed logins per host, shared (server/logins.py)
-        self.counts = counts  # connections per host, shared (server/connlimits.py)
+        self.turn = guards.turn  # shared by every connection (server/guards.py)
+        self.logins = guards.logins
+        self.counts = guards.counts
+        self.passwords = guards.passwords
         self.counted_as: str | None = None  # the host it is counted under, once let in
         self.role = role
         self.broker = role.broker
@@ -129,6 +127,11 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
     def closing(self) -> bool:
         """Closed: nothing more is written to it (what the role asks before writing)."""
         return self.session.closed
+
+    @property
+    def login(self) -> str | None:
+        """The user it logged in as (None: anonymous, or not logged in)."""
+        return self.session.login
 
     def data_received(self, data: bytes) -> None:
         if self.session.closed:

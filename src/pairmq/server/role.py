@@ -505,6 +505,9 @@ class Role:
             log.debug("Dropped expired message %s", event.detail)
         elif kind == "producers-evicted":
             log.warning("Producer sequences: %s", event.detail)
+        elif kind == "destinations-deleted":
+            log.info("Deleted empty, unused destinations (auto_delete_queues): %s",
+                     event.detail)
 
     def _store_full_changed(self, full: bool) -> None:
         if full:

@@ -189,6 +189,9 @@ class Mirroring:
             elif kind == disk.DEST:
                 broker.follow_destination(entry[1])
                 keys.append(("dest", entry[1]))
+            elif kind == disk.UNDEST:
+                broker.follow_undestination(entry[1])
+                forget.append(("dest", entry[1]))
             elif kind == disk.USER:
                 broker.accounts.set_user(entry[1], entry[2], entry[3])
                 keys.append(("user", entry[1]))

@@ -269,6 +269,9 @@ class JournalReading:
             elif kind == disk.DEST:
                 replay.destination(entry[1])
                 where[("dest", entry[1])] = segment_id
+            elif kind == disk.UNDEST:
+                replay.undestination(entry[1])
+                where.pop(("dest", entry[1]), None)
             elif kind == disk.USER:
                 replay.accounts.set_user(entry[1], entry[2], entry[3])
                 where[("user", entry[1])] = segment_id

@@ -54,6 +54,7 @@ USER = 14  # a user added or changed at run time: (USER, name, password hash, [r
 UNUSER = 15  # ... or removed: (UNUSER, name)
 RULE = 16  # a permission rule set at run time: (RULE, pattern, ((permission, roles), ...))
 UNRULE = 17  # ... or removed: (UNRULE, pattern)
+UNDEST = 18  # an empty, unused destination is deleted: (UNDEST, destination)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -197,6 +198,10 @@ def encode_user(name: str, password: str, roles: tuple[str, ...]) -> bytes:
 
 def encode_unuser(name: str) -> bytes:
     return _U8.pack(UNUSER) + _s(name)
+
+
+def encode_undest(destination: str) -> bytes:
+    return _U8.pack(UNDEST) + _s(destination)
 
 
 def encode_rule(pattern: str, grants: tuple[tuple[str, tuple[str, ...]], ...]) -> bytes:
@@ -439,6 +444,9 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
             elif etype == UNUSER:
                 pos += 1
                 out.append((UNUSER, string()))
+            elif etype == UNDEST:
+                pos += 1
+                out.append((UNDEST, string()))
             elif etype == RULE:
                 pos += 1
                 pattern = string()

@@ -37,6 +37,7 @@ from pairmq.store.records import (
     encode_group,
     encode_producer,
     encode_rule,
+    encode_undest,
     encode_undurable,
     encode_unrule,
     encode_unuser,
@@ -73,7 +74,8 @@ class RecoveryReport:
     segments: int = 0
     records: int = 0
     messages: int = 0
-    queues: int = 0
+    queues: int = 0  # holding messages
+    destinations: int = 0  # every one recovered, empty ones included
     durables: int = 0
     torn_bytes: int = 0
     read_ahead: int = 0  # records read before the final pass (a shared-store backup's)
@@ -84,8 +86,10 @@ class RecoveryReport:
     summarised: int = 0  # segments read through their summaries (store/summary.py)
 
     def describe(self) -> str:
-        return (f"Recovered {self.messages} messages in {self.queues} queues and "
-                f"{self.durables} durable subscriptions from {self.records} records in "
+        return (f"Recovered {self.messages} messages in {self.queues} queues"
+                + (f" ({self.destinations} destinations in all, the others empty)"
+                   if self.destinations > self.queues else "")
+                + f" and {self.durables} durable subscriptions from {self.records} records in "
                 f"{self.segments} segments in {self.seconds:.2f} s"
                 + (f" ({self.summarised} of the segments through their summaries)"
                    if self.summarised else "")
@@ -158,6 +162,7 @@ class Store(Mirroring):
                                 torn_bytes=reading.torn_bytes,
                                 summarised=reading.summarised)
         report.durables = len(replay.durables)
+        report.destinations = len(replay.destinations)
         report.queues = len(set(replay.queues).union(
             *(log.cursors for log in replay.logs.values())))
         report.in_logs = sum(log.waiting(key) for log in replay.logs.values()
@@ -367,6 +372,9 @@ class Store(Mirroring):
             elif kind == rec.DEST:
                 entry = encode_dest(record[1])
                 keys.append(("dest", record[1]))
+            elif kind == rec.UNDEST:
+                entry = encode_undest(record[1])
+                self._forget(("dest", record[1]))
             elif kind == rec.USER:
                 entry = encode_user(record[1], record[2], record[3])
                 keys.append(("user", record[1]))

@@ -1,0 +1,65 @@
+"""What one transaction may hold until its COMMIT (core/intake.py `_stage`, issue 20): at
+most max_transaction_messages and max_transaction_bytes, refused with an error naming
+the limit; its messages count in the server's memory until COMMIT or ABORT."""
+
+from __future__ import annotations
+
+import pytest
+
+from pairmq.core import Broker, CoreError, CoreSettings
+
+NOW = 1_000_000
+
+
+def make(**settings) -> Broker:
+    broker = Broker(CoreSettings(**settings))
+    broker.open_session(1, "1.2")
+    broker.begin(1, "tx")
+    return broker
+
+
+def test_a_transaction_holds_at_most_its_messages() -> None:
+    broker = make(max_transaction_messages=3)
+    for i in range(3):
+        broker.send(1, "/queue/q", {"n": str(i)}, b"x", NOW, "tx")
+    with pytest.raises(CoreError, match=r"transaction 'tx' would hold more than "
+                                        r"max_transaction_messages \(3\) messages"):
+        broker.send(1, "/queue/q", {}, b"x", NOW, "tx")
+    with pytest.raises(CoreError, match="max_transaction_messages"):
+        broker.send_batch(1, "/queue/q", {}, [({}, b"a")], NOW, "tx")
+    broker.commit(1, "tx", NOW)
+    assert broker.queues["/queue/q"].count == 3
+
+
+def test_a_transaction_holds_at_most_its_bytes_and_they_count_in_memory() -> None:
+    broker = make(max_transaction_bytes=10_000)
+    before = broker.capacity.memory
+    broker.send(1, "/queue/q", {}, b"x" * 8000, NOW, "tx")
+    staged = broker.capacity.memory - before
+    assert 8000 < staged < 8200, "the staged message counts in the server's memory"
+    with pytest.raises(CoreError, match=r"more than max_transaction_bytes \(10000\) bytes"):
+        broker.send(1, "/queue/q", {}, b"x" * 8000, NOW, "tx")
+    broker.abort(1, "tx", NOW)
+    assert broker.capacity.memory == before, "an ABORT gives it back"
+
+
+def test_a_commit_hands_the_bytes_to_the_messages_and_a_close_gives_them_back() -> None:
+    broker = make()
+    before = broker.capacity.memory
+    broker.send(1, "/queue/q", {}, b"x" * 5000, NOW, "tx")
+    broker.commit(1, "tx", NOW)
+    queued = broker.capacity.memory - before
+    assert queued > 5000, "counted once, as a queued message now"
+    broker.begin(1, "tx2")
+    broker.send(1, "/queue/q", {}, b"y" * 5000, NOW, "tx2")
+    broker.close_session(1, NOW)
+    assert broker.capacity.memory - before == queued
+
+
+def test_staged_messages_trip_the_memory_guard() -> None:
+    broker = make(global_max_size_bytes=50_000)
+    for _ in range(6):
+        broker.send(1, "/queue/q", {}, b"x" * 9000, NOW, "tx")
+    assert "memory" in {s.value for s in broker.capacity.shortages}
+    events = [e.kind for e in broker.take_events()]
+    assert "server-full" in events

@@ -34,8 +34,9 @@ def test_clients_make_at_most_max_destinations() -> None:
         broker.send_batch(1, "/queue/d", {}, [({}, b"a")], NOW)
     with pytest.raises(CoreError, match=message + "/stream/e is not made"):
         broker.subscribe_stream(1, "e", "/stream/e", {})
+    with pytest.raises(CoreError, match=message + "/temp-queue/replies is not made"):
+        broker.subscribe(1, "t", "/temp-queue/replies", NOW)  # temporary ones count too
     broker.send(1, "/queue/a", {}, b"more", NOW)  # existing ones are used as ever
-    broker.subscribe(1, "t", "/temp-queue/replies", NOW)  # temporary: not counted
     assert sorted(broker.addresses) == ["/queue/a", "/stream/c", "/topic/b"]
 
 

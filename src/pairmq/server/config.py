@@ -141,7 +141,7 @@ KEYS: tuple[Key, ...] = (
         "limit)", _at_least(-1)),
     Key("destinations", "max_destinations", int, 100_000,
         "destinations clients' SENDs and SUBSCRIBEs may make; past it they get an ERROR "
-        "(temporary queues aside; 0 = no limit)", _at_least(0)),
+        "(temporary queues included; 0 = no limit)", _at_least(0)),
     Key("destinations", "auto_delete_queues", bool, True,
         "a queue or topic that is empty and unused for auto_delete_delay_ms is deleted "
         "(Artemis' auto-delete-queues); one that remembers dup-ids or producer sequences "

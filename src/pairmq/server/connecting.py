@@ -121,8 +121,9 @@ class Connecting:
                       detail="this server requires a login and passcode")
 
     def _log_in(self, frame: Frame, login: str) -> None:
-        """Check a CONNECT's login and passcode: at once for a plain password; in a thread
-        for a hash (tens of ms); later when its host's failed logins ask for a delay."""
+        """Check a CONNECT's login and passcode: at once when they were verified a moment
+        ago, else against their scrypt hash in a login thread (server/passwords.py); later
+        when its host's failed logins ask for a delay (server/logins.py)."""
         session = self.session
         wait = self.logins.admit(self.host, self.loop.time())
         if wait > 0:

@@ -11,7 +11,6 @@ import ssl
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from pairmq.core import Broker
@@ -25,7 +24,7 @@ from pairmq.server.guards import Guards
 from pairmq.server.ha import ReplicationDriver
 from pairmq.server.logins import LoginThrottle
 from pairmq.server.looplag import LoopWatch
-from pairmq.server.passwords import PasswordCheck, hash_plain
+from pairmq.server.passwords import PasswordCheck
 from pairmq.server.policy import NoPair, PairPolicy
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role import Role, RoleKind
@@ -65,8 +64,6 @@ GIL_SWITCH_S = 0.0002
 
 class PairmqServer:
     def __init__(self, config: ServerConfig) -> None:
-        # every password an scrypt hash, so that every check costs the same (passwords.py)
-        config = replace(config, users=hash_plain(config.users))
         self.config = config
         self._data_lock: SharedLock | None = None  # this process's, on its data_dir
         self._conn_seq = 0
@@ -85,7 +82,8 @@ class PairmqServer:
         self._steps = SteppedCollector()
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
-        self.passwords = PasswordCheck()
+        # the configuration's plain passwords are hashed in its thread (passwords.py)
+        self.passwords = PasswordCheck(config.users)
         self.guards = Guards(self.turn, self.logins, ConnectionCount(
             config.max_connections, config.max_connections_per_address), self.passwords)
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover

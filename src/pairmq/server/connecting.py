@@ -62,6 +62,7 @@ class Connecting:
     ttl_ms: int
     logins: LoginThrottle
     passwords: PasswordCheck
+    checking: asyncio.Future | None
     client_id: str | None
     token: str
 
@@ -145,9 +146,10 @@ class Connecting:
         except Busy as e:
             self.fail(str(e), frame)
             return
+        # Reading goes on meanwhile, so that a client that leaves is seen to leave (and its
+        # check, if still queued, is dropped): its frames wait in the backlog, a few at most.
         session.step("checking")
-        assert self.transport is not None
-        self.transport.pause_reading()
+        self.checking = checked
         checked.add_done_callback(lambda f: self._auth_done(f, login, frame))
 
     def _log_in_later(self, frame: Frame, login: str) -> None:
@@ -170,6 +172,7 @@ class Connecting:
         return self.peer.rpartition(":")[0] or self.peer
 
     def _auth_done(self, future: asyncio.Future, login: str, frame: Frame) -> None:
+        self.checking = None
         if self.session.closed:
             return
         ok = not future.cancelled() and future.exception() is None \

@@ -68,6 +68,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self.counts = guards.counts
         self.passwords = guards.passwords
         self.counted_as: str | None = None  # the host it is counted under, once let in
+        self.checking: asyncio.Future | None = None  # its login's password check, running
         self.role = role
         self.broker = role.broker
         self.loop = loop
@@ -178,6 +179,8 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        if self.checking is not None:
+            self.checking.cancel()  # dropped if it still waits its turn (passwords.py)
         if self.counted_as is not None:
             self.counts.closed(self.counted_as)
             self.counted_as = None

@@ -1,10 +1,12 @@
 """Checking passwords without telling who exists and without starving anyone (issue 20).
 
 - **The same work either way.** Every password is checked against an scrypt hash: the
-  configuration's plain passwords are hashed when the server starts (`hash_plain`), and
-  an unknown user is checked against a dummy hash made then too. A wrong password for a
-  user who exists and a user who does not exist so cost one scrypt each (a plain password
-  compared as it was took 0.14 ms, an unknown user 48 ms: two scrypts).
+  configuration's plain passwords are hashed when the server starts, and an unknown user
+  is checked against a dummy hash made then too. A wrong password for a user who exists
+  and a user who does not exist so cost one scrypt each (a plain password compared as it
+  was took 0.14 ms, an unknown user 48 ms: two scrypts). The hashing at start is the
+  login threads' first job, so it delays no start (30-50 ms a user), and every check
+  waits for it.
 - **Bounded.** The checks run in LOGIN_THREADS threads of their own (half the cores), so
   the journal's threads and the event loop never wait for them, and at most MAX_WAITING wait their
   turn: past that a login is refused at once (`Busy`) rather than queued without end.
@@ -27,7 +29,7 @@ import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pairmq.server.auth import hash_password, is_hashed, verify_password
 from pairmq.server.config import User
@@ -43,13 +45,6 @@ class Busy(Exception):
     """Too many password checks wait already: try again."""
 
 
-def hash_plain(users: Mapping[str, User]) -> dict[str, User]:
-    """The configuration's users with every plain password replaced by its scrypt hash."""
-    return {name: user if is_hashed(user.password)
-            else replace(user, password=hash_password(user.password))
-            for name, user in users.items()}
-
-
 @dataclass
 class _Job:
     user: User | None
@@ -60,9 +55,15 @@ class _Job:
 
 
 class PasswordCheck:
-    def __init__(self) -> None:
+    def __init__(self, configured: Mapping[str, User] | None = None) -> None:
+        """`configured`: the configuration's users, whose plain passwords are hashed first
+        thing in a login thread (`stored`)."""
         self._threads = ThreadPoolExecutor(LOGIN_THREADS, thread_name_prefix="pairmq-login")
-        self._dummy = hash_password(secrets.token_hex(16))  # what an unknown user meets
+        self._dummy = ""  # what an unknown user meets: made with the hashes
+        self._hashes: dict[str, str] = {}  # a configured plain password -> its hash
+        plain = [user.password for user in (configured or {}).values()
+                 if not is_hashed(user.password)]
+        self._ready = self._threads.submit(self._hash_at_start, plain)
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[tuple[str, str, bytes], float] = OrderedDict()
         self.waiting = 0  # checks queued or running
@@ -100,20 +101,38 @@ class PasswordCheck:
             waiting.append(job)
         return result
 
+    def _hash_at_start(self, plain: list[str]) -> None:
+        self._dummy = hash_password(secrets.token_hex(16))
+        for password in plain:
+            self._hashes[password] = hash_password(password)
+
+    def _verify(self, user: User | None, password: str) -> tuple[bool, str]:
+        """In a login thread: (right, the hash checked), one scrypt whoever the user."""
+        self._ready.result()  # the hashes made at start
+        if user is None:
+            stored = self._dummy
+        else:
+            stored = user.password if is_hashed(user.password) \
+                else self._hashes.get(user.password) or hash_password(user.password)
+        return verify_password(stored, password), stored
+
     def _run(self, host: str, job: _Job) -> None:
         user = job.user
-        stored = user.password if user is not None else self._dummy
-        checked = asyncio.get_running_loop().run_in_executor(self._threads, verify_password,
-                                                             stored, job.password)
+        checked = asyncio.get_running_loop().run_in_executor(self._threads, self._verify,
+                                                             user, job.password)
 
-        def done(future: asyncio.Future[bool]) -> None:
+        def done(future: asyncio.Future[tuple[bool, str]]) -> None:
             self.waiting -= 1
-            ok = not future.cancelled() and future.exception() is None and future.result()
+            ok = not future.cancelled() and future.exception() is None and future.result()[0]
             if ok and user is not None:
-                self._remember((job.login, stored, self._mac(job.password)), job.clock())
+                self._remember((job.login, user.password, self._mac(job.password)),
+                               job.clock())
             if not job.result.done():
                 job.result.set_result(user if ok else None)
             waiting = self._by_host[host]
+            while waiting and waiting[0].result.done():  # its connection went meanwhile
+                waiting.popleft()
+                self.waiting -= 1
             if waiting:
                 self._run(host, waiting.popleft())
             else:

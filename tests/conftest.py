@@ -12,6 +12,7 @@ from tests import serverproc
 from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
+from tests.support.admin import hashed
 
 serverproc.LOG_LEVEL = "debug"
 
@@ -69,7 +70,7 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 @pytest.fixture
 def server(server_factory) -> ServerProcess:
     """One server with default settings, anonymous access allowed, and a user admin/secret."""
-    return server_factory("--user", "admin:secret")
+    return server_factory("--user", f"admin:{hashed('secret')}")
 
 
 @pytest.fixture

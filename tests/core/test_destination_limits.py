@@ -40,6 +40,19 @@ def test_clients_make_at_most_max_destinations() -> None:
     assert sorted(broker.addresses) == ["/queue/a", "/stream/c", "/topic/b"]
 
 
+def test_a_connection_holds_at_most_its_subscriptions() -> None:
+    broker = make(max_subscriptions_per_connection=2)
+    broker.subscribe(1, "a", "/queue/a", NOW)
+    broker.subscribe_stream(1, "b", "/stream/b", {})
+    message = r"too many subscriptions on this connection: max_subscriptions_per_connection \(2\)"
+    with pytest.raises(CoreError, match=message):
+        broker.subscribe(1, "c", "/queue/c", NOW)
+    with pytest.raises(CoreError, match=message):
+        broker.subscribe_stream(1, "d", "/stream/d", {})
+    broker.unsubscribe(1, "a", NOW)
+    broker.subscribe(1, "c", "/queue/c", NOW)  # room again
+
+
 def test_an_empty_queue_takes_about_a_kilobyte() -> None:
     broker = make()
     gc.collect()

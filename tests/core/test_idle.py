@@ -81,7 +81,7 @@ def test_a_topic_nobody_subscribes_to_any_more_goes_too() -> None:
 
 
 def test_each_look_is_a_bounded_slice_of_a_round() -> None:
-    broker = make()
+    broker = make(max_subscriptions_per_connection=0)
     count = IDLE_CHECKS * 2 + 10
     for i in range(count):
         broker.subscribe(1, f"s{i}", f"/queue/junk.{i}", NOW)

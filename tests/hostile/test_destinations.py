@@ -86,3 +86,20 @@ def test_metrics_of_many_destinations_hold_no_one_up(server_factory) -> None:
         body[:2000]  # the canary's own queue, and maybe a dead-letter one
     assert "pairmq_destination_messages{" not in body, "per-destination series off past 1,000"
     assert canary.lost == [] and canary.worst < WORST_S, canary.worst
+
+
+def test_a_connection_holds_at_most_its_subscriptions(server_factory) -> None:
+    srv = server_factory("--max-subscriptions-per-connection", "5")
+    make_queues(srv, 5, "five")  # fits, on one connection
+    conn = BlockingConnection(srv.host, srv.port)
+    try:
+        for i in range(5):
+            conn.subscribe(f"/queue/five.{i}", f"s{i}")
+        try:
+            conn.subscribe("/queue/five.more", "s5")
+            raise AssertionError("a sixth subscription was taken")
+        except StompError as e:
+            assert "too many subscriptions on this connection: " \
+                   "max_subscriptions_per_connection (5)" in str(e)
+    finally:
+        conn.sock.close()

@@ -198,7 +198,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
                   ack: str = "auto", prefetch: int | None = None,
                   durable_name: str | None = None) -> Subscription:
         session = self._session(conn_id)
-        session.check_free(sub_id)
+        session.check_free(sub_id, self.settings.max_subscriptions_per_connection)
         ack_mode = ack_mode_of(ack)
         if prefetch is None or prefetch <= 0:
             prefetch = self.settings.default_prefetch

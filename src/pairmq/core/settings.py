@@ -116,6 +116,7 @@ class CoreSettings:
     producer_expiry_ms: int = 7 * 24 * 3600 * 1000
     max_producers: int = 100_000
     max_destinations: int = 100_000  # made by clients' SENDs and SUBSCRIBEs (0: no limit)
+    max_subscriptions_per_connection: int = 10_000  # (0: no limit)
     # an empty, unused queue or topic is deleted once idle this long (core/idle.py); -1: never
     auto_delete_delay_ms: int = 60_000
     # What one transaction may hold until its COMMIT (issue 20): its messages count in

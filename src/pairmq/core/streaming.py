@@ -193,7 +193,7 @@ class Streams:
                          prefetch: int | None = None) -> tuple[int, int]:
         """A SUBSCRIBE to a stream; returns the stream's (first, next) offsets as of now."""
         session = self._session(conn_id)
-        session.check_free(sub_id)
+        session.check_free(sub_id, self.settings.max_subscriptions_per_connection)
         ack_mode = ack_mode_of(ack)
         kind, _ = parse_destination(destination)
         self._may_create(destination, kind)

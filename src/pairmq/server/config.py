@@ -142,6 +142,9 @@ KEYS: tuple[Key, ...] = (
     Key("destinations", "max_destinations", int, 100_000,
         "destinations clients' SENDs and SUBSCRIBEs may make; past it they get an ERROR "
         "(temporary queues included; 0 = no limit)", _at_least(0)),
+    Key("limits", "max_subscriptions_per_connection", int, 10_000,
+        "subscriptions one connection may hold (ending a connection ends them all in one "
+        "turn of the server; 0 = no limit)", _at_least(0)),
     Key("destinations", "auto_delete_queues", bool, True,
         "a queue or topic that is empty and unused for auto_delete_delay_ms is deleted "
         "(Artemis' auto-delete-queues); one that remembers dup-ids or producer sequences "
@@ -261,6 +264,7 @@ class ServerConfig:
             producer_expiry_ms=v["producer_expiry_ms"],
             max_producers=v["max_producers"],
             max_destinations=v["max_destinations"],
+            max_subscriptions_per_connection=v["max_subscriptions_per_connection"],
             auto_delete_delay_ms=v["auto_delete_delay_ms"] if v["auto_delete_queues"] else -1,
             max_transaction_messages=v["max_transaction_messages"],
             max_transaction_bytes=v["max_transaction_bytes"],

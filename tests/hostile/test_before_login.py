@@ -10,7 +10,7 @@ import time
 
 from pairmq.client.plain import BlockingConnection, StompError
 from tests.serverproc import free_port
-from tests.support.admin import admin_status, admin_user_flags
+from tests.support.admin import admin_status, admin_user_flags, status_when_up
 from tests.support.canary import WORST_S, Canary
 
 MiB = 1024 * 1024
@@ -134,9 +134,7 @@ def test_connections_are_bounded_overall_and_per_address(server_factory) -> None
 def test_an_unfinished_frame_counts_in_the_servers_memory(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, *admin_user_flags())
-    status = admin_status(admin)
-    assert status is not None
-    before = status["capacity"]["memory_bytes"]
+    before = status_when_up(admin)["capacity"]["memory_bytes"]
     conn = BlockingConnection(srv.host, srv.port)
     try:
         conn.sock.sendall(b"SEND\ndestination:/queue/m\ncontent-length:%d\n\n" % (8 * MiB)

@@ -11,7 +11,7 @@ import time
 from pairmq.client.plain import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
 from tests.serverproc import free_port
-from tests.support.admin import admin_request, admin_user_flags
+from tests.support.admin import admin_request, admin_user_flags, status_when_up
 from tests.support.canary import WORST_S, Canary
 
 MiB = 1024 * 1024
@@ -77,6 +77,7 @@ def test_metrics_of_many_destinations_hold_no_one_up(server_factory) -> None:
     srv = server_factory("--admin", admin, *admin_user_flags(),
                          "--max-destination-metrics", "1000", "--auto-delete-delay-ms",
                          "600000")
+    status_when_up(admin)
     make_queues(srv, 5_000)
     with Canary(srv, interval=0.02) as canary:
         for _ in range(10):

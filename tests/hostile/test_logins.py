@@ -10,6 +10,7 @@ import statistics
 import threading
 import time
 
+from tests.integration.clients import wait_until
 from tests.serverproc import free_port
 from tests.support.admin import admin_request
 from tests.support.canary import WORST_S, Canary
@@ -40,6 +41,14 @@ def stomp_login_time(srv, login: str, passcode: str) -> float:
     return took
 
 
+def up(admin: str, credentials: tuple[str, str]) -> bool:
+    """The management port answers (it opens a moment after the STOMP port)."""
+    try:
+        return admin_request(admin, "/metrics", credentials=credentials)[0] == 200
+    except OSError:
+        return False
+
+
 def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, config_text=CONFIG)
@@ -50,6 +59,7 @@ def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> No
     ratio = statistics.median(unknown) / statistics.median(wrong)
     assert 0.5 < ratio < 2, f"STOMP: unknown {unknown}, wrong {wrong}"
     wrong, unknown = [], []
+    wait_until(lambda: up(admin, ("ops", "ops-password")), what="the management port")
     for i in range(8):
         for login, times in (("alice", wrong), (f"nobody{i}", unknown)):
             started = time.perf_counter()
@@ -64,7 +74,7 @@ def test_a_crowd_of_bad_logins_starves_no_one(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, config_text=CONFIG)
     operator = ("ops", "ops-password")
-    assert admin_request(admin, "/metrics", credentials=operator)[0] == 200
+    wait_until(lambda: up(admin, operator), what="the management port")
     stop = threading.Event()
 
     def guess_over_http() -> None:

@@ -12,7 +12,7 @@ import pytest
 from pairmq.client.plain import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
 from tests.serverproc import free_port
-from tests.support.admin import admin_status, admin_user_flags
+from tests.support.admin import admin_status, admin_user_flags, status_when_up
 from tests.support.canary import WORST_S, Canary
 
 MB = 1_000_000
@@ -21,8 +21,7 @@ MB = 1_000_000
 def test_a_transaction_that_never_commits_is_bounded_and_counted(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, *admin_user_flags())
-    status = admin_status(admin)
-    assert status is not None
+    status = status_when_up(admin)
     before_memory, before_rss = status["capacity"]["memory_bytes"], srv.rss()
     conn = BlockingConnection(srv.host, srv.port)
     with Canary(srv) as canary:

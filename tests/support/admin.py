@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -86,6 +87,17 @@ def admin_status(address: str, timeout: float = 2.0,
     if code in (401, 403):
         raise RuntimeError(f"{address} refused GET /status to the test admin ({code}): {body}")
     return body if code == 200 and isinstance(body, dict) else None
+
+
+def status_when_up(address: str, timeout: float = 10.0) -> dict[str, Any]:
+    """GET /status once the management port answers: it opens a moment after the STOMP
+    port, which is what starting a server waits for."""
+    deadline = time.monotonic() + timeout
+    while (status := admin_status(address)) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{address} did not answer GET /status in {timeout} s")
+        time.sleep(0.05)
+    return status
 
 
 def metric(address: str, name: str) -> float:

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pairmq.ha.election import Standing, elected
+from pairmq.ha.messages import PeerHello
 from pairmq.ha.phases import epoch_above
 
 standings = st.builds(Standing, st.integers(0, 5), st.integers(0, 50), st.booleans())
@@ -24,9 +25,9 @@ def test_equal_journals_elect_the_primary() -> None:
 
 
 def test_of_peer_reads_the_hello() -> None:
-    assert Standing.of_peer({"epoch": 4, "last_seq": 7, "role": "primary"}) == \
-        Standing(4, 7, True)
-    assert Standing.of_peer({}) == Standing(0, 0, False)
+    hello = PeerHello.from_wire({"epoch": 4, "last_seq": 7, "role": "primary"})
+    assert Standing.of_peer(hello) == Standing(4, 7, True)
+    assert Standing.of_peer(PeerHello.from_wire({})) == Standing(0, 0, False)
 
 
 @given(standings, standings)

@@ -8,12 +8,15 @@ from dataclasses import dataclass, field
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
+from pairmq.ha.messages import FailbackStep, PeerHello, WitnessPurpose
 from pairmq.ha.phases import Phase, Settings
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.states import State
 
 ACTIVATION_MS = 600
 HEARTBEAT = 0.2
+
+wire_hello = PeerHello.from_wire  # a hello as the channel carries it
 
 
 @dataclass
@@ -45,7 +48,7 @@ def one(effects: list[ev.Effect], kind: type) -> ev.Effect:
 def reply(m: ReplicationMachine, effects: list[ev.Effect], now: float,
           **answer: object) -> list[ev.Effect]:
     ask = one(effects, ev.AskWitness)
-    return m.handle(ev.WitnessReplied(ask.purpose, dict(answer), now), now)
+    return m.handle(ev.witness_replied(ask.purpose, dict(answer), now), now)
 
 
 def standalone(now: float = 0.0) -> tuple[ReplicationMachine, FakeJournal]:
@@ -97,9 +100,9 @@ def test_stepping_down_decides_nothing_until_the_journal_is_read_back() -> None:
     assert m.phase is Phase.STEPPING_DOWN and m.state is State.WAITING
     peer = {"name": "backup", "identity": "backup#1", "role": "backup",
             "state": "STANDALONE", "epoch": 3, "stomp": "backup:61614"}
-    out = m.handle(ev.PeerConnected(peer), end + 0.1)
+    out = m.handle(ev.PeerConnected(wire_hello(peer)), end + 0.1)
     out += m.tick(end + 0.2)
-    out += m.handle(ev.Heartbeat(peer), end + 0.3)
+    out += m.handle(ev.Heartbeat(wire_hello(peer)), end + 0.3)
     assert [e for e in out if isinstance(e, ev.Send) and e.kind == ch.HEARTBEAT]
     assert not [e for e in out if isinstance(e, ev.Send) and e.kind == ch.SYNC]
     assert not [e for e in out if isinstance(e, (ev.StateChanged, ev.BecomePassive,
@@ -115,8 +118,9 @@ def test_a_peer_that_follows_the_active_keeps_it_serving_without_the_lease() -> 
     """A connected backup that is still synchronising cannot take over: the active keeps
     serving (receipts wait) rather than closing everyone's connections."""
     m, _ = standalone(now=0.0)
-    m.handle(ev.PeerConnected({"name": "backup", "identity": "backup#1", "role": "backup",
-                               "state": "SYNCING", "epoch": 0}), 0.1)
+    m.handle(ev.PeerConnected(wire_hello({"name": "backup", "identity": "backup#1",
+                                          "role": "backup",
+                               "state": "SYNCING", "epoch": 0})), 0.1)
     end = m.deadline(0.1)
     assert end is not None
     m.check(end + 5)
@@ -126,8 +130,9 @@ def test_a_peer_that_follows_the_active_keeps_it_serving_without_the_lease() -> 
 
 def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
     m, journal = standalone(now=0.0)
-    m.handle(ev.PeerConnected({"name": "backup", "identity": "backup#1", "role": "backup",
-                               "state": "SYNCING", "stomp": "backup:61614"}), 0.1)
+    m.handle(ev.PeerConnected(wire_hello({"name": "backup", "identity": "backup#1",
+                                          "role": "backup",
+                               "state": "SYNCING", "stomp": "backup:61614"})), 0.1)
     out = m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
     one(out, ev.ServeSync)
     m.handle(ev.SyncServed(0), 0.1)
@@ -135,8 +140,10 @@ def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
     assert m.state is State.ACTIVE
     reply(m, out, 0.1, granted=True, holder="primary#1", epoch=1, standby="backup#1")
 
-    out = m.handle(ev.FailbackMessage("request"), 0.2)
+    assert m.handing_over_to() is None
+    out = m.handle(ev.FailbackMessage(FailbackStep.REQUEST), 0.2)
     assert m.phase is Phase.HANDING_OVER
+    assert m.handing_over_to() == "backup:61614"  # CONNECTs are refused, naming it
     one(out, ev.CloseClients)
     one(out, ev.Persist)
     journal.appended_seq = 7  # what Persist wrote: the backup must hold it before "go"
@@ -149,6 +156,7 @@ def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
     go = [e for e in out if isinstance(e, ev.Send) and e.kind == ch.FAILBACK]
     assert go == [ev.Send(ch.FAILBACK, {"phase": "go", "seq": 7})]
     assert m.state is State.WAITING and m.phase is Phase.STEPPING_DOWN
+    assert m.handing_over_to() is None
     one(out, ev.StepDown)
     m.handle(ev.SteppedDown(), 0.4)
     assert m.state is State.WAITING and m.phase is Phase.DEFERRING
@@ -158,17 +166,18 @@ def test_a_renewal_never_goes_out_after_the_hand_over_began() -> None:
     """A renewal queued behind a hand-over would give the lease back to the server that is
     handing over, and keep its backup waiting."""
     m, journal = standalone(now=0.0)
-    m.handle(ev.PeerConnected({"name": "backup", "identity": "backup#1", "role": "backup",
-                               "state": "SYNCING"}), 0.1)
+    m.handle(ev.PeerConnected(wire_hello({"name": "backup", "identity": "backup#1",
+                                          "role": "backup",
+                               "state": "SYNCING"})), 0.1)
     m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
     m.handle(ev.SyncServed(0), 0.1)
     out = m.handle(ev.BackupAcked(0), 0.1)
     renewal = one(out, ev.AskWitness)  # out, unanswered
-    m.handle(ev.FailbackMessage("request"), 0.2)
+    m.handle(ev.FailbackMessage(FailbackStep.REQUEST), 0.2)
     journal.appended_seq = 0
     out = m.handle(ev.BackupAcked(0), 0.2)
     assert not [e for e in out if isinstance(e, ev.AskWitness)]  # one request at a time
-    out = m.handle(ev.WitnessReplied(renewal.purpose, {"granted": True}, 0.1), 0.25)
+    out = m.handle(ev.witness_replied(renewal.purpose, {"granted": True}, 0.1), 0.25)
     asks = [e for e in out if isinstance(e, ev.AskWitness)]
     assert [a.request["op"] for a in asks] == ["release"]
     out = m.tick(0.4)
@@ -195,8 +204,9 @@ def in_sync_backup() -> tuple[ReplicationMachine, dict[str, object]]:
     m.tick(0.0)
     primary = {"name": "primary", "identity": "primary#1", "role": "primary",
                "state": "ACTIVE", "epoch": 1, "last_seq": 1}
-    m.handle(ev.PeerConnected(primary), 0.1)
-    m.handle(ev.WitnessReplied("activation", {"holder": "primary#1", "epoch": 1}, 0.1), 0.1)
+    m.handle(ev.PeerConnected(wire_hello(primary)), 0.1)
+    m.handle(ev.witness_replied(WitnessPurpose.ACTIVATION, {"holder": "primary#1", "epoch": 1},
+                                0.1), 0.1)
     assert m.phase is Phase.SYNCING
     m.handle(ev.SyncOffered("full", 1), 0.15)
     journal.appended_seq = journal.synced_seq = 1
@@ -210,9 +220,9 @@ def test_a_backup_says_why_it_does_not_take_over_after_a_clean_stop() -> None:
     channel's end race: either way the backup's log names failover_on_shutdown."""
     for heartbeat_first in (True, False):
         m, primary = in_sync_backup()
-        out = m.handle(ev.FailbackMessage("shutdown"), 0.3)
+        out = m.handle(ev.FailbackMessage(FailbackStep.SHUTDOWN), 0.3)
         if heartbeat_first:
-            out += m.handle(ev.Heartbeat({**primary, "state": "WAITING"}), 0.31)
+            out += m.handle(ev.Heartbeat(wire_hello({**primary, "state": "WAITING"})), 0.31)
         out += m.handle(ev.PeerLost("HA channel closed by the other side"), 0.32)
         out += m.check(5.0) + m.tick(5.0)
         changes = [e for e in out if isinstance(e, ev.StateChanged)]

@@ -48,6 +48,7 @@ import pytest
 from tests.ha.pair import NAMES, SERVING, Pair, wait_for
 from tests.integration import rawstomp
 from tests.netproxy import NetProxy
+from tests.support.bulk import produce
 
 HOST = "127.0.0.1"
 PROBE_QUEUE = "/queue/partition-probe"
@@ -58,6 +59,7 @@ PROBE_MAX_S = 90.0  # a probe never runs longer than this, whatever happens
 MONITOR_PERIOD_S = 0.05
 FORM_TIMEOUT_S = 15.0
 FAILOVER_TIMEOUT_S = 10.0
+BACKLOG = 100_000  # messages waiting when the active is isolated
 
 
 # ============================================================================ the proxy itself
@@ -389,14 +391,26 @@ class StateMonitor(threading.Thread):
         return any(n == name and s in states for _, n, s in self.changes)
 
 
+@dataclass(frozen=True)
+class StatusAnswer:
+    asked: float  # wall time the question was sent (to compare with log timestamps)
+    took: float  # seconds until the answer was read
+    state: str | None
+    lease_ms: int = 0  # how long the server says it may still confirm on the witness's lease
+    promise_ms: int = 0  # ... on its in-sync backup's promise
+
+    @property
+    def grounded(self) -> bool:
+        return self.lease_ms > 0 or self.promise_ms > 0
+
+
 class StatusPoller(threading.Thread):
-    """Asks one server's /status back to back; records (wall time the question was sent,
-    state answered), to compare with another server's log timestamps."""
+    """Asks one server's /status back to back; records every answer (StatusAnswer)."""
 
     def __init__(self, pair: Pair, name: str) -> None:
         super().__init__(name=f"poll-{name}", daemon=True)
         self.pair, self.server = pair, name
-        self.answers: list[tuple[float, str | None]] = []
+        self.answers: list[StatusAnswer] = []
         self.stopping = threading.Event()
 
     def start(self) -> StatusPoller:
@@ -406,9 +420,16 @@ class StatusPoller(threading.Thread):
     def run(self) -> None:
         deadline = time.monotonic() + PROBE_MAX_S
         while not self.stopping.is_set() and time.monotonic() < deadline:
-            asked = time.time()
+            asked, started = time.time(), time.monotonic()
             status = self.pair.status(self.server, timeout=0.5)
-            self.answers.append((asked, status["state"] if status else None))
+            took = time.monotonic() - started
+            if status is None:
+                self.answers.append(StatusAnswer(asked, took, None))
+                continue
+            ha = status.get("ha", {})
+            self.answers.append(StatusAnswer(asked, took, status["state"],
+                                             ha.get("lease_remaining_ms", 0),
+                                             ha.get("backup_promise_remaining_ms", 0)))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -829,14 +850,50 @@ def test_primary_isolated_the_backup_takes_over(partitioned) -> None:
     # isolated primary never says it serves (its lease had run out before; it used to
     # say ACTIVE for one more activation interval).
     took_over = _first_switch(pair.logs("backup"), *SERVING).timestamp()
-    late = [(round(asked - took_over, 3), state) for asked, state in reports.answers
-            if asked > took_over + 0.002 and state in SERVING]
+    answers = reports.answers
+    late = [(round(a.asked - took_over, 3), a.state) for a in answers
+            if a.asked > took_over + 0.002 and a.state in SERVING]
     assert not late, (late, net.timeline())
-    assert any(asked > took_over for asked, _ in reports.answers), "no poll after takeover"
+    assert any(a.asked > took_over for a in answers), "no poll after takeover"
+    # ... and never ACTIVE once it had neither the witness's lease nor the backup's
+    # promise, each answer computed at the instant it was asked (issue 21).
+    ungrounded = [a for a in answers if a.state == "ACTIVE" and not a.grounded]
+    assert not ungrounded, (ungrounded[:5], net.timeline())
+    # A status answer does not wait behind other work.
+    slowest = sorted(answers, key=lambda a: a.took)[-3:]
+    print("slowest status answers:", [round(a.took * 1000, 1) for a in slowest], "of", len(answers))
+    assert slowest[-1].took < 0.05, (slowest, len(answers), net.timeline())
     # Took over within a few activation intervals, not by luck much later.
     first_backup = min(r.sent for r in net.probes["backup"].receipts)
     assert first_backup - isolated < 5.0, net.timeline()
     net.assert_nothing_lost("backup")
+
+
+def test_an_isolated_active_with_a_backlog_reports_at_once(partitioned) -> None:
+    """(b) with 100,000 messages waiting: stepping down reads them all back (a thread), and
+    closes every client. /status, asked back to back meanwhile, answers each time within
+    50 ms, never ACTIVE without the lease or the backup's promise, and never a serving
+    state once the backup took over (issue 21: 25-280 ms answers, ACTIVE without either)."""
+    net = partitioned()
+    pair = net.pair
+    produce((HOST, pair.stomp_port["primary"]), "/queue/backlog", 0, BACKLOG, size=200)
+    pair.wait_formed(FORM_TIMEOUT_S)
+    reports = StatusPoller(pair, "primary").start()
+    _hold(0.5)
+    net.isolate("primary")
+    pair.wait_state("backup", SERVING, FAILOVER_TIMEOUT_S + 20)
+    pair.wait_state("primary", "WAITING", FAILOVER_TIMEOUT_S)
+    _hold(2.0)  # the read-back of the backlog, after the step-down
+    reports.stop()
+    answers = [a for a in reports.answers if a.state is not None]
+    assert len(answers) > 100, len(reports.answers)
+    took_over = _first_switch(pair.logs("backup"), *SERVING).timestamp()
+    assert not [a for a in answers if a.asked > took_over + 0.002 and a.state in SERVING]
+    assert not [a for a in answers if a.state == "ACTIVE" and not a.grounded]
+    slowest = sorted(reports.answers, key=lambda a: a.took)[-3:]
+    print("slowest status answers:", [round(a.took * 1000, 1) for a in slowest], "of",
+          len(reports.answers))
+    assert slowest[-1].took < 0.05, (slowest, net.timeline())
 
 
 def test_heal_after_failover_the_old_primary_resyncs_as_passive(partitioned) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pairmq.ha import channel as ch
 from pairmq.ha import shared_store as m
+from pairmq.ha.messages import FailbackStep, PeerHello
 from pairmq.ha.states import State
 from pairmq.store.sharedlock import Proof, fresh_proof, wait_out
 
 HB, V = 0.1, 0.4
 PEER_ACTIVE = {"name": "primary", "role": "primary", "state": "ACTIVE", "stomp": "h:1"}
 PEER_BACKUP = {"name": "backup", "role": "backup", "state": "WAITING", "stomp": "h:2"}
+
+wire_hello = PeerHello.from_wire  # a hello as the channel carries it
 
 
 def node(role: str = "primary", **kw) -> m.SharedStoreNode:
@@ -59,7 +62,7 @@ def test_the_first_holder_waits_out_any_earlier_proof_then_replays_and_serves() 
 def test_a_busy_lock_with_a_serving_peer_makes_a_passive_backup_that_takes_over_on_loss() -> None:
     n = node("backup")
     n.step(m.Tick(0.0))
-    n.step(m.PeerConnected(PEER_ACTIVE))
+    n.step(m.PeerConnected(wire_hello(PEER_ACTIVE)))
     n.step(m.LockResult(m.LockOutcome.BUSY, 0.01, detail="primary"))
     assert n.state is State.PASSIVE
     assert m.TryLock() not in n.step(m.Tick(1.0))  # never competes with a serving peer
@@ -75,7 +78,7 @@ def test_without_the_peer_the_backup_alternates_lock_attempts_and_reconnects() -
     assert m.TryLock() not in n.step(m.Tick(HB / 2))
     assert m.TryLock() in n.step(m.Tick(HB))
     n.step(m.LockResult(m.LockOutcome.BUSY, HB, detail="primary"))
-    n.step(m.PeerConnected(PEER_ACTIVE))  # the reconnection won this time
+    n.step(m.PeerConnected(wire_hello(PEER_ACTIVE)))  # the reconnection won this time
     assert n.state is State.PASSIVE
 
 
@@ -113,7 +116,7 @@ def test_a_late_good_verification_does_not_extend_past_its_own_start() -> None:
 def test_the_backup_connecting_makes_active_and_leaving_makes_standalone() -> None:
     n = node()
     serving(n)
-    n.step(m.PeerConnected(PEER_BACKUP))
+    n.step(m.PeerConnected(wire_hello(PEER_BACKUP)))
     assert n.state is State.ACTIVE
     n.step(m.PeerLost("no heartbeat"))
     assert n.state is State.STANDALONE
@@ -122,18 +125,18 @@ def test_the_backup_connecting_makes_active_and_leaving_makes_standalone() -> No
 def test_failback_hands_the_lock_over_after_the_drain_and_the_primary_skips_the_wait() -> None:
     backup = node("backup")
     serving(backup)
-    backup.step(m.PeerConnected({**PEER_BACKUP, "name": "primary", "role": "primary"}))
+    backup.step(m.PeerConnected(wire_hello({**PEER_BACKUP, "name": "primary", "role": "primary"})))
     primary = node("primary")
     primary.step(m.Tick(0.0))
-    primary.step(m.PeerConnected({**PEER_ACTIVE, "name": "backup", "role": "backup"}))
+    primary.step(m.PeerConnected(wire_hello({**PEER_ACTIVE, "name": "backup", "role": "backup"})))
     effects = primary.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
     assert m.Send(ch.FAILBACK, {"phase": "request"}) in effects
-    effects = backup.step(m.FailbackMessage("request"))
+    effects = backup.step(m.FailbackMessage(FailbackStep.REQUEST))
     order = kinds(effects)
     assert order.index(m.BecomePassive) < order.index(m.ReleaseLock) < \
         effects.index(m.Send(ch.FAILBACK, {"phase": "go"}))
     assert backup.state is State.PASSIVE and not backup.may_confirm(backup.now)
-    assert m.TryLock() in primary.step(m.FailbackMessage("go"))
+    assert m.TryLock() in primary.step(m.FailbackMessage(FailbackStep.GO))
     acquired(primary, 5.0)
     assert m.BecomeActive(None) in primary.step(m.Tick(5.0))
 
@@ -141,15 +144,15 @@ def test_failback_hands_the_lock_over_after_the_drain_and_the_primary_skips_the_
 def test_a_clean_stop_without_failover_holds_the_backup_back_until_forced() -> None:
     active = node()
     serving(active)
-    active.step(m.PeerConnected(PEER_BACKUP))
+    active.step(m.PeerConnected(wire_hello(PEER_BACKUP)))
     effects = active.step(m.Shutdown())
     assert effects.index(m.Send(ch.FAILBACK, {"phase": "shutdown"})) < \
         effects.index(m.ReleaseLock())
     backup = node("backup")
     backup.step(m.Tick(0.0))
-    backup.step(m.PeerConnected(PEER_ACTIVE))
+    backup.step(m.PeerConnected(wire_hello(PEER_ACTIVE)))
     backup.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
-    backup.step(m.FailbackMessage("shutdown"))
+    backup.step(m.FailbackMessage(FailbackStep.SHUTDOWN))
     backup.step(m.PeerLost("closed"))
     assert backup.state is State.WAITING
     assert m.TryLock() not in backup.step(m.Tick(10.0))
@@ -160,7 +163,7 @@ def test_a_clean_stop_without_failover_holds_the_backup_back_until_forced() -> N
 def test_failover_on_shutdown_hands_over() -> None:
     active = node(failover_on_shutdown=True)
     serving(active)
-    active.step(m.PeerConnected(PEER_BACKUP))
+    active.step(m.PeerConnected(wire_hello(PEER_BACKUP)))
     effects = active.step(m.Shutdown())
     assert m.Send(ch.FAILBACK, {"phase": "go"}) in effects
     assert not active.may_confirm(active.now)
@@ -169,7 +172,7 @@ def test_failover_on_shutdown_hands_over() -> None:
 def test_a_passive_backup_refuses_force() -> None:
     n = node("backup")
     n.step(m.Tick(0.0))
-    n.step(m.PeerConnected(PEER_ACTIVE))
+    n.step(m.PeerConnected(wire_hello(PEER_ACTIVE)))
     n.step(m.LockResult(m.LockOutcome.BUSY, 0.0))
     assert "PASSIVE" in (n.force_refusal() or "")
 

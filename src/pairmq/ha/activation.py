@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.events import BecomeActive, Log, Send
+from pairmq.ha.messages import WitnessPurpose, WitnessReply
 from pairmq.ha.phases import IN_SYNC, Activation, Phase, Step
 from pairmq.ha.states import State
 
@@ -31,7 +31,7 @@ class ActivationSteps:
             if fresh:
                 self._activate("new pair, primary, empty journal")
             else:
-                self._set_state(Phase.WAITING, "without a witness, a server alone cannot "
+                self._enter(Phase.WAITING, "without a witness, a server alone cannot "
                                 "know whether its journal is the newest (`pairmq activate` "
                                 "forces it)")
         else:
@@ -46,25 +46,26 @@ class ActivationSteps:
         # Above both our journal's epoch and any the witness granted (a grant may have
         # gone unused: a server that crashed right after it, or gave it back).
         epoch = self.cfg.next_epoch(max(self.journal.epoch,
-                                        int(self.witness_info.get("epoch") or 0)))
+                                        self.witness_info.epoch))
         act = Activation(why, Step.GRANT, back, epoch, force, fresh, won)
-        self.phase = Phase.ACTIVATING
+        self._enter(Phase.ACTIVATING, why, activation=act)
         if not self.cfg.witness:
             self._emit(Log(WARNING, "Activating without a witness: nothing prevents split "
                                     "brain"))
             self._recover(act)
         elif query and not force:
-            self.activation = replace(act, step=Step.QUERY)
-            self._ask("activation", {"op": "query"})
+            self._revise(replace(act, step=Step.QUERY), "asking the witness")
+            self._ask(WitnessPurpose.ACTIVATION, {"op": "query"})
         else:
             self._ask_grant(act)
 
     def _ask_grant(self, act: Activation) -> None:
-        self.activation = replace(act, step=Step.GRANT)
-        self._ask("activation", {"op": "activate", "epoch": act.epoch, "force": act.force})
+        self._revise(replace(act, step=Step.GRANT), "asking the witness for the lease")
+        self._ask(WitnessPurpose.ACTIVATION,
+                  {"op": "activate", "epoch": act.epoch, "force": act.force})
 
     def _recover(self, act: Activation) -> None:
-        self.activation = replace(act, step=Step.RECOVER)
+        self._revise(replace(act, step=Step.RECOVER), "opening the journal for serving")
         self._emit(BecomeActive(act.epoch))
 
     def _activation_refused(self, why: str | None) -> None:
@@ -74,7 +75,7 @@ class ActivationSteps:
         assert act is not None
         # Not again at once (that would be hundreds of witness requests a second): when
         # the witness says another lease still runs, right after it ends; else a heartbeat.
-        remaining = int(self.witness_info.get("remaining_ms") or 0) / 1000
+        remaining = self.witness_info.remaining_ms / 1000
         self.retry_at = self._now + (min(remaining, self.cfg.heartbeat) + 0.001 if remaining
                                      else self.cfg.heartbeat)
         back = act.back_to
@@ -82,9 +83,9 @@ class ActivationSteps:
             back = Phase.ORPHANED
         if why is not None:
             back = Phase.WAITING
-        self._set_state(back, why or "activation refused")
+        self._enter(back, why or "activation refused")
 
-    def _on_activation_reply(self, reply: dict[str, Any] | None, requested_at: float) -> None:
+    def _on_activation_reply(self, reply: WitnessReply | None, requested_at: float) -> None:
         act = self.activation
         assert act is not None
         if act.step is Step.QUERY:
@@ -92,7 +93,7 @@ class ActivationSteps:
                 if act.won and self._peer_agrees():
                     self._activate_with_peer(act)
                     return
-                peer = self.peer.get("name") if self.connected else None
+                peer = self.peer.name if self.connected else None
                 self._activation_refused("cannot reach the witness" + (
                     f"; {peer} holds the newer journal and activates" if peer
                     else " or the peer"))
@@ -100,11 +101,11 @@ class ActivationSteps:
             if not self._may_activate(reply, act.fresh, act.won):
                 waiting = act.back_to in (Phase.STARTING, Phase.WAITING)
                 self._activation_refused(
-                    f"the witness says {reply.get('holder')} was last active in epoch "
-                    f"{reply.get('epoch')}: waiting for it rather than serving older data"
+                    f"the witness says {reply.holder} was last active in epoch "
+                    f"{reply.epoch}: waiting for it rather than serving older data"
                     if waiting else None)
                 return
-            holder = reply.get("holder")
+            holder = reply.holder
             if holder not in (None, self.cfg.identity) and self._now < self.promise_until:
                 # Taking over from another server: it may still confirm on a promise this
                 # server gave before a restart it does not remember (simulator seed 31169).
@@ -113,11 +114,11 @@ class ActivationSteps:
                     "server's start (it may have promised not to before it restarted)")
                 self.retry_at = max(self.retry_at, self.promise_until)
                 return
-            epoch = self.cfg.next_epoch(max(self.journal.epoch, int(reply.get("epoch") or 0)))
+            epoch = self.cfg.next_epoch(max(self.journal.epoch, reply.epoch))
             self._ask_grant(replace(act, epoch=epoch))
         elif act.step is Step.GRANT:
-            if reply is None or not reply.get("granted"):
-                reason = reply.get("reason") if reply else "the witness is unreachable"
+            if reply is None or not reply.granted:
+                reason = reply.reason if reply else "the witness is unreachable"
                 if self.order:
                     self._emit(Log(INFO, f"Forced activation not granted yet ({reason}): "
                                          "trying again"))
@@ -128,16 +129,16 @@ class ActivationSteps:
             if self.connected and self.peer_state.serving:
                 # The peer came back serving meanwhile: give the lease back, sync from it.
                 self.witness_lease.revoke()
-                self.activation = replace(act, step=Step.RELEASE)
-                self._ask("activation", {"op": "release", "epoch": act.epoch,
+                self._revise(replace(act, step=Step.RELEASE), "giving the grant back")
+                self._ask(WitnessPurpose.ACTIVATION, {"op": "release", "epoch": act.epoch,
                                          "keep_standby": True})
                 return
             self._recover(act)
         elif act.step is Step.RELEASE:
             self._activation_refused(None)
         elif act.step is Step.RENEW:
-            if reply is None or not reply.get("granted"):
-                reason = reply.get("reason") if reply else "the witness is unreachable"
+            if reply is None or not reply.granted:
+                reason = reply.reason if reply else "the witness is unreachable"
                 self._emit(Log(ERROR, f"Lease not renewed after recovery ({reason}): not "
                                       "serving"))
                 self._step_down(f"lease lost while recovering: {reason}")
@@ -151,13 +152,13 @@ class ActivationSteps:
             return
         if act.with_peer:
             if not self._peer_agrees():
-                self._step_down(f"{self.peer.get('name')} left or took over while this "
+                self._step_down(f"{self.peer.name} left or took over while this "
                                 "server activated without the witness")
                 return
             self._serve(act)
         elif self.cfg.witness:
-            self.activation = replace(act, step=Step.RENEW)
-            self._ask("activation", {"op": "renew", "standby": None, "epoch": epoch})
+            self._revise(replace(act, step=Step.RENEW), "renewing the lease before serving")
+            self._ask(WitnessPurpose.ACTIVATION, {"op": "renew", "standby": None, "epoch": epoch})
         else:
             self._serve(act)
 
@@ -166,12 +167,12 @@ class ActivationSteps:
         self.sync_done_seq = None
         self.order = False
         self.next_renew = self._now + self.cfg.heartbeat
-        detail = (f"{act.why}: elected with {self.peer.get('name')} while the witness is "
+        detail = (f"{act.why}: elected with {self.peer.name} while the witness is "
                   f"unreachable; epoch {act.epoch}" if act.with_peer
                   else f"{act.why}; epoch {act.epoch}")
-        self._set_state(Phase.STANDALONE, detail)
+        self._enter(Phase.STANDALONE, detail)
         if self.connected:
-            self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
+            self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
 
     def _peer_agrees(self) -> bool:
         """The peer is connected and serves nothing: it compares the same journals and so
@@ -183,18 +184,18 @@ class ActivationSteps:
         server holds the newest journal: serve. Receipts still wait for the lease or the
         in-sync backup's promise, so nothing is confirmed until the peer has synchronised
         from this server; a server that cannot see its peer never gets here."""
-        epoch = self.cfg.next_epoch(max(self.journal.epoch, int(self.peer.get("epoch", 0)),
-                                        int(self.witness_info.get("epoch") or 0)))
-        name = self.peer.get("name")
+        epoch = self.cfg.next_epoch(max(self.journal.epoch, self.peer.epoch,
+                                        self.witness_info.epoch))
+        name = self.peer.name
         self._emit(Log(WARNING, f"Witness unreachable: {name} agrees that this server holds "
                                 f"the newest journal, activating without the witness "
                                 f"(receipts wait for {name} to be in sync)"))
         self._recover(replace(act, epoch=epoch, with_peer=True))
 
-    def _may_activate(self, info: dict[str, Any], fresh: bool, won: bool) -> bool:
+    def _may_activate(self, info: WitnessReply, fresh: bool, won: bool) -> bool:
         """What the witness remembers decides who may serve without a serving peer."""
-        holder, standby = info.get("holder"), info.get("standby")
-        witness_epoch = int(info.get("epoch", 0))
+        holder, standby = info.holder, info.standby
+        witness_epoch = info.epoch
         if holder == self.cfg.identity:
             return True  # the last server granted: nobody confirmed anything after it
         if holder is None and witness_epoch == 0:

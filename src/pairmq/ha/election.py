@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from pairmq.ha.messages import PeerHello
+
 
 class Standing(NamedTuple):
     """What a server's claim to be active rests on, in order of weight."""
@@ -18,9 +20,8 @@ class Standing(NamedTuple):
     primary: bool  # configured role: primary wins a tie
 
     @classmethod
-    def of_peer(cls, hello: dict) -> Standing:
-        return cls(int(hello.get("epoch", 0)), int(hello.get("last_seq", 0)),
-                   hello.get("role") == "primary")
+    def of_peer(cls, hello: PeerHello) -> Standing:
+        return cls(hello.epoch, hello.last_seq, hello.primary)
 
 
 def elected(mine: Standing, theirs: Standing) -> bool:

@@ -14,8 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pairmq.ha import channel as ch
-
-Hello = dict[str, Any]  # what a server says of itself on the HA channel
+from pairmq.ha.messages import (
+    FailbackStep,
+    MessageError,
+    PeerHello,
+    WitnessPurpose,
+    WitnessReply,
+)
 
 # ---------------------------------------------------------------- inputs
 
@@ -24,7 +29,7 @@ Hello = dict[str, Any]  # what a server says of itself on the HA channel
 class PeerConnected:
     """An authenticated HA channel to the peer is up; `hello` is what it said."""
 
-    hello: Hello
+    hello: PeerHello
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class PeerLost:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    hello: Hello
+    hello: PeerHello
 
 
 @dataclass(frozen=True)
@@ -82,16 +87,16 @@ class BackupAcked:
 
 @dataclass(frozen=True)
 class FailbackMessage:
-    phase: str  # "request" | "go" | "shutdown"
-    seq: int | None = None
+    step: FailbackStep
+    seq: int | None = None  # GO: the last record the backup holds
 
 
 @dataclass(frozen=True)
 class WitnessReplied:
     """The answer to an `AskWitness` (None: the witness could not be reached)."""
 
-    purpose: str
-    reply: dict[str, Any] | None
+    purpose: WitnessPurpose
+    reply: WitnessReply | None
     requested_at: float
 
 
@@ -139,7 +144,7 @@ class AskWitness:
     """One request to the witness; its answer comes back as `WitnessReplied(purpose)`.
     A machine never has two requests out at once."""
 
-    purpose: str
+    purpose: WitnessPurpose
     request: dict[str, Any]
 
 
@@ -237,18 +242,32 @@ Effect = (Send | AskWitness | BecomeActive | BecomePassive | StepDown | BeginEpo
 def from_channel(kind: int, message: dict[str, Any]) -> Event | None:
     """The machine's input for a control message of the HA channel (ha/channel.py), as
     the real driver and the simulator both read it; None for a kind the driver handles
-    itself (RECORDS, HORIZON) or does not know."""
-    if kind == ch.HEARTBEAT:
-        return Heartbeat(message)
-    if kind == ch.ACK:
-        return BackupAcked(int(message["seq"]))
-    if kind == ch.SYNC:
-        if "request" in message:
-            return SyncRequested(message)
-        return SyncOffered(str(message["mode"]), int(message["from"]))
-    if kind == ch.SYNC_DONE:
-        return SyncDone(int(message["seq"]))
-    if kind == ch.FAILBACK:
-        seq = message.get("seq")
-        return FailbackMessage(str(message.get("phase")), int(seq) if seq is not None else None)
+    itself (RECORDS, HORIZON) or does not know. A message that does not say what it
+    must raises MessageError (a ChannelError)."""
+    try:
+        if kind == ch.HEARTBEAT:
+            return Heartbeat(PeerHello.from_wire(message))
+        if kind == ch.ACK:
+            return BackupAcked(int(message["seq"]))
+        if kind == ch.SYNC:
+            if "request" in message:
+                return SyncRequested(message)
+            return SyncOffered(str(message["mode"]), int(message["from"]))
+        if kind == ch.SYNC_DONE:
+            return SyncDone(int(message["seq"]))
+        if kind == ch.FAILBACK:
+            seq = message.get("seq")
+            return FailbackMessage(FailbackStep(message.get("phase")),
+                                   int(seq) if seq is not None else None)
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, MessageError):
+            raise
+        raise MessageError(f"{ch.NAMES.get(kind, kind)}: {e!r}") from None
     return None
+
+
+def witness_replied(purpose: WitnessPurpose, reply: dict[str, Any] | None,
+                    requested_at: float) -> WitnessReplied:
+    """The machine's input for the witness's answer (None: no answer)."""
+    return WitnessReplied(purpose, None if reply is None else WitnessReply.from_wire(reply),
+                          requested_at)

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from pairmq.ha import channel as ch
 from pairmq.ha.events import CloseClients, ConfirmationsChanged, Log, Persist, Send
+from pairmq.ha.messages import FailbackStep, WitnessPurpose
 from pairmq.ha.phases import HandOver, HandOverStep, Phase
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
@@ -21,13 +22,13 @@ class HandOverSteps:
     def _start_hand_over(self, why: str, now: float, stopping: bool) -> None:
         """Failback or failover on shutdown: stop serving, let the backup catch up, hand
         over. The target is read at the next input, after `Persist` was carried out."""
-        self.hand_over = HandOver(why, HandOverStep.DRAINING, now + self.cfg.sync_timeout,
-                                  stopping)
-        self.phase = Phase.HANDING_OVER
+        self._enter(Phase.HANDING_OVER, why,
+                    hand_over=HandOver(why, HandOverStep.DRAINING,
+                                       now + self.cfg.sync_timeout, stopping))
         self._queue = [q for q in self._queue if q[0] != "renew"]
-        self._emit(Log(INFO, f"Handing over to {self.peer.get('name')}: {why}"))
-        self._emit(CloseClients(f"this server is handing over to {self.peer.get('stomp')} "
-                                f"({why})", self.peer.get("stomp")))
+        self._emit(Log(INFO, f"Handing over to {self.peer.name}: {why}"))
+        self._emit(CloseClients(f"this server is handing over to {self.peer.stomp} ({why})",
+                                self.peer.stomp or None))
         self._emit(Persist())
         self._emit(ConfirmationsChanged())
 
@@ -41,14 +42,14 @@ class HandOverSteps:
         if self.backup_acked >= ho.target:
             self.hand_over = replace(ho, step=HandOverStep.RELEASING)
             if self.cfg.witness:
-                self._ask("release", {"op": "release", "keep_standby": True})
+                self._ask(WitnessPurpose.RELEASE, {"op": "release", "keep_standby": True})
             else:
                 self._handed_over()
         elif now > ho.deadline:
             self._emit(Log(WARNING, f"Hand-over abandoned: the backup did not confirm seq "
                                     f"{ho.target}"))
-            self.hand_over = None
-            self.phase = Phase.ACTIVE
+            self._enter(Phase.ACTIVE, f"hand-over abandoned: the backup did not confirm seq "
+                                      f"{ho.target}")
             if ho.stopping:
                 self._stop_serving()
 
@@ -56,9 +57,9 @@ class HandOverSteps:
         ho = self.hand_over
         assert ho is not None and ho.target is not None
         self.witness_lease.revoke()
-        self._emit(Send(ch.FAILBACK, {"phase": "go", "seq": ho.target}))
+        self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.GO.value, "seq": ho.target}))
         if ho.stopping:
-            self._set_state(Phase.STOPPED, f"{ho.why}: handed over")
+            self._enter(Phase.STOPPED, f"{ho.why}: handed over")
             return
         self._step_down(ho.why, then=Phase.DEFERRING)
 
@@ -76,13 +77,13 @@ class HandOverSteps:
                 self._emit(Send(ch.FAILBACK, {"phase": "shutdown"}))
             self._stop_serving()
         else:
-            self._set_state(Phase.STOPPED, "stopping")
+            self._enter(Phase.STOPPED, "stopping")
 
     def _stop_serving(self) -> None:
         """Give the lease back (the backup waits for this server: no standby kept)."""
         self._queue = []
         if self.cfg.witness:
-            self._set_state(Phase.STOPPING, "stopping: giving the lease back")
-            self._ask("stop", {"op": "release", "keep_standby": False})
+            self._enter(Phase.STOPPING, "stopping: giving the lease back")
+            self._ask(WitnessPurpose.STOP, {"op": "release", "keep_standby": False})
         else:
-            self._set_state(Phase.STOPPED, "stopping")
+            self._enter(Phase.STOPPED, "stopping")

@@ -43,7 +43,7 @@ REPORTED = {
     Phase.PASSIVE: State.PASSIVE, Phase.FAILBACK_ASKED: State.PASSIVE,
     Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
     Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
-    Phase.DROPPING_BACKUP: State.ACTIVE, Phase.HANDING_OVER: State.ACTIVE,
+    Phase.DROPPING_BACKUP: State.STANDALONE, Phase.HANDING_OVER: State.ACTIVE,
     Phase.JOINING: State.STANDALONE,
     Phase.STOPPING: State.WAITING, Phase.STOPPED: State.WAITING,
 }
@@ -149,3 +149,59 @@ class Journal(Protocol):
     def mirror(self) -> bool: ...
 
     epochs: list[tuple[int, int]]
+
+
+class IllegalTransition(Exception):
+    """A phase change the transition table does not allow: a bug, never an input's fault."""
+
+    def __init__(self, old: Phase, new: Phase, why: str) -> None:
+        super().__init__(f"illegal transition {old.value} -> {new.value} ({why})")
+        self.old, self.new = old, new
+
+
+def _to(*phases: Phase) -> frozenset[Phase]:
+    return frozenset(phases)
+
+
+_P = Phase
+# Every phase change the replication machine makes, and nothing else (ReplicationMachine
+# `_enter` raises on any other). Read a row as "from here, on these grounds, to there".
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    # elected or asked the witness; a newer peer; the peer serves (follow it); stop
+    _P.STARTING: _to(_P.ACTIVATING, _P.WAITING, _P.SYNCING, _P.STOPPED),
+    # the same, and the active's "go" after a hand-over; WAITING again: still undecided
+    _P.WAITING: _to(_P.ACTIVATING, _P.WAITING, _P.SYNCING, _P.TAKING_OVER, _P.STOPPED),
+    # handed over: the peer serves (follow it), or is gone (decide again)
+    _P.DEFERRING: _to(_P.WAITING, _P.SYNCING, _P.ACTIVATING, _P.TAKING_OVER, _P.STOPPED),
+    # in sync; the active stopped serving or was lost; a new channel; its "go"
+    _P.SYNCING: _to(_P.PASSIVE, _P.WAITING, _P.ORPHANED, _P.TAKING_OVER, _P.STOPPED),
+    _P.PASSIVE: _to(_P.FAILBACK_ASKED, _P.ORPHANED, _P.WAITING, _P.TAKING_OVER,
+                    _P.STOPPED),
+    _P.FAILBACK_ASKED: _to(_P.ORPHANED, _P.WAITING, _P.TAKING_OVER, _P.STOPPED),
+    # activate (until the witness grants it); the channel closed meanwhile
+    _P.TAKING_OVER: _to(_P.ACTIVATING, _P.ORPHANED, _P.TAKING_OVER, _P.STOPPED),
+    # the promise ran out: activate; the active is back: synchronise again; or nobody
+    _P.ORPHANED: _to(_P.ACTIVATING, _P.ORPHANED, _P.SYNCING, _P.WAITING, _P.TAKING_OVER,
+                     _P.STOPPED),
+    # serving; refused (back where it started, or WAITING, or ORPHANED); stepped down
+    _P.ACTIVATING: _to(_P.STANDALONE, _P.STARTING, _P.WAITING, _P.ORPHANED, _P.TAKING_OVER,
+                       _P.STEPPING_DOWN, _P.STOPPED),
+    # a backup caught up; lease lost or superseded; stop (STOPPED: no witness to tell)
+    _P.STANDALONE: _to(_P.JOINING, _P.STEPPING_DOWN, _P.STOPPING, _P.STOPPED),
+    # in sync; the backup lost or resynchronising; failback asked; lease lost; stop
+    _P.JOINING: _to(_P.ACTIVE, _P.STANDALONE, _P.HANDING_OVER, _P.STEPPING_DOWN,
+                    _P.STOPPING, _P.STOPPED),
+    # the backup lost (the witness told first, or no witness); failback or failover on
+    # shutdown; lease and promise lost, or superseded; stop
+    _P.ACTIVE: _to(_P.DROPPING_BACKUP, _P.STANDALONE, _P.HANDING_OVER, _P.STEPPING_DOWN,
+                   _P.STOPPING, _P.STOPPED),
+    # the witness knows (or the backup caught up again meanwhile); lease lost; stop
+    _P.DROPPING_BACKUP: _to(_P.STANDALONE, _P.JOINING, _P.STEPPING_DOWN, _P.STOPPING,
+                            _P.STOPPED),
+    # abandoned (back to ACTIVE); handed over (step down, or end with the process)
+    _P.HANDING_OVER: _to(_P.ACTIVE, _P.STEPPING_DOWN, _P.STOPPED),
+    # the journal is read back: undecided, or deferring to the peer it handed over to
+    _P.STEPPING_DOWN: _to(_P.WAITING, _P.DEFERRING, _P.STOPPED),
+    _P.STOPPING: _to(_P.STOPPED),
+    _P.STOPPED: _to(),
+}

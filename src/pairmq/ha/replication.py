@@ -39,7 +39,6 @@ from pairmq.ha.events import (
     FailbackMessage,
     Force,
     Heartbeat,
-    Hello,
     Log,
     MirrorProgress,
     PeerConnected,
@@ -61,12 +60,22 @@ from pairmq.ha.events import (
 )
 from pairmq.ha.handover import HandOverSteps
 from pairmq.ha.lease import LeaseView
+from pairmq.ha.messages import (
+    NO_PEER,
+    NO_REPLY,
+    FailbackStep,
+    PeerHello,
+    WitnessPurpose,
+    WitnessReply,
+)
 from pairmq.ha.phases import (
     IN_SYNC,
     REPORTED,
     SERVING,
+    TRANSITIONS,
     Activation,
     HandOver,
+    IllegalTransition,
     Journal,
     Phase,
     Settings,
@@ -80,7 +89,7 @@ SERVING_STATES = (State.ACTIVE, State.STANDALONE)
 # heartbeat (WAITING) or the channel's end is heard first.
 FAREWELL_HEARD = ("the active server stopped cleanly and failover_on_shutdown is off: "
                   "not taking over")
-INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 
 
 class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
@@ -91,11 +100,11 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self.activation: Activation | None = None
         self.hand_over: HandOver | None = None
         self.stepping_down: SteppingDown | None = None
-        self.peer: Hello = {}
+        self.peer: PeerHello = NO_PEER
         self.peer_state = State.DEAD  # DEAD: no HA channel
         self.peer_farewell = False  # the connected peer said it stops without failover
         self.order = False  # an operator's force, until this server serves or sees a server
-        self.witness_info: dict[str, Any] = {}
+        self.witness_info: WitnessReply = NO_REPLY  # its last answer
         self.witness_lease = LeaseView()
         self.peer_lease = LeaseView()  # active: the in-sync backup's promise
         # Backup: I promised not to take over before this. A process that starts may have
@@ -108,7 +117,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self._requests = 0  # witness requests sent: the witness ignores a late, older one
         self.join_target = 0  # JOINING: what the backup must hold to be in sync
         self.retry_at = 0.0  # no new activation before this (the last one was refused)
-        self._asking: str | None = None  # the witness request out, by purpose
+        self._asking: WitnessPurpose | None = None  # the witness request out
         self._queue: list[tuple[str, dict[str, Any]]] = []
         self._out: list[Effect] = []
         self._now = 0.0
@@ -171,21 +180,26 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             at = self.retry_at
         return at if at is not None and at > now else None
 
-    def hello(self, now: float) -> Hello:
+    def hello(self, now: float) -> PeerHello:
         journal = self.journal
-        return {"name": self.cfg.name, "identity": self.cfg.identity, "role": self.cfg.role,
-                "state": self.state.value, "epoch": journal.epoch,
-                "last_seq": journal.appended_seq, "epochs": journal.epochs,
-                "stomp": self.cfg.stomp, "stomp_tls": self.cfg.stomp_tls,
-                "oldest": journal.oldest_seq, "ts": now,
-                "echo": self.peer_echo, "in_sync": self.in_sync_with_live,
-                "lease": self.serving and self.witness_lease.valid(now)}
+        return PeerHello(name=self.cfg.name, identity=self.cfg.identity, role=self.cfg.role,
+                         state=self.state, epoch=journal.epoch, last_seq=journal.appended_seq,
+                         epochs=tuple(journal.epochs), stomp=self.cfg.stomp,
+                         stomp_tls=self.cfg.stomp_tls, oldest=journal.oldest_seq, ts=now,
+                         echo=self.peer_echo, in_sync=self.in_sync_with_live,
+                         lease=self.serving and self.witness_lease.valid(now))
 
     def active_address(self, tls: bool = False) -> str | None:
         """The serving peer's STOMP listener (with `tls`, its TLS one), if it serves."""
         if not self.peer_state.serving:
             return None
-        return self.peer.get("stomp_tls" if tls else "stomp") or None
+        return (self.peer.stomp_tls if tls else self.peer.stomp) or None
+
+    def handing_over_to(self, tls: bool = False) -> str | None:
+        """The peer's STOMP listener (with `tls`, its TLS one) while handing over to it."""
+        if self.hand_over is None:
+            return None
+        return (self.peer.stomp_tls if tls else self.peer.stomp) or None
 
     def force_refused(self) -> str | None:
         """Why an operator's force is refused now (None: it is taken)."""
@@ -220,8 +234,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             case SyncDone(seq):
                 self.sync_done_seq = seq
                 self._check_in_sync(now)
-            case FailbackMessage(phase, seq):
-                self._on_failback(phase, seq, now)
+            case FailbackMessage(step, seq):
+                self._on_failback(step, seq, now)
             case WitnessReplied(purpose, reply, requested_at):
                 self._on_witness(purpose, reply, requested_at, now)
             case Recovered(epoch):
@@ -233,6 +247,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                     self.order = True
             case Shutdown():
                 self._on_shutdown(now)
+            case _:
+                self._emit(Log(DEBUG, f"{type(event).__name__} is not an input of the "
+                                      f"replication machine ({self.phase.value}): dropped"))
         self._decide(now)
         return self._drain()
 
@@ -242,7 +259,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         if self.phase is Phase.STOPPED:
             return []
         if self.connected:
-            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
+            self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
         if self.serving:
             if self.connected and self.sync_done_seq is not None:
                 self._emit(Send(ch.HORIZON, {"seq": self.journal.oldest_seq}))
@@ -253,6 +270,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             self._emit(ConfirmationsChanged())
         if self.hand_over is not None:
             self._hand_over_progress(now)
+        self._promote(now)
         self._decide(now)
         return self._drain()
 
@@ -270,74 +288,86 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         """Without lease and promise nothing is confirmed (confirmable): that is the end of
         serving, reported and carried out at once, unless a peer follows this server (it
         cannot take over: it synchronises from us)."""
-        attached = self.connected and not self.peer_state.serving
-        if self.cfg.witness and now >= self._valid_until() and not attached:
+        if self.cfg.witness and now >= self._valid_until() and not self._follower():
             self._emit(Log(ERROR, "Lost the witness lease and the backup's promise: not "
                                   "serving any more"))
             self._step_down("lost both the witness and the backup")
             return True
         return False
 
+    def _follower(self) -> bool:
+        """The connected peer cannot take over now: it synchronises from this server, or
+        (JOINING, HANDING_OVER) is in sync without this server's confirming on it.
+        Not in ACTIVE: there the in-sync backup's promise is the lease it counts
+        (`_valid_until`), and the channel alone proves nothing. In a partition it stays
+        open for an activation interval of silence, while the backup's promise runs out
+        and it takes over; the isolated active used to say ACTIVE meanwhile (issue 21)."""
+        return self.connected and not self.peer_state.serving \
+            and self.phase is not Phase.ACTIVE
+
     # ------------------------------------------------------------ the peer
 
-    def _on_connected(self, hello: Hello) -> None:
-        self.peer = dict(hello)
+    def _on_connected(self, hello: PeerHello) -> None:
+        self.peer = hello
         self.peer_farewell = False
-        self._emit(Log(INFO, f"Connected to remote server {hello.get('name')} over the HA "
+        self._emit(Log(INFO, f"Connected to remote server {hello.name} over the HA "
                              "channel"))
-        self._set_peer_state(State(hello.get("state", "STARTING")))
+        self._set_peer_state(hello.state)
         if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.ORPHANED):
             # A new channel: synchronise again over it, or, if the peer does not serve,
             # be a backup of nobody (a peer that sees PASSIVE would wait for us forever).
             if self.peer_state.serving:
-                self.phase = Phase.ORPHANED
+                self._enter(Phase.ORPHANED, "a new HA channel: synchronising again over it")
             else:
-                self._set_state(Phase.WAITING, f"{hello.get('name')} is back and does not "
+                self._enter(Phase.WAITING, f"{hello.name} is back and does not "
                                                "serve")
         elif self.activation is not None and self.activation.back_to in IN_SYNC:
             # An activation started from PASSIVE: if it is refused, the stream it was in
             # sync over is gone with the old channel (simulator seed 9881).
-            self.activation = replace(self.activation, back_to=Phase.ORPHANED)
+            self._revise(replace(self.activation, back_to=Phase.ORPHANED), "a new HA channel")
         self._newer_peer_seen()
-        self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
+        self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
 
     def _on_lost(self, reason: str) -> None:
-        self._emit(Log(INFO, f"Lost the HA channel to {self.peer.get('name')}: {reason}"))
+        self._emit(Log(INFO, f"Lost the HA channel to {self.peer.name}: {reason}"))
         self._set_peer_state(State.DEAD)
         self.sync_done_seq = None
         if self.phase in (Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER):
             # Still eligible (per the witness) but no longer receiving: not in sync.
-            self.phase = Phase.ORPHANED
+            self._enter(Phase.ORPHANED, f"lost the active server: {reason}")
         elif self.phase is Phase.DEFERRING:
-            self.phase = Phase.WAITING
+            self._enter(Phase.WAITING, f"lost the peer it handed over to: {reason}")
         elif self.phase is Phase.SYNCING:
-            self._set_state(Phase.WAITING, "lost the active server before being in sync")
+            self._enter(Phase.WAITING, "lost the active server before being in sync")
         elif self.phase is Phase.HANDING_OVER:
             self._emit(Log(WARNING, "Hand-over abandoned: the HA channel closed"))
-            self.hand_over = None
-            self.phase = Phase.ACTIVE
+            self._enter(Phase.ACTIVE, "hand-over abandoned: the HA channel closed")
             self._backup_lost()
         elif self.phase is Phase.ACTIVE:
             self._backup_lost()
         elif self.phase is Phase.JOINING:
-            self.phase = Phase.STANDALONE  # never declared the standby: confirm alone again
+            # never declared the standby: confirm alone again
+            self._enter(Phase.STANDALONE, f"lost the joining backup: {reason}")
             self._emit(ConfirmationsChanged())
 
-    def _on_heartbeat(self, hello: Hello, now: float) -> None:
-        self.peer.update(hello)
-        self._set_peer_state(State(hello.get("state", "STARTING")))
+    def _on_heartbeat(self, hello: PeerHello, now: float) -> None:
+        self.peer = hello
+        self._set_peer_state(hello.state)
         peer_serving = self.peer_state.serving
         if peer_serving and self.phase is Phase.DEFERRING:
-            self.phase = Phase.WAITING
+            self._enter(Phase.WAITING, f"{hello.name} serves")
         if not self.serving and peer_serving:
-            self.peer_echo = float(hello.get("ts", 0))
+            self.peer_echo = hello.ts
             if self.phase in (Phase.PASSIVE, Phase.FAILBACK_ASKED):
                 # My promise: I will not take over for an activation interval from now.
                 self.promise_until = max(self.promise_until, now + self.cfg.activation)
-        if self.backup_in_sync and hello.get("in_sync"):
-            echo = float(hello.get("echo", 0))
+        if self.serving and hello.in_sync:
+            # Its promise, whatever this server's phase: ACTIVE counts on it to confirm,
+            # and JOINING or STANDALONE to know the peer still follows (`_follower`).
+            echo = hello.echo
             if echo:
                 self.peer_lease.granted(echo, self.cfg.activation_ms)
+                self._promote(now)
         if self.serving and peer_serving:
             self._split_brain_seen()
         self._newer_peer_seen()
@@ -351,8 +381,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 # A backup of nobody: say so (a peer that sees PASSIVE waits for us to
                 # follow it), and decide again with the peer. A SYNCING request may have
                 # arrived after it stopped serving (it is then ignored): ask again.
-                self._set_state(Phase.WAITING, FAREWELL_HEARD if self.peer_farewell
-                                else f"{self.peer.get('name')} stopped serving")
+                self._enter(Phase.WAITING, FAREWELL_HEARD if self.peer_farewell
+                                else f"{self.peer.name} stopped serving")
             self.peer_state = state
 
     def _split_brain_seen(self) -> None:
@@ -364,11 +394,10 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         1705.)"""
         mine = (self.witness_lease.valid(self._now), self.journal.epoch,
                 self.cfg.role == "primary")
-        theirs = (bool(self.peer.get("lease")), int(self.peer.get("epoch", 0)),
-                  self.peer.get("role") == "primary")
+        theirs = (self.peer.lease, self.peer.epoch, self.peer.primary)
         if theirs > mine:
-            self._emit(Log(ERROR, f"Both servers are serving: {self.peer.get('name')} has "
-                                  f"epoch {self.peer.get('epoch')}, higher than mine "
+            self._emit(Log(ERROR, f"Both servers are serving: {self.peer.name} has "
+                                  f"epoch {self.peer.epoch}, higher than mine "
                                   f"({self.journal.epoch}). Stepping down"))
             self._step_down("a server with a higher epoch is active")
 
@@ -379,9 +408,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         that synchronised from it would lose them). Seen after a pause or a partition that
         outlasted this server's lease while a peer still looked attached. Step down; the
         pair elects the newest journal (docs/ha.md, Epochs)."""
-        if self.serving and int(self.peer.get("epoch", 0)) > self.journal.epoch \
+        if self.serving and self.peer.epoch > self.journal.epoch \
                 and not self.witness_lease.valid(self._now):  # a lease: the peer's is older
-            self._emit(Log(ERROR, f"{self.peer.get('name')} has epoch {self.peer.get('epoch')}, "
+            self._emit(Log(ERROR, f"{self.peer.name} has epoch {self.peer.epoch}, "
                                   f"higher than mine ({self.journal.epoch}): it took over "
                                   "meanwhile. Stepping down"))
             self._step_down("the peer's journal has a higher epoch")
@@ -403,24 +432,24 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 if self.order:
                     self.order = False
                     self._emit(Log(WARNING, f"Forced activation cancelled: "
-                                            f"{self.peer.get('name')} is serving, this server "
+                                            f"{self.peer.name} is serving, this server "
                                             "synchronises from it"))
                 if phase not in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED,
                                  Phase.TAKING_OVER):
                     self._request_sync()
                 elif (phase is Phase.PASSIVE and self.cfg.role == "primary"
-                      and self.cfg.allow_failback and self.peer.get("role") == "backup"):
-                    self.phase = Phase.FAILBACK_ASKED
-                    self._emit(Log(INFO, f"In sync with {self.peer.get('name')}: asking to "
+                      and self.cfg.allow_failback and self.peer.role == "backup"):
+                    self._enter(Phase.FAILBACK_ASKED, "in sync: asking to fail back")
+                    self._emit(Log(INFO, f"In sync with {self.peer.name}: asking to "
                                          "fail back (allow_failback = true)"))
-                    self._emit(Send(ch.FAILBACK, {"phase": "request"}))
+                    self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.REQUEST.value}))
                 return
             if phase is Phase.DEFERRING:
                 return
             if phase in (Phase.ORPHANED, Phase.PASSIVE, Phase.FAILBACK_ASKED):
                 # Connected to a peer that serves nothing: a backup of nobody. Saying
                 # PASSIVE would keep the peer waiting for us to follow it (simulator seed 92).
-                self._set_state(Phase.WAITING, f"{self.peer.get('name')} does not serve")
+                self._enter(Phase.WAITING, f"{self.peer.name} does not serve")
                 phase = Phase.WAITING
             if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
                 won = elected(Standing(self.journal.epoch, self.journal.appended_seq,
@@ -434,12 +463,12 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 elif won:
                     self._activate("the peer's journal is older")
                 elif phase is Phase.STARTING:
-                    self._set_state(Phase.WAITING, f"{self.peer.get('name')} holds the newer "
+                    self._enter(Phase.WAITING, f"{self.peer.name} holds the newer "
                                                    "journal and should become active")
             return
         if phase is Phase.ORPHANED:
             if self.peer_farewell:
-                self._set_state(Phase.WAITING, FAREWELL_HEARD)
+                self._enter(Phase.WAITING, FAREWELL_HEARD)
             elif now >= self.promise_until:
                 self._activate("the active server is gone", back_to=Phase.ORPHANED)
             return
@@ -459,22 +488,21 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self.peer_lease.revoke()
         self._queue = [q for q in self._queue if q[0] != "renew"]
         self._emit(StepDown(why))
-        self._set_state(Phase.STEPPING_DOWN, why)
-        self.stepping_down = SteppingDown(why, then)
+        self._enter(Phase.STEPPING_DOWN, why, stepping_down=SteppingDown(why, then))
 
     def _on_stepped_down(self) -> None:
         done = self.stepping_down
         if self.phase is not Phase.STEPPING_DOWN or done is None:
             return  # stopped meanwhile
         self._emit(Log(INFO, "Journal read back after stepping down: a standby again"))
-        self._set_state(done.then, done.why)
+        self._enter(done.then, done.why)
 
     def _backup_lost(self) -> None:
         """Keep confirming alone only once the witness knows the backup is out of sync."""
         if not self.cfg.witness:
-            self._set_state(Phase.STANDALONE, "backup lost")
+            self._enter(Phase.STANDALONE, "backup lost")
         else:
-            self.phase = Phase.DROPPING_BACKUP
+            self._enter(Phase.DROPPING_BACKUP, "backup lost: telling the witness")
             self._renew()
         self._emit(ConfirmationsChanged())
 
@@ -485,16 +513,29 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             # From now on receipts wait for the backup; it is in sync (and may be declared
             # the standby, eligible to take over) only once it also holds every record
             # confirmed alone before this instant (simulator seed 417).
-            self.phase = Phase.JOINING
             self.join_target = self.journal.synced_seq
-        if self.phase is Phase.JOINING and self.backup_acked >= self.join_target:
-            self.peer_lease.revoke()
-            self._emit(Log(INFO, f"Backup {self.peer.get('name')} is synchronized with this "
-                                 f"server (seq {seq})"))
-            self._set_state(Phase.ACTIVE, f"backup {self.peer.get('name')} is in sync")
-            self._renew()
+            self._enter(Phase.JOINING, f"backup {self.peer.name} caught up at seq "
+                                       f"{seq}; in sync once it holds seq {self.join_target}")
+        if self.phase is Phase.JOINING:
+            self._promote(now)
         elif self.hand_over is not None:
             self._hand_over_progress(now)
+        self._emit(ConfirmationsChanged())
+
+    def _promote(self, now: float) -> None:
+        """JOINING becomes ACTIVE once the backup holds everything confirmed alone before,
+        and this server has grounds to say ACTIVE: the witness's lease or the backup's
+        promise (a lease that ran out while the backup synchronised comes back with the
+        backup's first heartbeat in sync, or the next renewal)."""
+        if self.phase is not Phase.JOINING or self.backup_acked < self.join_target:
+            return
+        if self.cfg.witness and not (self.witness_lease.valid(now)
+                                     or self.peer_lease.valid(now)):
+            return
+        self._emit(Log(INFO, f"Backup {self.peer.name} is synchronized with this "
+                             f"server (seq {self.backup_acked})"))
+        self._enter(Phase.ACTIVE, f"backup {self.peer.name} is in sync")
+        self._renew()
         self._emit(ConfirmationsChanged())
 
     def _on_sync_requested(self, request: dict[str, Any]) -> None:
@@ -503,7 +544,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         if self.phase is Phase.ACTIVE:
             self._backup_lost()  # a new synchronisation: the backup is not in sync
         elif self.phase is Phase.JOINING:
-            self.phase = Phase.STANDALONE
+            self._enter(Phase.STANDALONE, "the backup synchronises again")
         self.sync_done_seq = None
         self._emit(ServeSync(request))
 
@@ -513,14 +554,14 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         if not self.journal.mirror:
             self._emit(BecomePassive("the peer is active"))
         self.sync_done_seq = None
-        self._set_state(Phase.SYNCING, f"copying {self.peer.get('name')}'s journal")
+        self._enter(Phase.SYNCING, f"copying {self.peer.name}'s journal")
         journal = self.journal
         self._emit(Send(ch.SYNC, {"request": True, "epoch": journal.epoch,
                                   "last_seq": journal.appended_seq,
                                   "epochs": journal.epochs}))
 
     def _on_sync_offered(self, mode: str, first: int) -> None:
-        name = self.peer.get("name")
+        name = self.peer.name
         if mode == "full":
             self._emit(Log(INFO, f"Full synchronisation from {name}: replacing the local "
                                  f"journal (from seq {first})"))
@@ -542,39 +583,59 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         have = journal.synced_seq if self.cfg.backup_ack_fsync else journal.appended_seq
         if have >= target:
             self.promise_until = now + self.cfg.activation
-            self._set_state(Phase.PASSIVE, f"synchronized with live server "
-                                           f"{self.peer.get('name')} at seq {target}")
-            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
+            self._enter(Phase.PASSIVE, f"synchronized with live server "
+                                           f"{self.peer.name} at seq {target}")
+            self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
 
-    def _on_failback(self, phase: str, seq: int | None, now: float) -> None:
-        if phase == "request" and self.phase in (Phase.ACTIVE, Phase.JOINING):
-            self._start_hand_over(f"failing back to {self.peer.get('name')}", now,
+    def _on_failback(self, step: FailbackStep, seq: int | None, now: float) -> None:
+        if step is FailbackStep.REQUEST and self.phase in (Phase.ACTIVE, Phase.JOINING):
+            self._start_hand_over(f"failing back to {self.peer.name}", now,
                                   stopping=False)
-        elif phase == "go" and not self.serving and self.phase is not Phase.STEPPING_DOWN:
-            self._emit(Log(INFO, f"{self.peer.get('name')} handed over at seq {seq}: "
+        elif step is FailbackStep.GO and not self.serving and self.phase is not Phase.STEPPING_DOWN:
+            self._emit(Log(INFO, f"{self.peer.name} handed over at seq {seq}: "
                                  "taking over"))
             self.promise_until = 0.0
             self.peer_farewell = False
             self._set_peer_state(State.WAITING)  # "go" is the peer's last word as active
+            why = f"{self.peer.name} handed over"
             if self.activation is not None:
-                self.activation = replace(self.activation, back_to=Phase.TAKING_OVER)
+                self._revise(replace(self.activation, back_to=Phase.TAKING_OVER), why)
             else:
-                self.phase = Phase.TAKING_OVER  # retried until the witness grants it
-        elif phase == "shutdown":
+                self._enter(Phase.TAKING_OVER, why)  # retried until the witness grants it
+        elif step is FailbackStep.SHUTDOWN:
             self.peer_farewell = True
 
     # ------------------------------------------------------------ output
 
-    def _set_state(self, phase: Phase, why: str) -> None:
-        """Enter `phase`, ending any activation or hand-over; say so if the reported
-        state changes."""
+    def _enter(self, phase: Phase, why: str, *, activation: Activation | None = None,
+               hand_over: HandOver | None = None,
+               stepping_down: SteppingDown | None = None) -> None:
+        """The one way the phase changes: a transition TRANSITIONS allows (any other
+        raises), with the value that phase carries (its step), and a StateChanged
+        whenever the reported state changes."""
+        if phase not in TRANSITIONS[self.phase]:
+            raise IllegalTransition(self.phase, phase, why)
+        if (activation is not None) != (phase is Phase.ACTIVATING) \
+                or (hand_over is not None) != (phase is Phase.HANDING_OVER) \
+                or (stepping_down is not None) != (phase is Phase.STEPPING_DOWN):
+            raise IllegalTransition(self.phase, phase, f"{why} (without its step value)")
         old = self.state
         self.phase = phase
-        self.activation = None
-        self.hand_over = None
-        self.stepping_down = None
-        if REPORTED[phase] != old:
-            self._emit(StateChanged(old.value, REPORTED[phase].value, why))
+        self.activation = activation
+        self.hand_over = hand_over
+        self.stepping_down = stepping_down
+        self._announce(old, why)
+
+    def _revise(self, activation: Activation, why: str) -> None:
+        """A new step of the activation under way (the phase stays ACTIVATING)."""
+        assert self.phase is Phase.ACTIVATING
+        old = self.state
+        self.activation = activation
+        self._announce(old, why)
+
+    def _announce(self, old: State, why: str) -> None:
+        if self.state != old:
+            self._emit(StateChanged(old.value, self.state.value, why))
 
     def _emit(self, effect: Effect) -> None:
         self._out.append(effect)

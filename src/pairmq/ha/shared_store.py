@@ -53,6 +53,7 @@ from pairmq.ha.events import (
     Shutdown,
     StateChanged,
 )
+from pairmq.ha.messages import FailbackStep, PeerHello
 from pairmq.ha.states import State
 from pairmq.store.sharedlock import NO_PROOF, Proof, wait_out
 
@@ -150,8 +151,8 @@ class Settings:
     failover_on_shutdown: bool = False
 
 
-def _serving(hello: dict[str, Any] | None) -> bool:
-    return hello is not None and State(hello.get("state", "STARTING")).serving
+def _serving(hello: PeerHello | None) -> bool:
+    return hello is not None and hello.state.serving
 
 
 @dataclass
@@ -159,7 +160,7 @@ class SharedStoreNode:
     settings: Settings
     phase: Phase = Phase.STARTING
     now: float = 0.0
-    peer: dict[str, Any] | None = None  # the connected peer's latest hello
+    peer: PeerHello | None = None  # the connected peer's latest hello
     proof: Proof = NO_PROOF
     epoch: int = 0
     next_try: float = 0.0  # SEEKING: next lock attempt
@@ -209,13 +210,13 @@ class SharedStoreNode:
                 self.now = max(self.now, now)
                 self._tick()
             case PeerConnected(hello):
-                self.peer = dict(hello)
-                self._peer_changed(f"{hello.get('name')} connected")
+                self.peer = hello
+                self._peer_changed(f"{hello.name} connected")
                 self._heartbeat()
             case Heartbeat(hello):
                 if self.peer is not None:
-                    self.peer.update(hello)
-                    self._peer_changed(f"{hello.get('name')} is {hello.get('state')}")
+                    self.peer = hello
+                    self._peer_changed(f"{hello.name} is {hello.state.value}")
             case PeerLost(reason):
                 self.peer = None
                 self._peer_lost(reason)
@@ -233,8 +234,8 @@ class SharedStoreNode:
                         # machine): the lock is still ours unless a verification says not.
                         self.phase = Phase.PROVING
                         self._verify_now()
-            case FailbackMessage(phase):
-                self._failback(phase)
+            case FailbackMessage(step):
+                self._failback(step)
             case Force():
                 if self.phase in (Phase.SEEKING, Phase.HELD_BACK):
                     self._try_lock("an operator forced it")
@@ -242,7 +243,7 @@ class SharedStoreNode:
                 self._shutdown()
         if self.phase is Phase.BACKUP and self._wants_failback():
             self.phase = Phase.FAILBACK_ASKED  # reported PASSIVE all the same
-            self._out.append(Send(ch.FAILBACK, {"phase": "request"}))
+            self._out.append(Send(ch.FAILBACK, {"phase": FailbackStep.REQUEST.value}))
         return self._out
 
     # ------------------------------------------------------------ steps
@@ -357,9 +358,8 @@ class SharedStoreNode:
             self._go(Phase.SEEKING, f"{why}: the lock may be free")
 
     def _wants_failback(self) -> bool:
-        peer = self.peer or {}
         return (self.settings.role == "primary" and self.settings.allow_failback
-                and peer.get("role") == "backup")
+                and self.peer is not None and self.peer.role == "backup")
 
     def _peer_lost(self, reason: str) -> None:
         if self.phase is Phase.ACTIVE:
@@ -367,26 +367,26 @@ class SharedStoreNode:
         elif self.phase in (*BACKING, Phase.DEFERRING):
             self._try_lock(f"lost the active server: {reason}")
 
-    def _failback(self, phase: str) -> None:
-        if phase == "request" and self.phase is Phase.ACTIVE:
+    def _failback(self, step: FailbackStep) -> None:
+        if step is FailbackStep.REQUEST and self.phase is Phase.ACTIVE:
             self._hand_over(f"failing back to {self._peer_name()} (allow_failback)")
-        elif phase == "go" and self.phase in (*BACKING, Phase.SEEKING, Phase.HELD_BACK,
+        elif step is FailbackStep.GO and self.phase in (*BACKING, Phase.SEEKING, Phase.HELD_BACK,
                                               Phase.DEFERRING):
             self._try_lock(f"{self._peer_name()} handed the shared store over",
                            Phase.TAKING_OVER)
-        elif phase == "shutdown" and self.phase in BACKING:
+        elif step is FailbackStep.SHUTDOWN and self.phase in BACKING:
             self._go(Phase.HELD_BACK, "the active server stopped cleanly and "
                                       "failover_on_shutdown is off: not taking over")
 
     def _hand_over(self, why: str) -> None:
         """Stop serving, let the journal reach the disk, release the lock, tell the peer."""
-        peer = self.peer or {}
-        self._out.append(CloseClients(f"this server is handing over to {peer.get('stomp')} "
-                                      f"({why})", peer.get("stomp")))
+        stomp = self.peer.stomp if self.peer is not None else ""
+        self._out.append(CloseClients(f"this server is handing over to {stomp or 'its peer'} "
+                                      f"({why})", stomp or None))
         self.deferred_until = self.now + 4 * self.settings.activation
         self._go(Phase.DEFERRING, why)
         self._out += [BecomePassive(why, drain=True), ReleaseLock(),
-                      Send(ch.FAILBACK, {"phase": "go"})]
+                      Send(ch.FAILBACK, {"phase": FailbackStep.GO.value})]
 
     def _shutdown(self) -> None:
         was = self.phase
@@ -396,7 +396,7 @@ class SharedStoreNode:
             return
         if was in SERVING and self.peer is not None:
             # Tell the peer first: it must not take the lock released below.
-            self._out.append(Send(ch.FAILBACK, {"phase": "shutdown"}))
+            self._out.append(Send(ch.FAILBACK, {"phase": FailbackStep.SHUTDOWN.value}))
         self._go(Phase.STOPPED, "shutting down")
         if was in SERVING:
             self._out.append(BecomePassive("shutting down", drain=True))
@@ -404,4 +404,4 @@ class SharedStoreNode:
             self._out.append(ReleaseLock())
 
     def _peer_name(self) -> str:
-        return str((self.peer or {}).get("name", "the peer"))
+        return self.peer.name if self.peer is not None and self.peer.name else "the peer"

@@ -11,15 +11,17 @@ import logging
 from typing import Any
 
 from pairmq.ha.events import AskWitness, BeginEpoch, ConfirmationsChanged, Log
+from pairmq.ha.messages import WitnessPurpose, WitnessReply
 from pairmq.ha.phases import Phase
 
 INFO, ERROR = logging.INFO, logging.ERROR
+RENEW = WitnessPurpose.RENEW
 
 
 class WitnessRequests:
-    def _ask(self, purpose: str, fields: dict[str, Any]) -> None:
+    def _ask(self, purpose: WitnessPurpose, fields: dict[str, Any]) -> None:
         """Queue a witness request; one is out at a time, in order."""
-        if purpose == "renew" and any(p == "renew" for p, _ in self._queue):
+        if purpose is RENEW and any(p is RENEW for p, _ in self._queue):
             return
         self._queue.append((purpose, fields))
         self._next_request()
@@ -28,7 +30,7 @@ class WitnessRequests:
         if self._asking is not None or not self._queue:
             return
         purpose, fields = self._queue.pop(0)
-        if purpose == "renew":
+        if purpose is RENEW:
             if not self.serving or self.phase is Phase.HANDING_OVER:
                 self._next_request()  # a renewal must never revive a released lease
                 return
@@ -41,62 +43,63 @@ class WitnessRequests:
                                         "ms": self.cfg.activation_ms, **fields}))
 
     def _standby(self) -> str | None:
-        return self.peer.get("identity") if self.phase is Phase.ACTIVE else None
+        return self.peer.identity if self.phase is Phase.ACTIVE else None
 
     def _renew(self) -> None:
         if self.cfg.witness:
-            self._ask("renew", {})
+            self._ask(RENEW, {})
 
-    def _on_witness(self, purpose: str, reply: dict[str, Any] | None, requested_at: float,
+    def _on_witness(self, purpose: WitnessPurpose, reply: WitnessReply | None,
+                    requested_at: float,
                     now: float) -> None:
         if purpose != self._asking:
             return
         self._asking = None
         if reply is not None:
             self.witness_info = reply
-        if purpose == "activation" and self.activation is not None:
+        if purpose is WitnessPurpose.ACTIVATION and self.activation is not None:
             self._on_activation_reply(reply, requested_at)
-        elif purpose == "renew" and self.serving and self.phase is not Phase.HANDING_OVER:
+        elif purpose is RENEW and self.serving and self.phase is not Phase.HANDING_OVER:
             self._on_renewed(reply, requested_at)
-        elif purpose == "adopt" and self.serving:
+        elif purpose is WitnessPurpose.ADOPT and self.serving:
             self._on_adopted(reply, requested_at)
-        elif purpose == "release" and self.hand_over is not None:
+        elif purpose is WitnessPurpose.RELEASE and self.hand_over is not None:
             self._handed_over()
-        elif purpose == "stop":
-            self.phase = Phase.STOPPED
+        elif purpose is WitnessPurpose.STOP and self.phase is Phase.STOPPING:
+            self._enter(Phase.STOPPED, "the lease is given back")
         self._next_request()
 
-    def _on_renewed(self, reply: dict[str, Any] | None, requested_at: float) -> None:
+    def _on_renewed(self, reply: WitnessReply | None, requested_at: float) -> None:
         if reply is None:
             return
         standby = self._standby()
-        if reply.get("granted"):
+        if reply.granted:
             self.witness_lease.granted(requested_at, self.cfg.activation_ms)
-            if self.phase is Phase.DROPPING_BACKUP and reply.get("standby") is None:
-                self._set_state(Phase.STANDALONE, "backup lost; the witness knows")
+            if self.phase is Phase.DROPPING_BACKUP and reply.standby is None:
+                self._enter(Phase.STANDALONE, "backup lost; the witness knows")
             self._emit(ConfirmationsChanged())
-        elif reply.get("holder") != self.cfg.identity \
-                and reply.get("holder") in (None, standby) and not reply.get("remaining_ms"):
+        elif reply.holder != self.cfg.identity \
+                and reply.holder in (None, standby) and not reply.remaining_ms:
             # The witness was away (restarted without its memory, or the pair elected this
             # server while it was unreachable): nobody else holds a lease, and the server
             # it last knew as active, if any, is this server's in-sync backup.
-            witness_epoch = int(reply.get("epoch", 0))
+            witness_epoch = reply.epoch
             epoch = self.journal.epoch
             if epoch <= witness_epoch:
                 epoch = self.cfg.next_epoch(witness_epoch)
                 self._emit(BeginEpoch(epoch))
-            self._ask("adopt", {"op": "adopt", "standby": standby, "epoch": epoch})
-        elif int(reply.get("epoch", 0)) > self.journal.epoch:
-            self._emit(Log(ERROR, f"The witness says epoch {reply.get('epoch')} is active "
+            self._ask(WitnessPurpose.ADOPT, {"op": "adopt", "standby": standby, "epoch": epoch})
+        elif reply.epoch > self.journal.epoch:
+            self._emit(Log(ERROR, f"The witness says epoch {reply.epoch} is active "
                                   f"(mine is {self.journal.epoch}): stepping down"))
             self._step_down("the pair moved on to a higher epoch")
 
-    def _on_adopted(self, reply: dict[str, Any] | None, requested_at: float) -> None:
-        if reply is not None and reply.get("granted"):
+    def _on_adopted(self, reply: WitnessReply | None, requested_at: float) -> None:
+        if reply is not None and reply.granted:
             self.witness_lease.granted(requested_at, self.cfg.activation_ms)
             self._emit(Log(INFO, f"The witness knows this server as active again (epoch "
-                                 f"{reply.get('epoch')}, in-sync backup {self._standby()})"))
+                                 f"{reply.epoch}, in-sync backup {self._standby()})"))
             self._emit(ConfirmationsChanged())
         elif reply is not None:
             self._emit(Log(INFO, f"The witness does not take this server as active: "
-                                 f"{reply.get('reason')}"))
+                                 f"{reply.reason}"))

@@ -40,6 +40,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def server_status(server: PairmqServer) -> dict[str, Any]:
+    # The pair's view first: it checks the lease at this instant (a lease that ran out
+    # ends serving now), and the state below is read after that, never before.
+    pair = server.pair.status()
     store = server.store
     status: dict[str, Any] = {
         "name": server.config.name,
@@ -56,7 +59,6 @@ def server_status(server: PairmqServer) -> dict[str, Any]:
         "capacity": capacity_status(server),
         "streams": server.broker.stream_status(),  # name -> first/next offset, count, bytes
     }
-    pair = server.pair.status()
     if pair is not None:
         status["ha"] = pair
     return status

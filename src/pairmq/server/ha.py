@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from dataclasses import replace
@@ -19,6 +20,8 @@ from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
+from pairmq.ha.lease import LeaseView
+from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
 from pairmq.ha.replication import ReplicationMachine, Settings
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
@@ -93,8 +96,11 @@ class ReplicationDriver:
     def active_address(self, tls: bool = False) -> str | None:
         return self.machine.active_address(tls)
 
+    def handing_over_to(self, tls: bool = False) -> str | None:
+        return self.machine.handing_over_to(tls)
+
     def topology(self, own: str, tls: bool = False) -> str:
-        peer = self.machine.peer.get("stomp_tls" if tls else "stomp")
+        peer = self.machine.peer.stomp_tls if tls else self.machine.peer.stomp
         return f"{own},{peer}" if peer else own
 
     def force(self) -> str | None:
@@ -117,12 +123,15 @@ class ReplicationDriver:
             "synced_seq": store.synced_seq, "confirmed_seq": self.server.confirmed_seq,
             "synchronized-with-backup": m.backup_in_sync and m.serving,
             "synchronized-with-live": not m.serving and m.in_sync_with_live,
-            "peer": {"name": m.peer.get("name"), "state": m.peer_state.value,
-                     "stomp": m.peer.get("stomp"), "epoch": m.peer.get("epoch")},
+            "peer": {"name": m.peer.name or None, "state": m.peer_state.value,
+                     "stomp": m.peer.stomp or None, "epoch": m.peer.epoch},
+            # how long this server may still confirm on the strength of each (0: it may not)
+            "lease_remaining_ms": _remaining_ms(m.witness_lease, now),
+            "backup_promise_remaining_ms": (_remaining_ms(m.peer_lease, now)
+                                            if m.backup_in_sync else 0),
             "witness": {"address": self.witness_address or None,
                         "lease_valid": m.witness_lease.valid(now),
-                        "holder": (info.get("holder") or "").partition("#")[0] or None,
-                        "holder_identity": info.get("holder")},
+                        "holder": info.holder_name, "holder_identity": info.holder},
         }
 
     # ------------------------------------------------------------ lifecycle
@@ -290,7 +299,8 @@ class ReplicationDriver:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             link = await accept_link(reader, writer, self.config.secret,
-                                     self.machine.hello(time.monotonic()), self.activation)
+                                     self.machine.hello(time.monotonic()).to_wire(),
+                                     self.activation)
         except (ch.ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
             log.warning("Refused HA connection from %s: %s", writer.get_extra_info("peername"),
                         e)
@@ -304,7 +314,7 @@ class ReplicationDriver:
             if self.link is None:
                 try:
                     link = await open_link(host, port, self.config.secret,
-                                           self.machine.hello(time.monotonic()),
+                                           self.machine.hello(time.monotonic()).to_wire(),
                                            self.activation,
                                            peer_tls(self.server, "peer_client"))
                 except ch.ChannelError as e:
@@ -318,6 +328,12 @@ class ReplicationDriver:
             await asyncio.sleep(self.heartbeat)
 
     def _adopt(self, link: Link) -> None:
+        try:
+            hello = PeerHello.from_wire(link.hello)
+        except MessageError as e:
+            log.warning("Refused HA connection from %s: its hello %s", link.peer, e)
+            link.close()
+            return
         if self.link is not None:
             self.link.close()
         self.link = link
@@ -326,7 +342,7 @@ class ReplicationDriver:
         self.outgoing.clear()
         trace.debug("HA channel to %s", link.peer)
         self._spawn(self._read_loop(link), "read the HA channel")
-        self._feed(ev.PeerConnected(dict(link.hello)))
+        self._feed(ev.PeerConnected(hello))
 
     async def _read_loop(self, link: Link) -> None:
         reason = "closed"
@@ -340,7 +356,7 @@ class ReplicationDriver:
             reason = str(e) or type(e).__name__
         except ch.ChannelError as e:
             reason = f"protocol error: {e}"
-            log.warning("HA channel with %s: %s", self.machine.peer.get("name"), e)
+            log.warning("HA channel with %s: %s", self.machine.peer.name, e)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -394,7 +410,7 @@ class ReplicationDriver:
         except TimeoutError:
             log.warning("Synchronisation of %s took longer than "
                         "initial_replication_sync_timeout_ms: restarting it",
-                        self.machine.peer.get("name"))
+                        self.machine.peer.name)
             link.close()
         except (ConnectionError, OSError) as e:
             trace.debug("Synchronisation aborted: %s", e)
@@ -407,7 +423,7 @@ class ReplicationDriver:
         plan = plan_sync(request, store.appended_seq, store.oldest_seq, store.epochs)
         self.live_buffer = []
         link.send_json(ch.SYNC, {"mode": plan.mode, "from": plan.first, "to": plan.upto})
-        log.info("Synchronising %s: %s, records %d to %d", self.machine.peer.get("name"),
+        log.info("Synchronising %s: %s, records %d to %d", self.machine.peer.name,
                  "incremental" if plan.mode == "incremental" else "full copy", plan.first,
                  plan.upto)
         if plan.upto >= plan.first:
@@ -482,10 +498,16 @@ class ReplicationDriver:
 
     # ------------------------------------------------------------ the witness
 
-    async def _ask_witness(self, purpose: str, request: dict[str, Any]) -> None:
+    async def _ask_witness(self, purpose: WitnessPurpose, request: dict[str, Any]) -> None:
         requested = time.monotonic()
-        reply = await self._witness_request(request)
-        self._feed(ev.WitnessReplied(purpose, reply, requested))
+        raw = await self._witness_request(request)
+        try:
+            replied = ev.witness_replied(purpose, raw, requested)
+        except MessageError as e:
+            log.warning("The witness's answer to %s makes no sense (%s): taken as no answer",
+                        purpose.value, e)
+            replied = ev.witness_replied(purpose, None, requested)
+        self._feed(replied)
 
     def _reply_timeout(self, request: dict[str, Any]) -> float:
         """How long to wait for the witness's answer. A renewal's answer is worth waiting
@@ -566,3 +588,8 @@ def _node_id(data_dir: Path) -> str:
         node_id = secrets.token_hex(4)
         path.write_text(node_id + "\n")
         return node_id
+
+
+def _remaining_ms(lease: LeaseView, now: float) -> int:
+    """Rounded up: a lease valid for another 0.3 ms is not reported as gone."""
+    return max(0, math.ceil((lease.valid_until - now) * 1000))

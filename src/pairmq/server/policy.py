@@ -26,6 +26,11 @@ class PairPolicy(Protocol):
         """The STOMP address (with `tls`, its TLS listener's) of the pair's serving server
         when this one does not serve."""
 
+    def handing_over_to(self, tls: bool = False) -> str | None:
+        """While this server hands its clients over to its peer (failback, failover on
+        shutdown): the peer's STOMP address (with `tls`, its TLS listener's). CONNECTs are
+        refused meanwhile, naming it, so that a client moves once, not twice."""
+
     def topology(self, own: str, tls: bool = False) -> str | None:
         """The CONNECTED frame's `topology` header (with `tls`, `topology-tls`, `own` being
         this server's TLS listener): this server first, then its peer."""
@@ -61,6 +66,9 @@ class NoPair:
         return State.STANDALONE
 
     def active_address(self, tls: bool = False) -> str | None:
+        return None
+
+    def handing_over_to(self, tls: bool = False) -> str | None:
         return None
 
     def topology(self, own: str, tls: bool = False) -> str | None:

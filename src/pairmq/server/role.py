@@ -189,6 +189,10 @@ class Role:
             return Refusal(f"this server changed role (role {self.generation} ended): reconnect",
                            self._policy.active_address(), self._policy.active_address(True))
         state = self._policy.state
+        policy = self._policy
+        if (peer := policy.handing_over_to()) is not None:
+            return Refusal(f"this server is handing over to {peer}: connect to it", peer,
+                           policy.handing_over_to(True))
         if self.kind is RoleKind.SERVING and state.serving:
             return None
         if state.serving:  # the pair says serve, this role has not opened its journal yet

@@ -17,7 +17,8 @@ from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import shared_store as m
-from pairmq.ha.events import from_channel
+from pairmq.ha.events import Heartbeat, from_channel
+from pairmq.ha.messages import NO_PEER, MessageError, PeerHello
 from pairmq.ha.states import State
 from pairmq.server.halink import (
     Link,
@@ -55,7 +56,7 @@ class SharedStorePair:
         self.lock = SharedLock(self.shared_dir, cfg.name)
         self.link: Link | None = None
         self._refusal: str | None = None  # the peer's last refusal, logged once
-        self.peer: dict[str, Any] = {}
+        self.peer: PeerHello = NO_PEER
         self.peer_state = State.DEAD
         self.holder = ""  # who holds the lock, as last seen while waiting for it
         self._roles: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
@@ -72,11 +73,14 @@ class SharedStorePair:
         return self.node.state
 
     def active_address(self, tls: bool = False) -> str | None:
-        return self.peer.get("stomp_tls" if tls else "stomp") or None \
+        return (self.peer.stomp_tls if tls else self.peer.stomp) or None \
             if self.peer_state.serving else None
 
+    def handing_over_to(self, tls: bool = False) -> str | None:
+        return None  # the lock is handed over in one step: no clients to hold off meanwhile
+
     def topology(self, own: str, tls: bool = False) -> str | None:
-        peer = self.peer.get("stomp_tls" if tls else "stomp")
+        peer = self.peer.stomp_tls if tls else self.peer.stomp
         return f"{own},{peer}" if peer else own
 
     def confirmable(self, local: int, current: int) -> int:
@@ -135,8 +139,8 @@ class SharedStorePair:
             "state": self.state.value, "phase": self.node.phase.value,
             "epoch": self.node.epoch, "appended_seq": store.appended_seq,
             "synced_seq": store.synced_seq, "confirmed_seq": self.server.confirmed_seq,
-            "peer": {"name": self.peer.get("name"), "state": self.peer_state.value,
-                     "stomp": self.peer.get("stomp"), "epoch": self.peer.get("epoch")},
+            "peer": {"name": self.peer.name or None, "state": self.peer_state.value,
+                     "stomp": self.peer.stomp or None, "epoch": self.peer.epoch},
             "shared": {"dir": str(self.shared_dir), "lock_held": self.lock.held,
                        "proof_ms": max(0, int((self.node.proof.until - now) * 1000)),
                        "holder": self.holder or None,
@@ -297,12 +301,18 @@ class SharedStorePair:
             return
         if self.link is not None:
             self.link.close()
+        try:
+            hello = PeerHello.from_wire(link.hello)
+        except MessageError as e:
+            log.warning("Refused HA connection from %s: its hello %s", link.peer, e)
+            link.close()
+            return
         self.link = link
         self._refusal = None
-        self.peer = dict(link.hello)
-        log.info("Connected to remote server %s over the HA channel (%s)", self.peer.get("name"),
+        self.peer = hello
+        log.info("Connected to remote server %s over the HA channel (%s)", hello.name,
                  link.peer)
-        self._set_peer_state(State(self.peer.get("state", "STARTING")))
+        self._set_peer_state(hello.state)
         self._spawn(self._read_loop(link), "read the HA channel")
         self.step(m.PeerConnected(self.peer))
 
@@ -315,9 +325,9 @@ class SharedStorePair:
                 event = from_channel(kind, message) if kind in SHARED_KINDS else None
                 if event is None:
                     raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
-                if kind == ch.HEARTBEAT:
-                    self.peer.update(message)
-                    self._set_peer_state(State(message.get("state", "STARTING")))
+                if isinstance(event, Heartbeat):
+                    self.peer = event.hello
+                    self._set_peer_state(event.hello.state)
                 self.step(event)
         except TimeoutError:
             reason = f"no heartbeat for {int(self.activation * 1000)} ms"
@@ -329,7 +339,7 @@ class SharedStorePair:
             link.close()
         if self.link is link:
             self.link = None
-            log.info("Lost the HA channel to %s: %s", self.peer.get("name"), reason)
+            log.info("Lost the HA channel to %s: %s", self.peer.name, reason)
             self._set_peer_state(State.DEAD)
             self.step(m.PeerLost(reason))
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
+from pairmq.ha.messages import PeerHello, WitnessPurpose
 from pairmq.ha.replication import ReplicationMachine, Settings
 from pairmq.ha.sim.journal import JournalError, Rec, SimJournal
 from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process
@@ -39,6 +40,7 @@ class SimServer(Process):
         self.role_cfg = role
         self.journal = SimJournal()
         self.machine = ReplicationMachine(settings, self.journal)
+        self.announced = self.machine.state.value  # the state its StateChanged last named
         self.kind = STANDBY
         self.generation = 0
         self.confirmed_seq = 0
@@ -65,6 +67,7 @@ class SimServer(Process):
         self.boots += 1  # each run of the process orders its witness requests anew
         self.machine = ReplicationMachine(replace(self.settings, boot=self.boots),
                                           self.journal, started=self.clock())
+        self.announced = self.machine.state.value
         self.journal.mirror = False
         self._new_role(STANDBY)
         self.link = self.dialing = None
@@ -113,6 +116,10 @@ class SimServer(Process):
         self.world.trace(self, "in", event)
         self._apply(self.machine.handle(event, self.clock()))
 
+    def check_now(self) -> None:
+        """The machine's lease check at this instant (what /status runs before answering)."""
+        self._apply(self.machine.check(self.clock()))
+
     def _apply(self, effects: list[ev.Effect]) -> None:
         self._applying = True
         try:
@@ -126,6 +133,9 @@ class SimServer(Process):
                 effects = self.machine.handle(event, self.clock())
         finally:
             self._applying = False
+        if self.machine.state.value != self.announced:
+            self.world.violation(f"{self.name} reports {self.machine.state.value} but last "
+                                 f"announced {self.announced}: a silent change of state")
         self._flush_records()
         self.update_confirmed()
         self._schedule_check()
@@ -169,6 +179,10 @@ class SimServer(Process):
             case ev.CloseClients():
                 self.tickets = []
             case ev.StateChanged(old, new):
+                if old != self.announced:
+                    self.world.violation(f"{self.name}: StateChanged from {old}, but the "
+                                         f"state announced last was {self.announced}")
+                self.announced = new
                 if old in ("ACTIVE", "STANDALONE") and new not in ("ACTIVE", "STANDALONE"):
                     self.tickets = []
                 self.update_confirmed()
@@ -335,7 +349,7 @@ class SimServer(Process):
 
     def accept(self, conn: Conn, hello: dict[str, Any]) -> None:
         """Listener side of a new connection: it replaces any older one."""
-        conn.send(self, WELCOME, self.machine.hello(self.clock()))  # the handshake's end
+        conn.send(self, WELCOME, self.machine.hello(self.clock()).to_wire())  # the handshake's end
         self._adopt(conn, hello)
 
     def _adopt(self, conn: Conn, hello: dict[str, Any]) -> None:
@@ -346,7 +360,7 @@ class SimServer(Process):
         self.outgoing = []
         self.last_recv = self.sched.now
         self.later(self.world.activation, self._recv_timeout, conn)
-        self.feed(ev.PeerConnected(hello))
+        self.feed(ev.PeerConnected(PeerHello.from_wire(hello)))
 
     def dial_timeout(self, conn: Conn) -> None:
         if self.dialing is conn:
@@ -408,7 +422,7 @@ class SimServer(Process):
 
     # ------------------------------------------------------------ the witness
 
-    def _ask_witness(self, purpose: str, request: dict[str, Any]) -> None:
+    def _ask_witness(self, purpose: WitnessPurpose, request: dict[str, Any]) -> None:
         self._ask_ids += 1
         self.asking = (self._ask_ids, purpose, _copy(request), self.clock(), 0)
         self._send_request()
@@ -428,7 +442,7 @@ class SimServer(Process):
             self._send_request()
             return
         self.asking = None
-        self.feed(ev.WitnessReplied(purpose, None, requested_at))
+        self.feed(ev.witness_replied(purpose, None, requested_at))
 
     def witness_reply(self, key: tuple[int, int], reply: dict[str, Any]) -> None:
         if self.asking is None or (self.asking[0], self.asking[4]) != key:
@@ -436,7 +450,7 @@ class SimServer(Process):
             return
         _, purpose, _, requested_at, _ = self.asking
         self.asking = None
-        self.feed(ev.WitnessReplied(purpose, reply, requested_at))
+        self.feed(ev.witness_replied(purpose, reply, requested_at))
 
     # ------------------------------------------------------------ operator
 

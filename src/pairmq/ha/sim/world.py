@@ -160,7 +160,7 @@ class World:
             conn.closed.add(other.name)
             return
         other.later(self.net.latency(), self._accept, other, conn,
-                    server.machine.hello(server.clock()))
+                    server.machine.hello(server.clock()).to_wire())
 
     def _accept(self, server: SimServer, conn: Conn, hello: dict[str, Any]) -> None:
         server.accept(conn, hello)
@@ -322,10 +322,35 @@ class World:
                     self._holds_everything(server)
             else:
                 self.confirmers.pop(server.name, None)
+            if self.config.witness and server.up and server.machine.state.value == "ACTIVE":
+                self._active_has_grounds(server)
         if len(able) > 1 and self.config.witness:
             self.violation("both servers may confirm writes at this instant (" + ", ".join(
                 f"{s.name}: {s.machine.phase.value} epoch {s.journal.epoch}"
                 for s in self.servers.values()) + ")")
+
+    def _active_has_grounds(self, server: SimServer) -> None:
+        """A server that reports ACTIVE holds the witness's lease, or its in-sync backup's
+        promise, or hands over to that backup on a live channel (issue 21)."""
+        if server.paused_until is not None:
+            return  # a paused process answers nobody
+        if self._grounded(server):
+            return
+        # What /status does before it answers (server/ha.py): the machine checks its lease
+        # at this instant. Here a step came first (at the instant of the check scheduled at
+        # the deadline, or the first step after a pause).
+        server.check_now()
+        m = server.machine
+        if m.state.value != "ACTIVE" or self._grounded(server):
+            return
+        self.violation(f"{server.name} reports ACTIVE ({m.phase.value}) with neither the "
+                       "witness's lease nor its backup's promise")
+
+    @staticmethod
+    def _grounded(server: SimServer) -> bool:
+        m, now = server.machine, server.clock()
+        return m.witness_lease.valid(now) or m.peer_lease.valid(now) or (
+            m.hand_over is not None and m.connected)
 
     def _holds_everything(self, server: SimServer) -> None:
         """A server that may confirm holds every record confirmed by anyone before."""

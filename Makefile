@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test lint bench fuzz sim pipeline pipeline-cluster clean
+.PHONY: up test lint typecheck bench fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -21,10 +21,15 @@ up: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
+
+# mypy over src/pairmq: strict on protocol/, core/, ha/ and client/ (pyproject.toml)
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py

@@ -91,13 +91,15 @@ def run_local_pair(root: Path) -> None:
     python = sys.executable
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    names: dict[int, str] = {}  # pid -> the pairmq command it runs
 
     def spawn(args: list[str], log_name: str) -> None:
         out = open(logs / log_name, "ab")  # noqa: SIM115 - owned by the child
         procs.append(subprocess.Popen([python, "-m", "pairmq", *args], stdout=out,
                                       stderr=subprocess.STDOUT, env={"PAIRMQ_HA_SECRET": secret,
                                                                     **_env()}))
+        names[procs[-1].pid] = args[0] if args else "?"
         out.close()
 
     spawn(["witness", "--listen", WITNESS, "--state", str(root / "witness-state.json"),
@@ -141,7 +143,7 @@ def run_local_pair(root: Path) -> None:
         while not stopping:
             for proc in procs:
                 if proc.poll() is not None:
-                    console.print(f"[red]a process exited ({proc.args[3]}, code "
+                    console.print(f"[red]a process exited ({names[proc.pid]}, code "
                                   f"{proc.returncode}); see {logs}/[/red]")
                     stopping = True
             time.sleep(0.5)

@@ -36,13 +36,18 @@ class LocalCA:
     def __init__(self, directory: Path, name: str = "pairmq local CA") -> None:
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
 
         self.directory = directory
         self.cert_path = directory / "ca.pem"
         key_path = directory / "ca.key"
         directory.mkdir(parents=True, exist_ok=True)
         if self.cert_path.exists() and key_path.exists():
-            self._key = serialization.load_pem_private_key(key_path.read_bytes(), None)
+            key = serialization.load_pem_private_key(key_path.read_bytes(), None)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise ValueError(f"{key_path} is not the EC key pairmq made: remove "
+                                 f"{directory} to make a new local CA")
+            self._key = key
             self._cert = x509.load_pem_x509_certificate(self.cert_path.read_bytes())
             return
         self._key = _new_key()

@@ -16,8 +16,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from pairmq.client.batching import BatchItem, pack_batch
-from pairmq.client.engine import Engine, Link
+from pairmq.client.engine import Engine
 from pairmq.client.errors import CallTimeout, ClientError, ConnectionFailed
+from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions, parse_options
 from pairmq.client.outbox import Outbox
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
@@ -83,8 +84,8 @@ class AsyncClient:
         self._progress = asyncio.Event()
         self._wake = asyncio.Event()
         self._listeners: list[Listener] = []
-        self._listener_tasks: set[asyncio.Future] = set()
-        self._task: asyncio.Task | None = None
+        self._listener_tasks: set[asyncio.Future[Any]] = set()
+        self._task: asyncio.Task[None] | None = None
         self._outbox: Outbox | None = None
         self._outbox_lock = asyncio.Lock()
 
@@ -334,7 +335,7 @@ class AsyncClient:
                 await self._changed(pause)
         return outcome_of(op, raise_on_failure)
 
-    async def _changed(self, timeout: float) -> None:
+    async def _changed(self, timeout: float | None) -> None:
         """Until the engine applied something new, or `timeout` s."""
         progress = self._progress
         try:
@@ -434,7 +435,7 @@ class AsyncClient:
             return
         engine.opened(address, time.monotonic())
         assert engine.socket_id == socket_id
-        self._transport = (socket_id, transport)  # type: ignore[assignment]
+        self._transport = (socket_id, transport)
         self._after()
 
     async def _sleep(self, seconds: float) -> None:

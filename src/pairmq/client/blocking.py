@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from pairmq.client.batching import BatchItem, pack_batch
-from pairmq.client.engine import Engine, Link
+from pairmq.client.engine import Engine
 from pairmq.client.errors import CallTimeout, ClientClosed, ClientError, ConnectionFailed
+from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions
 from pairmq.client.outbox import Outbox
 from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult

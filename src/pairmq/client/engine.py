@@ -376,7 +376,7 @@ class Engine(Recovery, Transacting):
             assert isinstance(op, SendResult)
             self._unconfirmed_done(op)
             op.finish(Outcome.CONFIRMED)
-            outbox_id = op.outbox_id  # type: ignore[attr-defined]
+            outbox_id = op.outbox_id
             if outbox_id is not None:
                 self.forwarded.append(outbox_id)
             return

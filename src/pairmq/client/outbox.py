@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from pairmq.client.errors import ClientClosed, ClientError, OutboxFull
 
@@ -72,7 +73,7 @@ class Outbox:
         self._closed = False
         self._room = threading.Condition()
 
-    def _take_lock(self):  # -> file object
+    def _take_lock(self) -> IO[str]:
         lock_path = self.path.with_name(self.path.name + ".lock")
         handle = open(lock_path, "a+")  # noqa: SIM115 - held for the outbox's life
         try:

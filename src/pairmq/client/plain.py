@@ -64,7 +64,7 @@ class BlockingConnection:
         receipt = str(self._receipts)
         frame.headers["receipt"] = receipt
         self._write(frame)
-        before = []
+        before: list[Frame] = []
         while True:
             reply = self.read_frame(timeout)
             if reply.command == "RECEIPT" and reply.headers.get("receipt-id") == receipt:

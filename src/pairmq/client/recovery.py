@@ -274,9 +274,9 @@ class Recovery:
             result.finish(Outcome.UNKNOWN, error)
         for _, op in self._awaiting.values():
             op.finish(Outcome.UNKNOWN, error)
-        for _, op, _ in self._pending:
-            if op is not None:
-                op.finish(Outcome.UNKNOWN, error)
+        for _, pending, _ in self._pending:
+            if pending is not None:
+                pending.finish(Outcome.UNKNOWN, error)
         if self.tx is not None:
             for result in self.tx.sends:
                 result.finish(Outcome.ROLLED_BACK, error)

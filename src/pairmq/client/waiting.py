@@ -9,8 +9,9 @@ gave its own timeout (`result.wait(5)`) waits that long, failover or not.
 
 from __future__ import annotations
 
-from pairmq.client.engine import Engine, Link
+from pairmq.client.engine import Engine
 from pairmq.client.errors import CallTimeout, FailoverError
+from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions
 from pairmq.client.results import Op, Outcome
 

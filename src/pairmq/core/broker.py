@@ -26,6 +26,7 @@ from pairmq.core.follow import Follow
 from pairmq.core.idle import IdleDestinations
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
+from pairmq.core.paged import PagedLog
 from pairmq.core.paging import PAGE_LOW, Paging
 from pairmq.core.permissions import Exists
 from pairmq.core.permissions import durable_name as durable_name_of
@@ -34,7 +35,7 @@ from pairmq.core.replay import Replay
 from pairmq.core.resume import Resume
 from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
-from pairmq.core.stream import Outgoing, StreamLog
+from pairmq.core.stream import Outgoing, StreamCursor, StreamLog
 from pairmq.core.streaming import Streams
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery, Subscription, ack_mode_of
 
@@ -66,13 +67,14 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
         # writes what they got, then asks for more (`take_capped`, `set_writable`).
         self._capped: set[int] = set()
         self.events: list[BrokerEvent] = []
-        self.records: list[tuple] = []  # durable state changes for the journal (core.records)
+        self.records: list[rec.Record] = []  # durable state changes for the journal (core.records)
         self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
                       "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0,
                       "dropped": 0, "producers_evicted": 0, "paged": 0, "paged_in": 0}
         self.page_wanted: dict[Queue, None] = {}  # core/paging.py
-        self.moved_logs: dict = {}
-        self.stream_reads: dict = {}  # stream cursors waiting for a read back (streaming.py)
+        self.moved_logs: dict[PagedLog, None] = {}  # logs whose readers moved
+        # stream cursors waiting for a read back (streaming.py)
+        self.stream_reads: dict[StreamCursor, None] = {}
         self.capacity = Capacity(self.settings)
         self._message_seq = 0
         self._order_seq = 0
@@ -106,9 +108,10 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
             if queue_key.startswith(STREAM_PREFIX):
                 continue
             if queue_key.startswith("durable:"):
-                q = self.durables.get(queue_key[len("durable:"):])
-                if q is None:
+                durable = self.durables.get(queue_key[len("durable:"):])
+                if durable is None:
                     continue  # its subscription was deleted
+                q = durable
             else:
                 q = self._plain_queue(queue_key)
             entries = list(held.values())
@@ -117,9 +120,9 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
             if any(entries[i].message.order > entries[i + 1].message.order
                    for i in range(len(entries) - 1)):
                 entries.sort(key=lambda e: e.message.order)  # compaction copies came later
-            held = q.extend(entries)
-            q.address.size += held
-            self.capacity.memory += held + len(entries) * INDEX_BYTES
+            taken = q.extend(entries)
+            q.address.size += taken
+            self.capacity.memory += taken + len(entries) * INDEX_BYTES
             top = max(top, entries[-1].message.order)
         for destination, ids in replay.dups.items():
             self._dup_address(destination).dups.update(ids)
@@ -188,7 +191,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
         events, self.events = self.events, []
         return events
 
-    def take_records(self) -> list[tuple]:
+    def take_records(self) -> list[rec.Record]:
         records, self.records = self.records, []
         return records
 

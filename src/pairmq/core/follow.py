@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 from pairmq.core.capacity import INDEX_BYTES, Capacity
 from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
+from pairmq.core.intake import BrokerEvent
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged import PagedLog
 from pairmq.core.producers import Producers
 from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.records import Record
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.core.stream import StreamLog
 
@@ -36,8 +38,8 @@ class Follow:
     queues: dict[str, Queue]
     durables: dict[str, Queue]
     streams: dict[str, StreamLog]
-    records: list[tuple]
-    events: list
+    records: list[Record]
+    events: list[BrokerEvent]
     capacity: Capacity
     _order_seq: int
     moved_logs: dict[PagedLog, None]

@@ -24,6 +24,7 @@ from pairmq.core import records as rec
 from pairmq.core.destinations import QUEUE, TOPIC
 from pairmq.core.intake import BrokerEvent
 from pairmq.core.queue import Address, Queue
+from pairmq.core.records import Record
 from pairmq.core.settings import CoreSettings
 
 IDLE_CHECKS = 5000  # destinations looked at per call, at most
@@ -35,7 +36,7 @@ class IdleDestinations:
     settings: CoreSettings
     addresses: dict[str, Address]
     queues: dict[str, Queue]
-    records: list[tuple]
+    records: list[Record]
     events: list[BrokerEvent]
     page_wanted: dict[Queue, None]
     _idle_since: dict[str, int]  # destination -> when a look first found it idle

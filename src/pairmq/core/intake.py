@@ -35,6 +35,7 @@ from pairmq.core.producers import (
     stamp_of,
 )
 from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.records import Record
 from pairmq.core.session import BatchRest, PendingSend, Session, Transaction
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.protocol.batch import SEND_BATCH_HEADER
@@ -76,7 +77,7 @@ class Intake:
     addresses: dict[str, Address]
     reply_queues: dict[str, Queue]
     stats: dict[str, int]
-    records: list[tuple]
+    records: list[Record]
     events: list[BrokerEvent]
     capacity: Capacity
     _message_seq: int
@@ -346,9 +347,10 @@ class Intake:
             elif kind == TEMP:
                 q = self._temp_queue(session, name)
             else:
-                q = self.reply_queues.get(name)
-                if q is None:
+                reply = self.reply_queues.get(name)
+                if reply is None:
                     raise CoreError(f"temporary queue {destination!r} no longer exists")
+                q = reply
             address = q.address
             targets = [q]
         dup_id = stored.get("dup-id")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Protocol
 
 
@@ -168,8 +168,8 @@ class PagedLog:
         self.located_end = number + 1
         return number
 
-    def extend(self, segment: int, offsets: array, lengths: array, orders: array,
-               sizes: array, stamps: array | None = None) -> None:
+    def extend(self, segment: int, offsets: array[int], lengths: array[int], orders: array[int],
+               sizes: array[int], stamps: array[int] | None = None) -> None:
         """Located entries at the end, all in one segment, as arrays (a recovery reading a
         segment's summary, store/summary.py): what `add` does for each, without a call
         each. Orders grow along the log."""
@@ -321,7 +321,7 @@ class PagedLog:
         """The enqueue order of the newest entry, pending ones included (0: none)."""
         return self.pending[-1].order if self.pending else self.last_order
 
-    def rekey(self, readers: dict[Queue, Queue]) -> None:
+    def rekey(self, readers: Mapping[Queue, Queue]) -> None:
         """Name the readers anew (a recovery knows them by queue key until the broker's
         queues exist); readers not in `readers` are gone."""
         self.cursors = {readers[k]: v for k, v in self.cursors.items() if k in readers}

@@ -13,6 +13,7 @@ store reads comes in as an input, like `now`.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from pairmq.core.capacity import INDEX_BYTES, Capacity
@@ -128,7 +129,7 @@ class Paging:
         the broker's queues. Returns the newest enqueue order in them."""
         top = 0
         for destination, log in logs.items():
-            readers: dict[object, Queue] = {}
+            readers: dict[Hashable, Queue] = {}
             for key in log.cursors:
                 assert isinstance(key, str)
                 q = self.durables.get(key[len(DURABLE):]) if key.startswith(DURABLE) \

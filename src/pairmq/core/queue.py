@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -196,7 +196,7 @@ class Queue:
             if level:
                 yield from level
 
-    def remove_where(self, predicate) -> list[Entry]:
+    def remove_where(self, predicate: Callable[[Entry], bool]) -> list[Entry]:
         """Take out every waiting entry for which predicate(entry) holds."""
         removed: list[Entry] = []
         for i, level in enumerate(self._levels):

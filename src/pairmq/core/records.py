@@ -4,6 +4,10 @@ Each is a tuple whose first item is one of these kinds; objects are passed by
 reference so the store can track where each one's newest record lives.
 """
 
+from typing import Any
+
+Record = tuple[Any, ...]  # (kind, fields...) as listed below
+
 ADD = 1  # (ADD, message, [queue keys])             a persistent message enters durable queues
 DEL = 2  # (DEL, queue key, message)                 it leaves one of them
 DELIVERED = 3  # (DELIVERED, queue key, message, n)  handed out for the n-th time, not yet acked

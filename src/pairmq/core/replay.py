@@ -17,6 +17,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pairmq.core.accounts import Accounts
 from pairmq.core.message import Entry, Message
@@ -48,7 +49,7 @@ class Replay:
     top_order: int = 0  # the newest enqueue order an ADD brought: a newer one is no copy
     legacy_miss: bool = False  # a removal by id only missed: it may have been in a log
     # stream -> [its log by offset, first offset held, bytes held, newest append time]
-    streams: dict[str, list] = field(default_factory=dict)
+    streams: dict[str, list[Any]] = field(default_factory=dict)
     # stream -> offset -> (segment, offset, length, order, size, stamp): records that came
     # before the log's start (compaction copies in a journal of an earlier version)
     _early: dict[str, dict[int, tuple[int, int, int, int, int, int]]] = \
@@ -85,8 +86,9 @@ class Replay:
         held[2] += size
         held[3] = max(held[3], stamp)
 
-    def stream_run(self, stream: str, first_offset: int, stamps: array, segment: int,
-                   offsets: array, lengths: array, orders: array, sizes: array) -> None:
+    def stream_run(self, stream: str, first_offset: int, stamps: array[int], segment: int,
+                   offsets: array[int], lengths: array[int], orders: array[int],
+                   sizes: array[int]) -> None:
         """A stream's records at consecutive offsets from `first_offset`, as a segment's
         summary lists them: appended at once in the common case (they follow what the log
         holds), else one by one as `add_stream_record` places each."""
@@ -172,7 +174,8 @@ class Replay:
         return cap
 
     def paged_run(self, destination: str, queue_keys: tuple[str, ...], segment: int,
-                  offsets: array, lengths: array, orders: array, sizes: array) -> bool:
+                  offsets: array[int], lengths: array[int], orders: array[int],
+                  sizes: array[int]) -> bool:
         """New messages for one address, in order, as a segment's summary lists them: into
         its paged log at once when `to_log` would send each of them there (the address
         pages already: its log is busy or its memory full). False, with nothing done,
@@ -228,11 +231,11 @@ class Replay:
                 held[key] += size
             return
         listed = set(queue_keys)
-        for key in cursors:
-            if key in listed:
-                held[key] += size
+        for reader in cursors:
+            if reader in listed:
+                held[reader] += size
             else:  # a reader the message was not routed to: as if it had taken it
-                log.skip.setdefault(key, set()).add(number)
+                log.skip.setdefault(reader, set()).add(number)
 
     def _log_of(self, queue_key: str) -> PagedLog | None:
         destination = self.durables.get(queue_key[len(DURABLE):]) \

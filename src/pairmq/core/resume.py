@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING
 from pairmq.core.message import Entry
 from pairmq.core.queue import Queue
 from pairmq.core.session import Session
+from pairmq.core.stream import Outgoing
 
 
 class Resume:
     """The Broker's parking of sessions (a mixin: the Broker provides state and helpers)."""
 
     sessions: dict[int, Session]
-    outbox: dict
+    outbox: dict[int, list[Outgoing]]
     _capped: set[int]
 
     if TYPE_CHECKING:  # provided by the Broker

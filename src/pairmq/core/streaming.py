@@ -20,6 +20,7 @@ from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
 from pairmq.core.paged import PagedLog
 from pairmq.core.queue import Address
+from pairmq.core.records import Record
 from pairmq.core.replay import Replay
 from pairmq.core.session import Session
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
@@ -52,7 +53,7 @@ class Streams:
     addresses: dict[str, Address]
     sessions: dict[int, Session]
     outbox: dict[int, list[Outgoing]]
-    records: list[tuple]
+    records: list[Record]
     stats: dict[str, int]
     capacity: Capacity
     _capped: set[int]
@@ -331,7 +332,7 @@ class Streams:
         next call, or a turn that read 1,000 records for one reader would send the next a
         batch of 24, and both readers then ACK ever smaller batches."""
         wanted, self.stream_reads = self.stream_reads, {}
-        out = []
+        out: list[tuple[StreamCursor, list[int]]] = []
         for cursor in wanted:
             if not cursor.can_take() or cursor not in cursor.stream.cursors:
                 continue  # fed again once it can take (set_writable, an ACK)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from pairmq.ha import channel as ch
 from pairmq.ha.events import BecomeActive, Log, Send
+from pairmq.ha.machine_state import MachineState
 from pairmq.ha.messages import WitnessPurpose, WitnessReply
 from pairmq.ha.phases import IN_SYNC, Activation, Phase, Step
 from pairmq.ha.states import State
@@ -20,7 +21,7 @@ from pairmq.ha.states import State
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
-class ActivationSteps:
+class ActivationSteps(MachineState):
     def _activate_alone(self) -> None:
         """Started (or left) alone: serve only if this journal is certainly the newest."""
         journal = self.journal

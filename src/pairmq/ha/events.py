@@ -257,7 +257,7 @@ def from_channel(kind: int, message: dict[str, Any]) -> Event | None:
             return SyncDone(int(message["seq"]))
         if kind == ch.FAILBACK:
             seq = message.get("seq")
-            return FailbackMessage(FailbackStep(message.get("phase")),
+            return FailbackMessage(FailbackStep(str(message.get("phase"))),
                                    int(seq) if seq is not None else None)
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, MessageError):

@@ -12,13 +12,14 @@ from dataclasses import replace
 
 from pairmq.ha import channel as ch
 from pairmq.ha.events import CloseClients, ConfirmationsChanged, Log, Persist, Send
+from pairmq.ha.machine_state import MachineState
 from pairmq.ha.messages import FailbackStep, WitnessPurpose
 from pairmq.ha.phases import HandOver, HandOverStep, Phase
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
-class HandOverSteps:
+class HandOverSteps(MachineState):
     def _start_hand_over(self, why: str, now: float, stopping: bool) -> None:
         """Failback or failover on shutdown: stop serving, let the backup catch up, hand
         over. The target is read at the next input, after `Persist` was carried out."""

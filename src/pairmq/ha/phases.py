@@ -148,7 +148,8 @@ class Journal(Protocol):
     @property
     def mirror(self) -> bool: ...
 
-    epochs: list[tuple[int, int]]
+    @property
+    def epochs(self) -> list[tuple[int, int]]: ...
 
 
 class IllegalTransition(Exception):

@@ -48,7 +48,6 @@ from pairmq.ha.events import (
     Send,
     ServeSync,
     Shutdown,
-    StateChanged,
     StepDown,
     SteppedDown,
     SyncDone,
@@ -59,26 +58,14 @@ from pairmq.ha.events import (
     WitnessReplied,
 )
 from pairmq.ha.handover import HandOverSteps
-from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import (
-    NO_PEER,
-    NO_REPLY,
     FailbackStep,
     PeerHello,
-    WitnessPurpose,
-    WitnessReply,
 )
 from pairmq.ha.phases import (
     IN_SYNC,
-    REPORTED,
     SERVING,
-    TRANSITIONS,
-    Activation,
-    HandOver,
-    IllegalTransition,
-    Journal,
     Phase,
-    Settings,
     SteppingDown,
 )
 from pairmq.ha.states import State
@@ -93,64 +80,8 @@ DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logg
 
 
 class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
-    def __init__(self, settings: Settings, journal: Journal, started: float = 0.0) -> None:
-        self.cfg = settings
-        self.journal = journal
-        self.phase = Phase.STARTING
-        self.activation: Activation | None = None
-        self.hand_over: HandOver | None = None
-        self.stepping_down: SteppingDown | None = None
-        self.peer: PeerHello = NO_PEER
-        self.peer_state = State.DEAD  # DEAD: no HA channel
-        self.peer_farewell = False  # the connected peer said it stops without failover
-        self.order = False  # an operator's force, until this server serves or sees a server
-        self.witness_info: WitnessReply = NO_REPLY  # its last answer
-        self.witness_lease = LeaseView()
-        self.peer_lease = LeaseView()  # active: the in-sync backup's promise
-        # Backup: I promised not to take over before this. A process that starts may have
-        # promised, before it died, what it no longer remembers: one interval from its start.
-        self.promise_until = started + settings.activation
-        self.peer_echo = 0.0  # backup: the active's last heartbeat time, echoed back
-        self.backup_acked = 0
-        self.sync_done_seq: int | None = None
-        self.next_renew = 0.0
-        self._requests = 0  # witness requests sent: the witness ignores a late, older one
-        self.join_target = 0  # JOINING: what the backup must hold to be in sync
-        self.retry_at = 0.0  # no new activation before this (the last one was refused)
-        self._asking: WitnessPurpose | None = None  # the witness request out
-        self._queue: list[tuple[str, dict[str, Any]]] = []
-        self._out: list[Effect] = []
-        self._now = 0.0
-
-    # ------------------------------------------------------------ queries
-
-    @property
-    def state(self) -> State:
-        """What the server reports: during an activation, the state it started from."""
-        if self.activation is not None:
-            return REPORTED[self.activation.back_to]
-        return REPORTED[self.phase]
-
-    @property
-    def serving(self) -> bool:
-        return self.phase in SERVING
-
-    @property
-    def stopped(self) -> bool:
-        return self.phase is Phase.STOPPED
-
-    @property
-    def connected(self) -> bool:
-        return self.peer_state is not State.DEAD
-
-    @property
-    def backup_in_sync(self) -> bool:
-        return self.phase is Phase.ACTIVE or (self.hand_over is not None)
-
-    @property
-    def in_sync_with_live(self) -> bool:
-        return self.phase in IN_SYNC or (
-            self.activation is not None and self.activation.back_to in IN_SYNC)
+    """The pair under the replication policy (the module's docstring has the rules; the
+    state it keeps is declared in ha/machine_state.py)."""
 
     @property
     def live_stream(self) -> bool:
@@ -606,40 +537,3 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             self.peer_farewell = True
 
     # ------------------------------------------------------------ output
-
-    def _enter(self, phase: Phase, why: str, *, activation: Activation | None = None,
-               hand_over: HandOver | None = None,
-               stepping_down: SteppingDown | None = None) -> None:
-        """The one way the phase changes: a transition TRANSITIONS allows (any other
-        raises), with the value that phase carries (its step), and a StateChanged
-        whenever the reported state changes."""
-        if phase not in TRANSITIONS[self.phase]:
-            raise IllegalTransition(self.phase, phase, why)
-        if (activation is not None) != (phase is Phase.ACTIVATING) \
-                or (hand_over is not None) != (phase is Phase.HANDING_OVER) \
-                or (stepping_down is not None) != (phase is Phase.STEPPING_DOWN):
-            raise IllegalTransition(self.phase, phase, f"{why} (without its step value)")
-        old = self.state
-        self.phase = phase
-        self.activation = activation
-        self.hand_over = hand_over
-        self.stepping_down = stepping_down
-        self._announce(old, why)
-
-    def _revise(self, activation: Activation, why: str) -> None:
-        """A new step of the activation under way (the phase stays ACTIVATING)."""
-        assert self.phase is Phase.ACTIVATING
-        old = self.state
-        self.activation = activation
-        self._announce(old, why)
-
-    def _announce(self, old: State, why: str) -> None:
-        if self.state != old:
-            self._emit(StateChanged(old.value, self.state.value, why))
-
-    def _emit(self, effect: Effect) -> None:
-        self._out.append(effect)
-
-    def _drain(self) -> list[Effect]:
-        out, self._out = self._out, []
-        return out

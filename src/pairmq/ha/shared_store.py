@@ -252,7 +252,7 @@ class SharedStoreNode:
         old = self.state
         self.phase = phase
         if self.state != old:
-            self._out.append(StateChanged(old, self.state, why))
+            self._out.append(StateChanged(old.value, self.state.value, why))
             self._heartbeat()
 
     def _heartbeat(self) -> None:

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from pairmq.ha.events import AskWitness, BeginEpoch, ConfirmationsChanged, Log
+from pairmq.ha.machine_state import MachineState
 from pairmq.ha.messages import WitnessPurpose, WitnessReply
 from pairmq.ha.phases import Phase
 
@@ -18,7 +19,7 @@ INFO, ERROR = logging.INFO, logging.ERROR
 RENEW = WitnessPurpose.RENEW
 
 
-class WitnessRequests:
+class WitnessRequests(MachineState):
     def _ask(self, purpose: WitnessPurpose, fields: dict[str, Any]) -> None:
         """Queue a witness request; one is out at a time, in order."""
         if purpose is RENEW and any(p is RENEW for p, _ in self._queue):

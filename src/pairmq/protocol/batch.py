@@ -112,7 +112,7 @@ def parse_header_block(block: bytes) -> dict[str, str]:
     escaped = "\\" in text
     if not escaped:
         try:
-            headers = dict(pairs)  # type: ignore[arg-type]  # a line without a colon raises
+            headers = dict(pairs)  # a line without a colon raises
         except ValueError:
             pass  # named below
         else:

@@ -142,7 +142,6 @@ class FrameParser:
         """Append the frames complete in `src`; return where the unfinished rest starts."""
         end = len(src)
         max_frame = self._max_frame
-        copy_body = type(src) is not bytes
         version = self._version
         crlf = self._crlf
         scan = self._scan
@@ -252,9 +251,8 @@ class FrameParser:
                 if src[stop]:
                     raise ProtocolError(f"missing NUL after body of content-length {size}",
                                         receipt=headers.get("receipt"))
-            payload = src[body:stop]
-            if copy_body:
-                payload = bytes(payload)
+            chunk = src[body:stop]  # bytes from bytes; a bytearray's slice is copied to bytes
+            payload = chunk if type(chunk) is bytes else bytes(chunk)
             frames.append(Frame(command, headers, payload))
             pos = stop + 1
             if command in _CONNECT_COMMANDS:

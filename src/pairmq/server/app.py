@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from aiohttp import web
+
 from pairmq.core import Broker
 from pairmq.core.permissions import unchecked_roles
 from pairmq.ha.states import State
@@ -76,7 +78,7 @@ class PairmqServer:
         self._sweeper: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.port = config.stomp_port
-        self._admin = None
+        self._admin: web.AppRunner | None = None
         self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
         self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
         self._steps = SteppedCollector()

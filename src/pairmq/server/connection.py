@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
+from typing import cast
 
 from pairmq.core import CoreError
 from pairmq.core.admission import Admission, Cause, Outcome
@@ -106,8 +107,9 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
     # ------------------------------------------------------------ asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        self.transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        stream = cast(asyncio.Transport, transport)  # uvloop's is not a subclass of it
+        self.transport = stream
+        stream.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.clock = HeartbeatClock(0, 0, self.loop.time())
@@ -119,7 +121,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
             return
         self.counted_as = self.host
         if self.role.throttled:
-            self.transport.pause_reading()
+            stream.pause_reading()
         self._timers["connect"] = self.loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
         log.debug("Connection %d opened from %s (role %d)", self.conn_id, self.peer,
                   self.role.generation)
@@ -291,9 +293,9 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
             return
         role = self.role
         if role.phase is not RolePhase.CURRENT:
-            refusal = role.refusal()
-            assert refusal is not None
-            self.fail(refusal.message, frame, extra=refusal.extra)
+            retired = role.refusal()
+            assert retired is not None
+            self.fail(retired.message, frame, extra=retired.extra)
             return
         denied = self._denied(frame)
         if denied is not None:
@@ -510,7 +512,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
             line = lines.get(sub_id)
             if line is None:
                 line = lines[sub_id] = wire.subscription_line(sub_id, version)
-            if type(delivery) is StreamBatch:  # x-stream-batch: records are persistent
+            if isinstance(delivery, StreamBatch):  # x-stream-batch: records are persistent
                 data = wire.encode_batch(delivery, version, line, role.read_bodies)
                 ticket = role.batch_gate(delivery.messages) if self.gated else None
             else:

@@ -22,7 +22,8 @@ from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
-from pairmq.ha.replication import ReplicationMachine, Settings
+from pairmq.ha.phases import Settings
+from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
 from pairmq.server.halink import (
@@ -251,7 +252,8 @@ class ReplicationDriver:
             case ev.Log(level, message):
                 log.log(level, message)
 
-    async def _become_active(self, epoch: int) -> None:
+    async def _become_active(self, epoch: int | None) -> None:
+        assert epoch is not None  # the replication machine always opens a new epoch
         await self.server.become_active(epoch)
         self._feed(ev.Recovered(epoch))
 

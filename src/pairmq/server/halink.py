@@ -71,7 +71,7 @@ class Link:
 
 
 Accepted = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-HANDSHAKE_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 5
 REFUSALS_EVERY_S = 60.0  # the same refusal of the same host is told once this often
 
 
@@ -127,9 +127,9 @@ async def listen(accepted: Accepted, host: str, port: int, tls: ssl.SSLContext |
                 refusals[said] = now
                 refused(peer, f"TLS handshake failed: {why}")
             return
-        assert protocol.transport is not None
-        await accepted(reader, asyncio.StreamWriter(protocol.transport, protocol, reader,
-                                                    loop))
+        transport = protocol.transport
+        assert isinstance(transport, asyncio.WriteTransport)
+        await accepted(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
 
     def connection() -> PeerTls:
         waiter = loop.create_future()

@@ -136,6 +136,9 @@ class PairHost(Protocol):
 
     def state_changed(self, old: State, new: State) -> None: ...
 
+    def throttle(self, paused: bool) -> None:
+        """Stop (or resume) reading clients' frames: the backup is too far behind."""
+
 
 class SharedStoreHost(Protocol):
     """What the shared-store policy's driver asks of the server it runs in."""

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Protocol
 
 from pairmq.core import Broker, BrokerEvent, CoreError, Message
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing
+from pairmq.protocol import Frame
 from pairmq.server.parking import Parking, now_ms
 from pairmq.server.policy import PairPolicy
 from pairmq.server.tickets import Ticket
@@ -83,10 +85,14 @@ class Client(Protocol):
     """What a role needs of a client connection."""
 
     conn_id: int
-    closing: bool
-    login: str | None
 
-    def fail(self, message: str, frame: object = None, detail: str = "",
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def login(self) -> str | None: ...
+
+    def fail(self, message: str, frame: Frame | None = None, detail: str = "",
              extra: dict[str, str] | None = None) -> None: ...
 
     def write_deliveries(self, deliveries: list[Outgoing]) -> None: ...
@@ -289,7 +295,7 @@ class Role:
         if ticket is None:
             return
         done = asyncio.get_running_loop().create_future()
-        self.when_confirmed(ticket, lambda: done.done() or done.set_result(None))
+        self.when_confirmed(ticket, partial(_resolve, done))
         await asyncio.wait_for(done, timeout)
 
     def logged_in(self, login: str) -> list[Client]:
@@ -388,7 +394,7 @@ class Role:
         if store.writer is None or seq <= store.synced_seq:
             return
         done = asyncio.get_running_loop().create_future()
-        store.when_synced(seq, lambda: done.done() or done.set_result(None))
+        store.when_synced(seq, partial(_resolve, done))
         await done
 
     # ------------------------------------------------------------ output
@@ -531,3 +537,8 @@ class Role:
         for conn in waiting:
             if not conn.closing:
                 conn.release_backlog()
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)

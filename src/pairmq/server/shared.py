@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pairmq.ha import channel as ch
+from pairmq.ha import events as ev
 from pairmq.ha import shared_store as m
 from pairmq.ha.events import Heartbeat, from_channel
 from pairmq.ha.messages import NO_PEER, MessageError, PeerHello
@@ -30,7 +31,7 @@ from pairmq.server.halink import (
     split_address,
 )
 from pairmq.server.policy import SharedStoreHost
-from pairmq.store.sharedlock import NO_PROOF, SharedLock, fresh_proof, verify
+from pairmq.store.sharedlock import NO_PROOF, Proof, SharedLock, fresh_proof, verify
 
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")
@@ -112,7 +113,7 @@ class SharedStorePair:
 
     async def stop(self) -> None:
         self.stopping = True
-        self.step(m.Shutdown())
+        self.step(ev.Shutdown())
         done = asyncio.get_running_loop().create_future()
         self._roles.put_nowait(lambda: _resolve(done))
         try:
@@ -150,7 +151,7 @@ class SharedStorePair:
     def force(self) -> str | None:
         refused = self.node.force_refusal()
         if refused is None:
-            self.step(m.Force())
+            self.step(ev.Force())
         return refused
 
     # ------------------------------------------------------------ the machine
@@ -168,13 +169,13 @@ class SharedStorePair:
 
     def _carry_out(self, effect: m.Effect) -> None:
         match effect:
-            case m.StateChanged(old, new, why):
-                log.info("Local server switched to %s: %s (was %s)", new.value, why, old.value)
-                self.server.state_changed(old, new)
-            case m.Send(kind, payload):
+            case ev.StateChanged(old, new, why):
+                log.info("Local server switched to %s: %s (was %s)", new, why, old)
+                self.server.state_changed(State(old), State(new))
+            case ev.Send(kind, payload):
                 if self.link is not None:
                     self.link.send_json(kind, self.hello() if kind == ch.HEARTBEAT else payload)
-            case m.CloseClients(message, active):
+            case ev.CloseClients(message, active):
                 self.server.close_clients(message, active)
             case m.VerifyLock():
                 self._spawn(self._verify(), "verify the lock")
@@ -182,9 +183,9 @@ class SharedStorePair:
                 self._roles.put_nowait(self._try_lock)
             case m.ReleaseLock():
                 self._roles.put_nowait(self._release)
-            case m.BecomeActive():
+            case ev.BecomeActive():
                 self._roles.put_nowait(self._become_active)
-            case m.BecomePassive(why, drain):
+            case ev.BecomePassive(why, drain):
                 self._roles.put_nowait(lambda: self.server.stand_by(
                     why, self.activation if drain else 0.0))
 
@@ -223,7 +224,7 @@ class SharedStorePair:
     async def _become_active(self) -> None:
         async with self._reading:  # after the pass under way, if any: it is reused
             epoch = await self.server.take_over_journal(self.may_write)
-        self.step(m.Recovered(epoch, time.monotonic()))
+        self.step(ev.Recovered(epoch, time.monotonic()))
 
     async def _read_ahead_loop(self) -> None:
         """While this server neither replays nor serves the journal, read it ahead of a
@@ -244,7 +245,7 @@ class SharedStorePair:
             proof = NO_PROOF if seen is None else verify(seen, self.lock.token, started,
                                                          self.activation)
         except OSError as e:
-            proof = m.Proof(0.0, f"cannot read the lock file: {e}")
+            proof = Proof(0.0, f"cannot read the lock file: {e}")
         if proof.reason:
             log.warning("Lock verification failed: %s", proof.reason)
         took = time.monotonic() - started
@@ -314,7 +315,7 @@ class SharedStorePair:
                  link.peer)
         self._set_peer_state(hello.state)
         self._spawn(self._read_loop(link), "read the HA channel")
-        self.step(m.PeerConnected(self.peer))
+        self.step(ev.PeerConnected(self.peer))
 
     async def _read_loop(self, link: Link) -> None:
         reason = "closed"
@@ -323,7 +324,7 @@ class SharedStorePair:
                 kind, payload = await link.recv(self.activation)
                 message = ch.decode_json(payload)
                 event = from_channel(kind, message) if kind in SHARED_KINDS else None
-                if event is None:
+                if not isinstance(event, Heartbeat | ev.FailbackMessage):
                     raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
                 if isinstance(event, Heartbeat):
                     self.peer = event.hello
@@ -341,7 +342,7 @@ class SharedStorePair:
             self.link = None
             log.info("Lost the HA channel to %s: %s", self.peer.name, reason)
             self._set_peer_state(State.DEAD)
-            self.step(m.PeerLost(reason))
+            self.step(ev.PeerLost(reason))
 
     def _set_peer_state(self, state: State) -> None:
         if state == self.peer_state:

@@ -59,12 +59,13 @@ class ReadBudget:
 
     def room(self, now: float) -> int:
         """Records that may be read back now; the first call of a turn starts its clock."""
-        self.fresh = self._started is None
-        if self.fresh:
+        started = self._started
+        self.fresh = started is None
+        if started is None:
             self._started = now
             asyncio.get_running_loop().call_soon(self._next_turn)
             return max(self.floor, int(self.budget_s / self.per_record_s))
-        return max(0, int((self.budget_s - (now - self._started)) / self.per_record_s))
+        return max(0, int((self.budget_s - (now - started)) / self.per_record_s))
 
     def took(self, records: int, seconds: float) -> None:
         """`records` were read back (and handed on) in `seconds`."""

@@ -7,7 +7,7 @@ so a topic with many subscribers or a redelivery does not re-escape anything.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from pairmq.core import Delivery, Message
 from pairmq.core.stream import BATCH_HEADER, OFFSET_HEADER, StreamBatch
@@ -46,7 +46,7 @@ def message_block(message: Message, version: str,
 def _encode_block(message: Message, version: str, body: bytes) -> bytes:
     # The sender's headers reached us unescaped: usually nothing in them needs escaping, so
     # check the joined text once. Our own message ids hold a colon, so they are escaped alone.
-    pairs = message.headers.items()
+    pairs: Collection[tuple[str, str]] = message.headers.items()
     if version == "1.0" and any(":" in name for name in message.headers):
         pairs = _for_stomp_10(message)
     text = "\n".join([f"{name}:{value}" for name, value in pairs])

@@ -168,17 +168,17 @@ class Mirroring:
                                  info, offset,
                                  disk.add_span(e.body_offset, e.body_length, e.meta_length))
             elif kind == disk.DEL:
-                message = broker.follow_remove(entry[1], entry[2], entry[3])
-                if message is not None:
-                    if message.journal_delivered:
-                        message.journal_delivered.pop(entry[1], None)
-                    self._release(message, entry[1])
+                removed = broker.follow_remove(entry[1], entry[2], entry[3])
+                if removed is not None:
+                    if removed.journal_delivered:
+                        removed.journal_delivered.pop(entry[1], None)
+                    self._release(removed, entry[1])
             elif kind == disk.DELIVERED:
-                message = broker.follow_delivered(entry[1], entry[2], entry[3], entry[4])
-                if message is not None:
-                    if message.journal_delivered is None:
-                        message.journal_delivered = {}
-                    message.journal_delivered[entry[1]] = entry[3]
+                delivered = broker.follow_delivered(entry[1], entry[2], entry[3], entry[4])
+                if delivered is not None:
+                    if delivered.journal_delivered is None:
+                        delivered.journal_delivered = {}
+                    delivered.journal_delivered[entry[1]] = entry[3]
             elif kind == disk.DURABLE:
                 self._release_each(broker.follow_durable(entry[1], entry[2]),
                                    f"durable:{entry[1]}")

@@ -685,11 +685,13 @@ class Store(Mirroring):
                 if q is not None:
                     records.append((rec.DURABLE, obj[1], q.address.name))
             elif obj[0] == "user":
-                account = broker.accounts.users.get(obj[1], False)
-                if account is None:
-                    records.append((rec.UNUSER, obj[1]))
-                elif account is not False:
-                    records.append((rec.USER, obj[1], account.password, account.roles))
+                users = broker.accounts.users
+                if obj[1] in users:
+                    account = users[obj[1]]
+                    if account is None:
+                        records.append((rec.UNUSER, obj[1]))
+                    else:
+                        records.append((rec.USER, obj[1], account.password, account.roles))
             elif obj[0] == "rule":
                 grants = broker.accounts.rules.get(obj[1], False)
                 if grants is None:

@@ -234,8 +234,8 @@ class JournalWriter:
         waiters = self._waiters
         while waiters and waiters[0][0] <= target:
             waiters.popleft()[1]()
-        for listener in self._on_synced:
-            listener(target)
+        for synced in self._on_synced:
+            synced(target)
 
     def _hold(self) -> None:
         self._waiting_retry = True

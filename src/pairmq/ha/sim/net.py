@@ -33,7 +33,7 @@ class Scheduler:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self._queue: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self._queue: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._count = 0
 
     def at(self, when: float, fn: Callable[..., None], *args: Any) -> None:
@@ -43,7 +43,7 @@ class Scheduler:
     def next_time(self) -> float | None:
         return self._queue[0][0] if self._queue else None
 
-    def pop(self) -> tuple[Callable[..., None], tuple]:
+    def pop(self) -> tuple[Callable[..., None], tuple[Any, ...]]:
         when, _, fn, args = heapq.heappop(self._queue)
         self.now = when
         return fn, args
@@ -61,7 +61,7 @@ class Process:
         self.up = False
         self.incarnation = 0
         self.paused_until: float | None = None
-        self.backlog: list[tuple[Callable[..., None], tuple]] = []
+        self.backlog: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self.on_step: Callable[[Process], None] = lambda _p: None
 
     def clock(self) -> float:
@@ -72,7 +72,7 @@ class Process:
         """A timer or a delivery for this incarnation of the process."""
         self.sched.at(self.sched.now + delay, self.run, self.incarnation, fn, args)
 
-    def run(self, incarnation: int, fn: Callable[..., None], args: tuple) -> None:
+    def run(self, incarnation: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         if not self.up or incarnation != self.incarnation:
             return
         if self.paused_until is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from random import Random
 
 from pairmq.ha.sim.world import BACKUP, PRIMARY, WITNESS, SimConfig, Violation, World
@@ -61,30 +62,30 @@ def _schedule(world: World, rng: Random,
             out.append((at + span, "heal HA", lambda: world.heal(PRIMARY, BACKUP)))
         elif kind == "one-way":
             out.append((at, f"cut {server}->{other}",
-                        lambda s=server, o=other: world.cut(s, o, both=False)))
+                        partial(world.cut, server, other, both=False)))
             out.append((at + span, f"heal {server}->{other}",
-                        lambda s=server, o=other: world.heal(s, o, both=False)))
+                        partial(world.heal, server, other, both=False)))
         elif kind == "witness-link":
             both = rng.random() < 0.5
             src, dst = (server, WITNESS) if rng.random() < 0.5 else (WITNESS, server)
             out.append((at, f"cut {src}->{dst}",
-                        lambda s=src, d=dst, b=both: world.cut(s, d, both=b)))
+                        partial(world.cut, src, dst, both=both)))
             out.append((at + span, f"heal {src}->{dst}",
-                        lambda s=src, d=dst, b=both: world.heal(s, d, both=b)))
+                        partial(world.heal, src, dst, both=both)))
         elif kind == "isolate":
-            out.append((at, f"isolate {server}", lambda s=server: world.isolate(s)))
-            out.append((at + span, f"rejoin {server}", lambda s=server: world.rejoin(s)))
+            out.append((at, f"isolate {server}", partial(world.isolate, server)))
+            out.append((at + span, f"rejoin {server}", partial(world.rejoin, server)))
         elif kind == "crash":
-            out.append((at, f"crash {server}", lambda s=server: world.crash(s)))
-            out.append((at + span, f"restart {server}", lambda s=server: _restart(world, s)))
+            out.append((at, f"crash {server}", partial(world.crash, server)))
+            out.append((at + span, f"restart {server}", partial(_restart, world, server)))
         elif kind == "crash-witness":
             keep = not amnesia or rng.random() < 0.9
-            out.append((at, "crash witness", lambda k=keep: world.crash(WITNESS, k)))
+            out.append((at, "crash witness", partial(world.crash, WITNESS, keep)))
             out.append((at + span, "restart witness", lambda: _restart(world, WITNESS)))
         elif kind == "pause":
-            out.append((at, f"pause {server}", lambda s=server, d=span: world.pause(s, d)))
+            out.append((at, f"pause {server}", partial(world.pause, server, span)))
         else:
-            out.append((at, "pause witness", lambda d=span: world.pause(WITNESS, d)))
+            out.append((at, "pause witness", partial(world.pause, WITNESS, span)))
     return sorted(out, key=lambda f: f[0])
 
 

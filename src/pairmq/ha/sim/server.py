@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha.messages import PeerHello, WitnessPurpose
-from pairmq.ha.replication import ReplicationMachine, Settings
+from pairmq.ha.phases import Settings
+from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.sim.journal import JournalError, Rec, SimJournal
 from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process
 from pairmq.ha.syncplan import plan_sync
@@ -50,7 +51,7 @@ class SimServer(Process):
         self.last_recv = 0.0
         self.live_buffer: list[Rec] | None = None
         self.outgoing: list[Rec] = []
-        self.asking: tuple[int, str, dict[str, Any], float, int] | None = None
+        self.asking: tuple[int, WitnessPurpose, dict[str, Any], float, int] | None = None
         self._ask_ids = 0
         self.check_at: float | None = None
         self.fsync_pending = False

@@ -10,7 +10,7 @@ from random import Random
 from typing import Any
 
 from pairmq.ha.lease import WitnessLeases, answer
-from pairmq.ha.replication import Settings
+from pairmq.ha.phases import Settings
 from pairmq.ha.sim.journal import Rec
 from pairmq.ha.sim.net import Conn, Net, Process, Scheduler
 from pairmq.ha.sim.server import SERVING, SimServer, Ticket
@@ -385,7 +385,7 @@ class World:
         if self.full_trace is not None:
             self.full_trace.append(entry)
 
-    def format_trace(self, entries: list | None = None) -> str:
+    def format_trace(self, entries: list[tuple[float, str, str, Any]] | None = None) -> str:
         lines = []
         for at, who, what, detail in (entries if entries is not None else self._trace):
             text = "" if detail is None else repr(detail) if not isinstance(detail, str) \

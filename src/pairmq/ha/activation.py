@@ -33,8 +33,8 @@ class ActivationSteps(MachineState):
                 self._activate("new pair, primary, empty journal")
             else:
                 self._enter(Phase.WAITING, "without a witness, a server alone cannot "
-                                "know whether its journal is the newest (`pairmq activate` "
-                                "forces it)")
+                            "know whether its journal is the newest (`pairmq activate` "
+                            "forces it)")
         else:
             self._activate("alone: the witness decides", query=True, fresh=fresh)
 
@@ -131,8 +131,8 @@ class ActivationSteps(MachineState):
                 # The peer came back serving meanwhile: give the lease back, sync from it.
                 self.witness_lease.revoke()
                 self._revise(replace(act, step=Step.RELEASE), "giving the grant back")
-                self._ask(WitnessPurpose.ACTIVATION, {"op": "release", "epoch": act.epoch,
-                                         "keep_standby": True})
+                self._ask(WitnessPurpose.ACTIVATION,
+                          {"op": "release", "epoch": act.epoch, "keep_standby": True})
                 return
             self._recover(act)
         elif act.step is Step.RELEASE:

@@ -26,7 +26,7 @@ class HandOverSteps(MachineState):
         self._enter(Phase.HANDING_OVER, why,
                     hand_over=HandOver(why, HandOverStep.DRAINING,
                                        now + self.cfg.sync_timeout, stopping))
-        self._queue = [q for q in self._queue if q[0] != "renew"]
+        self.witness.drop_renewals()
         self._emit(Log(INFO, f"Handing over to {self.peer.name}: {why}"))
         self._emit(CloseClients(f"this server is handing over to {self.peer.stomp} ({why})",
                                 self.peer.stomp or None))
@@ -75,14 +75,14 @@ class HandOverSteps(MachineState):
             return
         if self.serving:
             if self.connected:
-                self._emit(Send(ch.FAILBACK, {"phase": "shutdown"}))
+                self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.SHUTDOWN.value}))
             self._stop_serving()
         else:
             self._enter(Phase.STOPPED, "stopping")
 
     def _stop_serving(self) -> None:
         """Give the lease back (the backup waits for this server: no standby kept)."""
-        self._queue = []
+        self.witness.clear()
         if self.cfg.witness:
             self._enter(Phase.STOPPING, "stopping: giving the lease back")
             self._ask(WitnessPurpose.STOP, {"op": "release", "keep_standby": False})

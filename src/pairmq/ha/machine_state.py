@@ -29,6 +29,7 @@ from pairmq.ha.phases import (
     SteppingDown,
 )
 from pairmq.ha.states import State
+from pairmq.ha.witness_queue import WitnessQueue
 
 
 class MachineState:
@@ -55,9 +56,7 @@ class MachineState:
         self.next_renew = 0.0
         self.join_target = 0  # JOINING: what the backup must hold to be in sync
         self.retry_at = 0.0  # no new activation before this (the last one was refused)
-        self._requests = 0  # witness requests sent: the witness ignores a late, older one
-        self._asking: WitnessPurpose | None = None  # the witness request out
-        self._queue: list[tuple[WitnessPurpose, dict[str, Any]]] = []  # requests waiting
+        self.witness = WitnessQueue(settings.identity, settings.boot)
         self._out: list[Effect] = []
         self._now = 0.0
 

@@ -196,9 +196,9 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # shutdown; lease and promise lost, or superseded; stop
     _P.ACTIVE: _to(_P.DROPPING_BACKUP, _P.STANDALONE, _P.HANDING_OVER, _P.STEPPING_DOWN,
                    _P.STOPPING, _P.STOPPED),
-    # the witness knows (or the backup caught up again meanwhile); lease lost; stop
-    _P.DROPPING_BACKUP: _to(_P.STANDALONE, _P.JOINING, _P.STEPPING_DOWN, _P.STOPPING,
-                            _P.STOPPED),
+    # the witness knows (or the backup caught up again meanwhile); lease lost; stop (a
+    # phase only with a witness: the lease is given back first)
+    _P.DROPPING_BACKUP: _to(_P.STANDALONE, _P.JOINING, _P.STEPPING_DOWN, _P.STOPPING),
     # abandoned (back to ACTIVE); handed over (step down, or end with the process)
     _P.HANDING_OVER: _to(_P.ACTIVE, _P.STEPPING_DOWN, _P.STOPPED),
     # the journal is read back: undecided, or deferring to the peer it handed over to

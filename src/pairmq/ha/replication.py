@@ -250,8 +250,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             if self.peer_state.serving:
                 self._enter(Phase.ORPHANED, "a new HA channel: synchronising again over it")
             else:
-                self._enter(Phase.WAITING, f"{hello.name} is back and does not "
-                                               "serve")
+                self._enter(Phase.WAITING, f"{hello.name} is back and does not serve")
         elif self.activation is not None and self.activation.back_to in IN_SYNC:
             # An activation started from PASSIVE: if it is refused, the stream it was in
             # sync over is gone with the old channel (simulator seed 9881).
@@ -313,7 +312,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 # follow it), and decide again with the peer. A SYNCING request may have
                 # arrived after it stopped serving (it is then ignored): ask again.
                 self._enter(Phase.WAITING, FAREWELL_HEARD if self.peer_farewell
-                                else f"{self.peer.name} stopped serving")
+                            else f"{self.peer.name} stopped serving")
             self.peer_state = state
 
     def _split_brain_seen(self) -> None:
@@ -395,7 +394,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                     self._activate("the peer's journal is older")
                 elif phase is Phase.STARTING:
                     self._enter(Phase.WAITING, f"{self.peer.name} holds the newer "
-                                                   "journal and should become active")
+                                               "journal and should become active")
             return
         if phase is Phase.ORPHANED:
             if self.peer_farewell:
@@ -417,7 +416,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         reported and carried out in this step; `then` once the journal is read back."""
         self.witness_lease.revoke()
         self.peer_lease.revoke()
-        self._queue = [q for q in self._queue if q[0] != "renew"]
+        self.witness.drop_renewals()
         self._emit(StepDown(why))
         self._enter(Phase.STEPPING_DOWN, why, stepping_down=SteppingDown(why, then))
 
@@ -527,12 +526,14 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                                  "taking over"))
             self.promise_until = 0.0
             self.peer_farewell = False
-            self._set_peer_state(State.WAITING)  # "go" is the peer's last word as active
             why = f"{self.peer.name} handed over"
             if self.activation is not None:
                 self._revise(replace(self.activation, back_to=Phase.TAKING_OVER), why)
             else:
                 self._enter(Phase.TAKING_OVER, why)  # retried until the witness grants it
+            # "go" is the peer's last word as active (heard after taking over: a backup
+            # that lost its active would say WAITING for an instant)
+            self._set_peer_state(State.WAITING)
         elif step is FailbackStep.SHUTDOWN:
             self.peer_farewell = True
 

@@ -1,8 +1,8 @@
 """The replication machine's requests to the witness: one out at a time, in order.
 
-A mixin of `ReplicationMachine` (ha/replication.py), kept apart for length: the queue of
-requests (a renewal never revives a lease given back), the dispatch of replies to the
-step that asked, lease renewals and adoption by a witness that was away.
+`WitnessQueue` (ha/witness_queue.py) owns the requests. The `WitnessRequests` part of
+`ReplicationMachine` (ha/replication.py) sends them and takes the replies to the step
+that asked: lease renewals, and adoption by a witness that was away.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pairmq.ha.events import AskWitness, BeginEpoch, ConfirmationsChanged, Log
+from pairmq.ha.events import BeginEpoch, ConfirmationsChanged, Log
 from pairmq.ha.machine_state import MachineState
 from pairmq.ha.messages import WitnessPurpose, WitnessReply
 from pairmq.ha.phases import Phase
@@ -22,26 +22,15 @@ RENEW = WitnessPurpose.RENEW
 class WitnessRequests(MachineState):
     def _ask(self, purpose: WitnessPurpose, fields: dict[str, Any]) -> None:
         """Queue a witness request; one is out at a time, in order."""
-        if purpose is RENEW and any(p is RENEW for p, _ in self._queue):
-            return
-        self._queue.append((purpose, fields))
+        self.witness.ask(purpose, fields)
         self._next_request()
 
     def _next_request(self) -> None:
-        if self._asking is not None or not self._queue:
-            return
-        purpose, fields = self._queue.pop(0)
-        if purpose is RENEW:
-            if not self.serving or self.phase is Phase.HANDING_OVER:
-                self._next_request()  # a renewal must never revive a released lease
-                return
-            fields = {"op": "renew", "standby": self._standby()}
-        self._asking = purpose
-        self._requests += 1
-        self._emit(AskWitness(purpose, {"name": self.cfg.identity,
-                                        "order": [self.cfg.boot, self._requests],
-                                        "epoch": self.journal.epoch,
-                                        "ms": self.cfg.activation_ms, **fields}))
+        renewal = (None if not self.serving or self.phase is Phase.HANDING_OVER
+                   else {"op": "renew", "standby": self._standby()})
+        request = self.witness.next(renewal, self.journal.epoch, self.cfg.activation_ms)
+        if request is not None:
+            self._emit(request)
 
     def _standby(self) -> str | None:
         return self.peer.identity if self.phase is Phase.ACTIVE else None
@@ -53,9 +42,8 @@ class WitnessRequests(MachineState):
     def _on_witness(self, purpose: WitnessPurpose, reply: WitnessReply | None,
                     requested_at: float,
                     now: float) -> None:
-        if purpose != self._asking:
+        if not self.witness.answered(purpose):
             return
-        self._asking = None
         if reply is not None:
             self.witness_info = reply
         if purpose is WitnessPurpose.ACTIVATION and self.activation is not None:

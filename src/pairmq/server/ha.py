@@ -23,18 +23,12 @@ from pairmq.ha import events as ev
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
 from pairmq.ha.phases import Settings
+from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
-from pairmq.server.halink import (
-    Link,
-    accept_link,
-    listen,
-    logged_refusals,
-    open_link,
-    peer_tls,
-    split_address,
-)
+from pairmq.server.halink import Link, open_link, peer_tls, split_address
+from pairmq.server.peerchannel import BackgroundTasks, PeerChannel
 from pairmq.server.policy import PairHost
 from pairmq.store.stream import MirrorError, new_records, segment_chunks
 
@@ -66,18 +60,21 @@ class ReplicationDriver:
             synchronous=cfg.replication_mode == "sync",
             backup_ack_fsync=cfg.backup_ack == "fsync", boot=time.time_ns() // 1000),
             _CurrentJournal(server), started=time.monotonic())
-        self.link: Link | None = None
+        self.tasks = BackgroundTasks()
+        self.channel = PeerChannel(
+            server, self.tasks, hello=lambda: self.machine.hello(time.monotonic()).to_wire(),
+            activation=self.activation, heartbeat=self.heartbeat, adopted=self._adopted,
+            received=self._on_message, ended=self._ended, stopped=lambda: self.machine.stopped)
+        self.pump: EffectPump[ev.Event, ev.Effect] = EffectPump(
+            lambda event: self.machine.handle(event, time.monotonic()), self._carry_out,
+            self._after)
         self.witness: Link | None = None
         self._witness_lock = asyncio.Lock()
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
         self._throttled = False  # clients paused: the replication stream is too far ahead
-        self._applying = False
-        self._pending: list[ev.Event] = []
         self._said: set[str] = set()
-        self._tasks: list[asyncio.Task] = []
-        self._listener: asyncio.AbstractServer | None = None
         self._wake = asyncio.Event()
         self._deadline: float | None = None
         self._stepping_down: asyncio.Task | None = None  # the journal read back (StepDown)
@@ -90,6 +87,11 @@ class ReplicationDriver:
     @property
     def state(self) -> State:
         return self.machine.state
+
+    @property
+    def link(self) -> Link | None:
+        """The HA channel to the peer, while one is up."""
+        return self.channel.link
 
     def confirmable(self, local: int, current: int) -> int:
         return self.machine.confirmable(local, current, time.monotonic())
@@ -140,69 +142,33 @@ class ReplicationDriver:
     async def start(self) -> None:
         self.machine.cfg = replace(self.machine.cfg, stomp=self.server.client_address,
                                    stomp_tls=self.server.tls_address)
-        host, port = split_address(self.config.listen)
-        self._listener = await listen(self._accept, host, port,
-                                      peer_tls(self.server, "peer_server"),
-                                      logged_refusals(log, "HA connection"))
-        log.info("HA channel listening on %s:%d (%s, role %s)", host, port,
+        await self.channel.start(dial=self.config.role == "backup")
+        log.info("HA channel listening on %s (%s, role %s)", self.config.listen,
                  self.config.name, self.config.role)
-        if self.config.role == "backup":
-            self._spawn(self._connect_loop(), "connect to the peer")
-        self._spawn(self._tick_loop(), "tick")
+        self.tasks.spawn(self._tick_loop(), "tick")
 
     async def stop(self) -> None:
         self._feed(ev.Shutdown())
         deadline = time.monotonic() + self.machine.cfg.sync_timeout + self.activation
         while not self.machine.stopped and time.monotonic() < deadline:
             await asyncio.sleep(self.heartbeat / 10)
-        if self.link is not None:
-            await self._drain(self.link)
+        await self.channel.drain()
         if self._stepping_down is not None:
             await asyncio.wait([self._stepping_down])  # a thread: the server closes its store
-        for task in self._tasks:
-            task.cancel()
-        if self._listener is not None:
-            self._listener.close()
-        if self.link is not None:
-            self.link.close()
+        self.tasks.cancel_all()
+        self.channel.close()
         if self.witness is not None:
             self.witness.close()
-
-    def _spawn(self, coro, what: str) -> None:
-        """Run a background step; its failure is logged, never lost."""
-        task = asyncio.get_running_loop().create_task(coro)
-
-        def done(t: asyncio.Task) -> None:
-            if not t.cancelled() and t.exception() is not None:
-                log.error("HA step %r failed", what, exc_info=t.exception())
-
-        task.add_done_callback(done)
-        self._tasks = [t for t in self._tasks if not t.done()]
-        self._tasks.append(task)
 
     # ------------------------------------------------------------ feeding the machine
 
     def _feed(self, event: ev.Event) -> None:
-        """Hand one input to the machine and carry out its effects; an input that arrives
-        while effects are being carried out waits its turn."""
-        if self._applying:
-            self._pending.append(event)
-            return
-        self._apply(self.machine.handle(event, time.monotonic()))
+        self.pump.feed(event)
 
     def _apply(self, effects: list[ev.Effect]) -> None:
-        if self._applying:
-            raise RuntimeError("effects applied re-entrantly")
-        self._applying = True
-        try:
-            while True:
-                for effect in effects:
-                    self._carry_out(effect)
-                if not self._pending:
-                    break
-                effects = self.machine.handle(self._pending.pop(0), time.monotonic())
-        finally:
-            self._applying = False
+        self.pump.apply(effects)
+
+    def _after(self) -> None:
         deadline = self.machine.deadline(time.monotonic())
         if deadline != self._deadline:  # wake the timer only when its deadline moved
             self._deadline = deadline
@@ -217,9 +183,9 @@ class ReplicationDriver:
             case ev.ConfirmationsChanged():
                 server.update_confirmed()
             case ev.AskWitness(purpose, request):
-                self._spawn(self._ask_witness(purpose, request), "ask the witness")
+                self.tasks.spawn(self._ask_witness(purpose, request), "ask the witness")
             case ev.BecomeActive(epoch):
-                self._spawn(self._become_active(epoch), "activate")
+                self.tasks.spawn(self._become_active(epoch), "activate")
             case ev.BecomePassive(why):
                 self.live_buffer = None
                 self.outgoing.clear()
@@ -234,7 +200,7 @@ class ReplicationDriver:
                 server.store.begin_epoch(epoch)
             case ev.ServeSync(request):
                 if self.link is not None:
-                    self._spawn(self._serve_sync(self.link, request), "synchronise the backup")
+                    self.tasks.spawn(self._serve_sync(self.link, request), "synchronise the backup")
             case ev.WipeJournal(first):
                 server.store.wipe(first, asyncio.get_running_loop())
                 server.watch_mirror()
@@ -298,79 +264,15 @@ class ReplicationDriver:
 
     # ------------------------------------------------------------ the HA channel
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            link = await accept_link(reader, writer, self.config.secret,
-                                     self.machine.hello(time.monotonic()).to_wire(),
-                                     self.activation)
-        except (ch.ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-            log.warning("Refused HA connection from %s: %s", writer.get_extra_info("peername"),
-                        e)
-            writer.close()
-            return
-        self._adopt(link)
-
-    async def _connect_loop(self) -> None:
-        host, port = split_address(self.config.peer)
-        while not self.machine.stopped:
-            if self.link is None:
-                try:
-                    link = await open_link(host, port, self.config.secret,
-                                           self.machine.hello(time.monotonic()).to_wire(),
-                                           self.activation,
-                                           peer_tls(self.server, "peer_client"))
-                except ch.ChannelError as e:
-                    if "refused" not in self._said:
-                        self._said.add("refused")
-                        log.error("HA connection to %s:%d refused: %s", host, port, e)
-                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                    trace.debug("HA connection to %s:%d failed: %s", host, port, e)
-                else:
-                    self._adopt(link)
-            await asyncio.sleep(self.heartbeat)
-
-    def _adopt(self, link: Link) -> None:
-        try:
-            hello = PeerHello.from_wire(link.hello)
-        except MessageError as e:
-            log.warning("Refused HA connection from %s: its hello %s", link.peer, e)
-            link.close()
-            return
-        if self.link is not None:
-            self.link.close()
-        self.link = link
-        self._said.discard("refused")
+    def _adopted(self, link: Link, hello: PeerHello) -> None:
         self.live_buffer = None
         self.outgoing.clear()
-        trace.debug("HA channel to %s", link.peer)
-        self._spawn(self._read_loop(link), "read the HA channel")
         self._feed(ev.PeerConnected(hello))
 
-    async def _read_loop(self, link: Link) -> None:
-        reason = "closed"
-        try:
-            while True:
-                kind, payload = await link.recv(self.activation)
-                self._on_message(link, kind, payload)
-        except TimeoutError:
-            reason = f"no heartbeat for {self.config.activation_interval_ms} ms"
-        except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
-            reason = str(e) or type(e).__name__
-        except ch.ChannelError as e:
-            reason = f"protocol error: {e}"
-            log.warning("HA channel with %s: %s", self.machine.peer.name, e)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("HA channel handler failed")
-            reason = "internal error"
-        finally:
-            link.close()
-        if self.link is link:
-            self.link = None
-            self.live_buffer = None
-            self.outgoing.clear()
-            self._feed(ev.PeerLost(reason))
+    def _ended(self, link: Link, reason: str) -> None:
+        self.live_buffer = None
+        self.outgoing.clear()
+        self._feed(ev.PeerLost(reason))
 
     def _on_message(self, link: Link, kind: int, payload: bytes) -> None:
         if kind == ch.RECORDS:
@@ -490,13 +392,7 @@ class ReplicationDriver:
                 self._throttled = False
                 self.server.throttle(False)
 
-        self._spawn(until_drained(), "wait for the backup to catch up")
-
-    async def _drain(self, link: Link) -> None:
-        try:
-            await asyncio.wait_for(link.drain(), self.activation)
-        except (OSError, TimeoutError):
-            pass
+        self.tasks.spawn(until_drained(), "wait for the backup to catch up")
 
     # ------------------------------------------------------------ the witness
 

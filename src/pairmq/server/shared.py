@@ -19,17 +19,11 @@ from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha import shared_store as m
 from pairmq.ha.events import Heartbeat, from_channel
-from pairmq.ha.messages import NO_PEER, MessageError, PeerHello
+from pairmq.ha.messages import NO_PEER, PeerHello
+from pairmq.ha.pump import EffectPump
 from pairmq.ha.states import State
-from pairmq.server.halink import (
-    Link,
-    accept_link,
-    listen,
-    logged_refusals,
-    open_link,
-    peer_tls,
-    split_address,
-)
+from pairmq.server.halink import Link
+from pairmq.server.peerchannel import BackgroundTasks, PeerChannel
 from pairmq.server.policy import SharedStoreHost
 from pairmq.store.sharedlock import NO_PROOF, Proof, SharedLock, fresh_proof, verify
 
@@ -55,16 +49,19 @@ class SharedStorePair:
             role=cfg.role, heartbeat=self.heartbeat, activation=self.activation,
             allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown))
         self.lock = SharedLock(self.shared_dir, cfg.name)
-        self.link: Link | None = None
-        self._refusal: str | None = None  # the peer's last refusal, logged once
+        self.stopping = False
+        self.tasks = BackgroundTasks()
+        self.channel = PeerChannel(
+            server, self.tasks, hello=self.hello, activation=self.activation,
+            heartbeat=self.heartbeat, adopted=self._adopted, received=self._received,
+            ended=self._ended, stopped=lambda: self.stopping)
+        self.pump: EffectPump[m.Input, m.Effect] = EffectPump(
+            self.node.step, self._carry_out, self.server.update_confirmed)
         self.peer: PeerHello = NO_PEER
         self.peer_state = State.DEAD
         self.holder = ""  # who holds the lock, as last seen while waiting for it
         self._roles: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task] = []
-        self._listener: asyncio.AbstractServer | None = None
         self._expiry: asyncio.TimerHandle | None = None
-        self.stopping = False
         self._reading = asyncio.Lock()  # a pass of reading ahead, or the takeover's replay
 
     # ------------------------------------------------------------ PairPolicy
@@ -97,19 +94,19 @@ class SharedStorePair:
     def mirror_synced(self, seq: int) -> None:
         raise RuntimeError("a shared-store server never mirrors a journal")
 
+    @property
+    def link(self) -> Link | None:
+        """The HA channel to the peer, while one is up."""
+        return self.channel.link
+
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        host, port = split_address(self.server.config.listen)
-        self._listener = await listen(self._accept, host, port,
-                                      peer_tls(self.server, "peer_server"),
-                                      logged_refusals(log, "HA connection"))
-        log.info("HA channel listening on %s:%d (%s, role %s, shared store %s)", host, port,
-                 self.name, self.node.settings.role, self.shared_dir)
-        self._tasks.append(loop.create_task(self._role_worker()))
-        self._tasks.append(loop.create_task(self._tick_loop()))
-        self._tasks.append(loop.create_task(self._read_ahead_loop()))
-        if self.node.settings.role == "backup":
-            self._tasks.append(loop.create_task(self._connect_loop()))
+        await self.channel.start(dial=self.node.settings.role == "backup")
+        log.info("HA channel listening on %s (%s, role %s, shared store %s)",
+                 self.server.config.listen, self.name, self.node.settings.role,
+                 self.shared_dir)
+        self.tasks.spawn(self._role_worker(), "carry out role changes")
+        self.tasks.spawn(self._tick_loop(), "tick")
+        self.tasks.spawn(self._read_ahead_loop(), "read the journal ahead")
 
     async def stop(self) -> None:
         self.stopping = True
@@ -120,16 +117,11 @@ class SharedStorePair:
             await asyncio.wait_for(done, 2 * self.activation + 10)
         except TimeoutError:
             log.error("Stopping: the shared store was not handed back in time")
-        if self.link is not None:
-            await self._drain(self.link)
-        for task in self._tasks:
-            task.cancel()
+        await self.channel.drain()
+        self.tasks.cancel_all()
         if self._expiry is not None:
             self._expiry.cancel()
-        if self._listener is not None:
-            self._listener.close()
-        if self.link is not None:
-            self.link.close()
+        self.channel.close()
         await asyncio.get_running_loop().run_in_executor(None, self.lock.release)
 
     def status(self) -> dict[str, Any]:
@@ -163,9 +155,7 @@ class SharedStorePair:
                 **self.node.hello()}
 
     def step(self, event: m.Input) -> None:
-        for effect in self.node.step(event):
-            self._carry_out(effect)
-        self.server.update_confirmed()
+        self.pump.feed(event)
 
     def _carry_out(self, effect: m.Effect) -> None:
         match effect:
@@ -178,7 +168,7 @@ class SharedStorePair:
             case ev.CloseClients(message, active):
                 self.server.close_clients(message, active)
             case m.VerifyLock():
-                self._spawn(self._verify(), "verify the lock")
+                self.tasks.spawn(self._verify(), "verify the lock")
             case m.TryLock():
                 self._roles.put_nowait(self._try_lock)
             case m.ReleaseLock():
@@ -268,81 +258,27 @@ class SharedStorePair:
 
     # ------------------------------------------------------------ the channel
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            link = await accept_link(reader, writer, self.secret, self.hello(), self.activation)
-        except (ch.ChannelError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-            log.warning("Refused HA connection from %s: %s", writer.get_extra_info("peername"),
-                        e)
-            writer.close()
-            return
-        self._adopt(link)
-
-    async def _connect_loop(self) -> None:
-        host, port = split_address(self.server.config.peer)
-        while not self.stopping:
-            if self.link is None:
-                try:
-                    link = await open_link(host, port, self.secret, self.hello(),
-                                           self.activation,
-                                           peer_tls(self.server, "peer_client"))
-                except ch.ChannelError as e:
-                    if str(e) != self._refusal:  # once, not every heartbeat
-                        self._refusal = str(e)
-                        log.error("HA connection to %s:%d refused: %s", host, port, e)
-                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                    trace.debug("HA connection to %s:%d failed: %s", host, port, e)
-                else:
-                    self._adopt(link)
-            await asyncio.sleep(self.heartbeat)
-
-    def _adopt(self, link: Link) -> None:
-        if self.stopping:
-            link.close()
-            return
-        if self.link is not None:
-            self.link.close()
-        try:
-            hello = PeerHello.from_wire(link.hello)
-        except MessageError as e:
-            log.warning("Refused HA connection from %s: its hello %s", link.peer, e)
-            link.close()
-            return
-        self.link = link
-        self._refusal = None
+    def _adopted(self, link: Link, hello: PeerHello) -> None:
         self.peer = hello
         log.info("Connected to remote server %s over the HA channel (%s)", hello.name,
                  link.peer)
         self._set_peer_state(hello.state)
-        self._spawn(self._read_loop(link), "read the HA channel")
-        self.step(ev.PeerConnected(self.peer))
+        self.step(ev.PeerConnected(hello))
 
-    async def _read_loop(self, link: Link) -> None:
-        reason = "closed"
-        try:
-            while True:
-                kind, payload = await link.recv(self.activation)
-                message = ch.decode_json(payload)
-                event = from_channel(kind, message) if kind in SHARED_KINDS else None
-                if not isinstance(event, Heartbeat | ev.FailbackMessage):
-                    raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
-                if isinstance(event, Heartbeat):
-                    self.peer = event.hello
-                    self._set_peer_state(event.hello.state)
-                self.step(event)
-        except TimeoutError:
-            reason = f"no heartbeat for {int(self.activation * 1000)} ms"
-        except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
-            reason = str(e) or type(e).__name__
-        except ch.ChannelError as e:
-            reason = f"protocol error: {e}"
-        finally:
-            link.close()
-        if self.link is link:
-            self.link = None
-            log.info("Lost the HA channel to %s: %s", self.peer.name, reason)
-            self._set_peer_state(State.DEAD)
-            self.step(ev.PeerLost(reason))
+    def _received(self, link: Link, kind: int, payload: bytes) -> None:
+        message = ch.decode_json(payload)
+        event = from_channel(kind, message) if kind in SHARED_KINDS else None
+        if not isinstance(event, Heartbeat | ev.FailbackMessage):
+            raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
+        if isinstance(event, Heartbeat):
+            self.peer = event.hello
+            self._set_peer_state(event.hello.state)
+        self.step(event)
+
+    def _ended(self, link: Link, reason: str) -> None:
+        log.info("Lost the HA channel to %s: %s", self.peer.name, reason)
+        self._set_peer_state(State.DEAD)
+        self.step(ev.PeerLost(reason))
 
     def _set_peer_state(self, state: State) -> None:
         if state == self.peer_state:
@@ -365,23 +301,6 @@ class SharedStorePair:
             self.step(m.Tick(time.monotonic()))
         except Exception:
             log.exception("HA tick failed")
-
-    def _spawn(self, coro, what: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-
-        def done(t: asyncio.Task) -> None:
-            if not t.cancelled() and t.exception() is not None:
-                log.error("HA step %r failed", what, exc_info=t.exception())
-
-        task.add_done_callback(done)
-        self._tasks = [t for t in self._tasks if not t.done()]
-        self._tasks.append(task)
-
-    async def _drain(self, link: Link) -> None:
-        try:
-            await asyncio.wait_for(link.drain(), self.activation)
-        except (OSError, TimeoutError):
-            pass
 
 
 async def _resolve(future: asyncio.Future) -> None:

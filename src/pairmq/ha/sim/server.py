@@ -12,6 +12,7 @@ from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha.messages import PeerHello, WitnessPurpose
 from pairmq.ha.phases import Settings
+from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.sim.journal import JournalError, Rec, SimJournal
 from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process
@@ -55,8 +56,7 @@ class SimServer(Process):
         self._ask_ids = 0
         self.check_at: float | None = None
         self.fsync_pending = False
-        self._pending: list[ev.Event] = []
-        self._applying = False
+        self.pump = self._new_pump()
         self.boots = 0
         self.stopping_until: float | None = None
         self.serve_check = (-1, -1, 0)  # (generation, journal version, confirmed checked)
@@ -78,7 +78,7 @@ class SimServer(Process):
         self.check_at = None
         self.fsync_pending = False
         self.stopping_until = None
-        self._pending = []
+        self.pump = self._new_pump()  # what the dead process was to feed dies with it
         self.world.trace(self, "boot", f"journal {self.journal.appended_seq} "
                                        f"(synced {self.journal.synced_seq}) epoch "
                                        f"{self.journal.epoch}")
@@ -110,30 +110,24 @@ class SimServer(Process):
 
     # ------------------------------------------------------------ feeding the machine
 
-    def feed(self, event: ev.Event) -> None:
-        if self._applying:
-            self._pending.append(event)
-            return
+    def _new_pump(self) -> EffectPump[ev.Event, ev.Effect]:
+        return EffectPump(self._step, self._carry_out, self._after)
+
+    def _step(self, event: ev.Event) -> list[ev.Effect]:
         self.world.trace(self, "in", event)
-        self._apply(self.machine.handle(event, self.clock()))
+        return self.machine.handle(event, self.clock())
+
+    def feed(self, event: ev.Event) -> None:
+        self.pump.feed(event)
 
     def check_now(self) -> None:
         """The machine's lease check at this instant (what /status runs before answering)."""
         self._apply(self.machine.check(self.clock()))
 
     def _apply(self, effects: list[ev.Effect]) -> None:
-        self._applying = True
-        try:
-            while True:
-                for effect in effects:
-                    self._carry_out(effect)
-                if not self._pending:
-                    break
-                event = self._pending.pop(0)
-                self.world.trace(self, "in", event)
-                effects = self.machine.handle(event, self.clock())
-        finally:
-            self._applying = False
+        self.pump.apply(effects)
+
+    def _after(self) -> None:
         if self.machine.state.value != self.announced:
             self.world.violation(f"{self.name} reports {self.machine.state.value} but last "
                                  f"announced {self.announced}: a silent change of state")

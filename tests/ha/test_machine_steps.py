@@ -58,13 +58,17 @@ def active() -> Machine:
     return active_with_backup()[0]
 
 
-def active_no_witness() -> Machine:
-    m = standalone_no_witness()
-    m.handle(ev.PeerConnected(_hello(BACKUP, "SYNCING")), 0.1)
-    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
-    m.handle(ev.SyncServed(0), 0.1)
-    m.handle(ev.BackupAcked(0), 0.1)
+def _backup_catches_up(m: Machine, acked: int, now: float = 0.1) -> Machine:
+    """A backup connects, synchronises up to `acked` and acknowledges it."""
+    m.handle(ev.PeerConnected(_hello(BACKUP, "SYNCING")), now)
+    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), now)
+    m.handle(ev.SyncServed(acked), now)
+    m.handle(ev.BackupAcked(acked), now)
     return m
+
+
+def active_no_witness() -> Machine:
+    return _backup_catches_up(standalone_no_witness(), 0)
 
 
 def joining() -> Machine:
@@ -72,21 +76,13 @@ def joining() -> Machine:
     alone before."""
     m, journal = standalone()
     journal.appended_seq = journal.synced_seq = 7
-    m.handle(ev.PeerConnected(_hello(BACKUP, "SYNCING")), 0.1)
-    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
-    m.handle(ev.SyncServed(5), 0.1)
-    m.handle(ev.BackupAcked(5), 0.1)
-    return m
+    return _backup_catches_up(m, 5)
 
 
 def joining_no_witness() -> Machine:
     m = standalone_no_witness()
     m.journal.appended_seq = m.journal.synced_seq = 7  # type: ignore[misc]
-    m.handle(ev.PeerConnected(_hello(BACKUP, "SYNCING")), 0.1)
-    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
-    m.handle(ev.SyncServed(5), 0.1)
-    m.handle(ev.BackupAcked(5), 0.1)
-    return m
+    return _backup_catches_up(m, 5)
 
 
 def dropping_backup() -> Machine:
@@ -218,12 +214,7 @@ def late_check(m: Machine) -> None:
 
 
 def resync(acked: int) -> Action:
-    def act(m: Machine) -> None:
-        m.handle(ev.PeerConnected(_hello(BACKUP, "SYNCING")), 0.5)
-        m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.5)
-        m.handle(ev.SyncServed(acked), 0.5)
-        m.handle(ev.BackupAcked(acked), 0.5)
-    return act
+    return lambda m: _backup_catches_up(m, acked, 0.5)
 
 
 def release_after_peer_serves(m: Machine) -> None:

@@ -91,7 +91,7 @@ class ActivationSteps(MachineState):
         assert act is not None
         if act.step is Step.QUERY:
             if reply is None:
-                if act.won and self._peer_agrees():
+                if act.won and self._peer_agrees() and self._won():
                     self._activate_with_peer(act)
                     return
                 peer = self.peer.name if self.connected else None
@@ -99,7 +99,8 @@ class ActivationSteps(MachineState):
                     f"; {peer} holds the newer journal and activates" if peer
                     else " or the peer"))
                 return
-            if not self._may_activate(reply, act.fresh, act.won):
+            if not self._may_activate(reply, act.fresh,
+                                      act.won and (not self.connected or self._won())):
                 waiting = act.back_to in (Phase.STARTING, Phase.WAITING)
                 self._activation_refused(
                     f"the witness says {reply.holder} was last active in epoch "
@@ -152,7 +153,8 @@ class ActivationSteps(MachineState):
         if act is None or act.step is not Step.RECOVER:
             return
         if act.with_peer:
-            if not self._peer_agrees():
+            if not self._peer_agrees() or (self.peer.epoch, self.peer.last_seq) \
+                    != act.peer_journal:
                 self._step_down(f"{self.peer.name} left or took over while this "
                                 "server activated without the witness")
                 return
@@ -191,7 +193,8 @@ class ActivationSteps(MachineState):
         self._emit(Log(WARNING, f"Witness unreachable: {name} agrees that this server holds "
                                 f"the newest journal, activating without the witness "
                                 f"(receipts wait for {name} to be in sync)"))
-        self._recover(replace(act, epoch=epoch, with_peer=True))
+        self._recover(replace(act, epoch=epoch, with_peer=True,
+                              peer_journal=(self.peer.epoch, self.peer.last_seq)))
 
     def _may_activate(self, info: WitnessReply, fresh: bool, won: bool) -> bool:
         """What the witness remembers decides who may serve without a serving peer."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pairmq.ha.election import Standing, elected
 from pairmq.ha.events import Effect, StateChanged
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import NO_PEER, NO_REPLY, PeerHello, WitnessPurpose, WitnessReply
@@ -89,6 +90,12 @@ class MachineState:
     def in_sync_with_live(self) -> bool:
         return self.phase in IN_SYNC or (
             self.activation is not None and self.activation.back_to in IN_SYNC)
+
+    def _won(self) -> bool:
+        """The election against the connected peer, on what it said last (its journal
+        may have grown since an activation began: simulator seed 6311)."""
+        return elected(Standing(self.journal.epoch, self.journal.appended_seq,
+                                self.cfg.role == "primary"), Standing.of_peer(self.peer))
 
     # ------------------------------------------------------------ the phase
 

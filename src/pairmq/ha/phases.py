@@ -67,6 +67,9 @@ class Activation:
     fresh: bool = False  # a new pair's primary with an empty journal
     won: bool = False  # the election against the connected peer
     with_peer: bool = False  # elected with the peer while the witness is unreachable
+    # ... on the peer's journal as it said it then (epoch, last seq): if it says more by
+    # the time this server's journal is open, the peer served meanwhile (seed 7217)
+    peer_journal: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.activation import ActivationSteps
-from pairmq.ha.election import Standing, elected
 from pairmq.ha.events import (
     BackupAcked,
     BecomePassive,
@@ -382,9 +381,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 self._enter(Phase.WAITING, f"{self.peer.name} does not serve")
                 phase = Phase.WAITING
             if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
-                won = elected(Standing(self.journal.epoch, self.journal.appended_seq,
-                                       self.cfg.role == "primary"),
-                              Standing.of_peer(self.peer))
+                won = self._won()
                 if self.cfg.witness:
                     # The witness is the pair's memory: the server it last granted
                     # activates; the journals decide only on a new witness, or when the

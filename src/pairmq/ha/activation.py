@@ -1,6 +1,6 @@
 """How a server of the replication pair becomes active: the steps of an activation.
 
-A mixin of `ReplicationMachine` (ha/replication.py), kept apart for length: the query to
+A part of `ReplicationMachine` (ha/replication.py; its state in ha/machine_state.py): the query to
 the witness, the grant at a new epoch, the journal opened for serving, the renewal after
 it, and the election with a connected peer while the witness cannot be reached. Each step
 is a value of `Activation.step`; a refused attempt returns to `Activation.back_to`.

@@ -1,6 +1,6 @@
 """How the active server of the replication pair hands over and stops.
 
-A mixin of `ReplicationMachine` (ha/replication.py), kept apart for length: failback and
+A part of `ReplicationMachine` (ha/replication.py; its state in ha/machine_state.py): failback and
 failover on shutdown (close clients, let the backup catch up, give the lease back keeping
 the backup as standby, say "go"), and a stop that gives the lease back.
 """

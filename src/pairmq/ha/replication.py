@@ -2,8 +2,8 @@
 
 `ReplicationMachine.handle(event, now)` takes one input (ha/events.py) and returns the
 effects to carry out, in order; `tick(now)` is called every heartbeat and at
-`deadline()`. No clock, socket or task lives here: the driver (server/replication.py)
-does the I/O. The rules (docs/ha.md has the argument):
+`deadline()`. No clock, socket or task lives here: the driver (server/ha.py) does
+the I/O. The rules (docs/ha.md has the argument):
 
 - A server confirms writes only while serving and while it holds the witness's lease
   or its in-sync backup's promise not to take over (no witness configured: always,

@@ -95,7 +95,7 @@ class Application:
         self.consumer.close(timeout=2)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ten_failovers_and_failbacks_nothing_lost_nothing_doubled(pair: Pair) -> None:
     app = Application(pair_url(pair), "/queue/campaign").start()
     try:

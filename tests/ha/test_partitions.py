@@ -1066,7 +1066,7 @@ def _last_lease(pair: Pair) -> str:
     return lines[-1] if lines else "-"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("failback", [True, False], ids=["failback", "no-failback"])
 def test_flapping_partition_never_two_confirmers(partitioned, failback: bool) -> None:
     """The active server's links flap: cuts shorter than, about as long as, and longer than

@@ -85,6 +85,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self.unfinished = UnfinishedFrame(cfg.frame_timeout_ms / 1000)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.protocol = "stomp"  # how the client reaches it: stomp, stomp+tls, stomp+ws, stomp+wss
         self.session = ServerSession()  # phase, why frames wait, what may be applied
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
         self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
@@ -112,6 +113,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         stream.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.protocol = "stomp+tls" if transport.get_extra_info("ssl_object") else "stomp"
         self.clock = HeartbeatClock(0, 0, self.loop.time())
         self.role.attach(self)
         refusal = self.counts.refusal(self.host)

@@ -85,7 +85,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self.unfinished = UnfinishedFrame(cfg.frame_timeout_ms / 1000)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.protocol = "stomp"  # how the client reaches it: stomp, stomp+tls, stomp+ws, stomp+wss
+        self.protocol = "stomp"  # how its client reaches it: stomp, stomp+tls, stomp+ws(s)
         self.session = ServerSession()  # phase, why frames wait, what may be applied
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
         self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records

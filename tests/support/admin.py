@@ -118,3 +118,27 @@ def pairmq_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 3
     return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                           env={**os.environ, **admin_env(), **(env or {})})
+
+
+def metric_samples(address: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of GET /metrics: sample name -> {sorted label pairs: value}, parsed
+    by prometheus_client's own text parser (so the text is valid exposition format)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    code, _, body = admin_request(address, "/metrics")
+    if code != 200:
+        raise AssertionError(f"GET /metrics answered {code}: {str(body)[:300]}")
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(str(body)):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = \
+                sample.value
+    return samples
+
+
+def admin_port() -> tuple[str, list[str]]:
+    """(address, server flags) for a server with a management port and the test admin."""
+    from tests.serverproc import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    return address, ["--admin", address, *admin_user_flags()]

@@ -590,6 +590,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
         address = q.address
         message = entry.message
         address.size -= message.size
+        address.dequeued += 1
         capacity = self.capacity
         capacity.memory -= message.size + INDEX_BYTES
         if message.persistent and q.key is not None:

@@ -368,6 +368,7 @@ class Intake:
                           stored.get("persistent") == "true", priority, expires, size,
                           self._order_seq)
         self.stats["received"] += 1
+        address.enqueued += 1
         if not targets:
             self.stats["unroutable_topic"] += 1
             return ACCEPTED

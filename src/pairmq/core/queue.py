@@ -26,8 +26,8 @@ class AddressState(StrEnum):
 class Address:
     """A destination name and the bytes held for it by all its queues (until acknowledged)."""
 
-    __slots__ = ("dropped", "dup_limit", "dups", "kind", "limit", "log", "name",
-                 "period_dropped", "policy", "producers", "queues", "size", "state")
+    __slots__ = ("dequeued", "dropped", "dup_limit", "dups", "enqueued", "kind", "limit", "log",
+                 "name", "period_dropped", "policy", "producers", "queues", "size", "state")
 
     def __init__(self, name: str, kind: str, limit: int,
                  policy: AddressFullPolicy = AddressFullPolicy.PAGE,
@@ -39,6 +39,9 @@ class Address:
         self.size = 0
         self.state = AddressState.OPEN
         self.dropped = 0  # messages discarded by the drop policy, ever
+        # since this server started (the operator's rates and /metrics' _total counters):
+        self.enqueued = 0  # messages taken
+        self.dequeued = 0  # entries that left its queues: acknowledged, expired, purged...
         self.period_dropped = 0  # ... since it last became FULL (for the resume log line)
         self.queues: list[Queue] = []  # a queue's address has one; a topic's, one per subscription
         # accepted dup-ids, oldest first: an OrderedDict, whose oldest key is found at once

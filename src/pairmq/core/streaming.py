@@ -119,6 +119,7 @@ class Streams:
         message = Message(f"{self.id_prefix}{self._message_seq}", destination, stored, body,
                           True, DEFAULT_PRIORITY, 0, size, self._order_seq)
         self.stats["received"] += 1
+        stream.address.enqueued += 1
         self.records.append((rec.ADD, message, [stream.key]))
         stream.append(message, stamp)  # in its paged log once on disk (core/paged.py)
         self._held(message, 1)

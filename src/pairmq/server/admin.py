@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pairmq.core import Broker
-from pairmq.core.capacity import Shortage
 from pairmq.core.permissions import MANAGEMENT, Permission
 from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, management_roles
 from pairmq.server.config import User
+from pairmq.server.metrics import Collector, server_shortages, unacknowledged
 from pairmq.server.passwords import Busy
 from pairmq.server.tls import TlsError
 from pairmq.server.users_api import user_routes
@@ -74,16 +73,10 @@ def destination_status(address: Address, paged: int) -> dict[str, Any]:
             "bytes": address.size,
             "memory_bytes": address.size - paged, "paged_bytes": paged,
             "consumers": sum(len(q.consumers) for q in address.queues),
+            "unacknowledged": unacknowledged(address),
+            "enqueued": address.enqueued, "dequeued": address.dequeued,
             "address_full_policy": address.policy.value, "max_size_bytes": address.limit,
             "state": address.state.value, "dropped": address.dropped}
-
-
-def server_shortages(server: PairmqServer) -> list[str]:
-    """Why new messages are held or refused server-wide now (empty: they are not)."""
-    found = [s.value for s in server.broker.capacity.shortages]
-    if server.store.full:
-        found.append(Shortage.JOURNAL.value)
-    return sorted(found)
 
 
 def capacity_status(server: PairmqServer) -> dict[str, Any]:
@@ -92,78 +85,6 @@ def capacity_status(server: PairmqServer) -> dict[str, Any]:
             "global_max_size_bytes": capacity.memory_limit,
             "disk_usage_percent": capacity.disk_usage, "max_disk_usage": capacity.max_disk_usage,
             "full": server_shortages(server), "full_policy": capacity.full_policy}
-
-
-class _Collector:
-    def __init__(self, server: PairmqServer) -> None:
-        self.server = server
-
-    def collect(self):
-        server = self.server
-        stats = server.broker.stats
-        for name in ("received", "delivered", "acknowledged", "expired", "dead_lettered",
-                     "duplicates", "dropped"):
-            counter = CounterMetricFamily(f"pairmq_messages_{name}", f"messages {name}")
-            counter.add_metric([], stats.get(name, 0))
-            yield counter
-        evicted = CounterMetricFamily(
-            "pairmq_producers_evicted", "producer sequences forgotten before "
-            "producer_expiry_ms because a destination had max_producers others")
-        evicted.add_metric([], stats.get("producers_evicted", 0))
-        yield evicted
-        gauge = GaugeMetricFamily("pairmq_connections", "open client connections")
-        gauge.add_metric([], len(server.role.connections))
-        yield gauge
-        depth = GaugeMetricFamily("pairmq_destination_messages", "messages held",
-                                  labels=["destination"])
-        held = GaugeMetricFamily("pairmq_destination_bytes",
-                                 "bytes held (counted against max_size_bytes)",
-                                 labels=["destination"])
-        paged = GaugeMetricFamily("pairmq_destination_paged_bytes",
-                                  "bytes of message bodies kept on disk only",
-                                  labels=["destination"])
-        full = GaugeMetricFamily("pairmq_destination_full",
-                                 "1 while past max_size_bytes (the policy applies)",
-                                 labels=["destination", "policy"])
-        paged_by = server.store.paged.by_destination
-        addresses = server.broker.addresses
-        count = GaugeMetricFamily("pairmq_destinations", "destinations held")
-        count.add_metric([], len(addresses))
-        yield count
-        if len(addresses) <= server.config.max_destination_metrics:
-            for name, address in addresses.items():
-                waiting = sum(Broker.paged_waiting(q) for q in address.queues)
-                depth.add_metric([name], sum(q.count for q in address.queues) + waiting)
-                held.add_metric([name], address.size)
-                paged.add_metric([name], paged_by.get(name, 0) + Broker.paged_bytes(address))
-                full.add_metric([name, address.policy.value], 1 if address.full else 0)
-            yield from (depth, held, paged, full)
-        capacity = server.broker.capacity
-        memory = GaugeMetricFamily("pairmq_memory_bytes",
-                                   "bytes of messages held in memory, all destinations")
-        memory.add_metric([], capacity.memory)
-        limit = GaugeMetricFamily("pairmq_memory_limit_bytes",
-                                  "global_max_size_bytes (0 = no limit)")
-        limit.add_metric([], capacity.memory_limit)
-        yield from (memory, limit)
-        if capacity.disk_usage is not None:
-            disk = GaugeMetricFamily("pairmq_disk_usage_percent",
-                                     "data directory's file system in use")
-            disk.add_metric([], capacity.disk_usage)
-            yield disk
-        short = server_shortages(server)
-        blocking = GaugeMetricFamily(
-            "pairmq_server_full", "1 while new messages are held or refused server-wide for "
-            "this reason (policy: [store] full_policy)", labels=["reason", "policy"])
-        for reason in Shortage:
-            blocking.add_metric([reason.value, capacity.full_policy],
-                                1 if reason.value in short else 0)
-        yield blocking
-        serving = GaugeMetricFamily("pairmq_serving", "1 when this server serves clients")
-        serving.add_metric([], 1 if server.serving else 0)
-        yield serving
-        if server.watch is not None:
-            yield from server.watch.metrics()
 
 
 class _Snapshot:
@@ -274,7 +195,7 @@ async def _checked(server: PairmqServer, host: str, login: str, password: str) -
 
 
 async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
-    collector = _Collector(server)
+    collector = Collector(server)
 
     async def status(_request: web.Request) -> web.Response:
         return web.json_response(server_status(server))

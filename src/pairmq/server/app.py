@@ -82,6 +82,7 @@ class PairmqServer:
         self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
         self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
         self._steps = SteppedCollector()
+        self.disk_usage_percent: float | None = None  # the data directory's, last sampled
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
         # the configuration's plain passwords are hashed in its thread (passwords.py)
@@ -247,6 +248,7 @@ class PairmqServer:
             log.warning("No [security] rules: every client that logs in may send to, "
                         "consume from, create and delete any destination (docs/security.md)")
         users = {name: user.roles for name, user in self.users.items()}
+        self._sample_disk()  # at once: /metrics has it from the start
         for role, holders in unchecked_roles(users, rules, (ADMIN_ROLE, MONITOR_ROLE)).items():
             log.warning("Role %r (of %s) is granted nothing and checked nowhere: it is not "
                         "admin or monitor and no [security] rule names it. A typo?", role,
@@ -496,8 +498,11 @@ class PairmqServer:
             log.debug("Cannot sample the disk usage of %s: %s", where, e)
             return
         used = stats.f_blocks - stats.f_bfree
-        if used + stats.f_bavail > 0:
-            role.disk_usage(100.0 * used / (used + stats.f_bavail))
+        if used + stats.f_bavail <= 0:
+            return
+        self.disk_usage_percent = 100.0 * used / (used + stats.f_bavail)
+        if self.role.kind is RoleKind.SERVING:
+            self.role.disk_usage(self.disk_usage_percent)
 
 
 async def serve(config: ServerConfig) -> None:

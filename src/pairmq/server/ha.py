@@ -14,12 +14,13 @@ import logging
 import math
 import secrets
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
+from pairmq.ha.lag import ReplicationLag
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
 from pairmq.ha.phases import Settings
@@ -71,6 +72,9 @@ class ReplicationDriver:
         self.witness: Link | None = None
         self._witness_lock = asyncio.Lock()
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
+        self.lag = ReplicationLag()  # the backup's, as this server counts it while active
+        self.failovers = 0  # times this server took over from its peer since it started
+        self._witness_answered: float | None = None  # when the witness last answered
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
         self._throttled = False  # clients paused: the replication stream is too far ahead
@@ -133,9 +137,20 @@ class ReplicationDriver:
             "backup_promise_remaining_ms": (_remaining_ms(m.peer_lease, now)
                                             if m.backup_in_sync else 0),
             "witness": {"address": self.witness_address or None,
+                        "reachable": self._witness_reachable(now),
                         "lease_valid": m.witness_lease.valid(now),
-                        "holder": info.holder_name, "holder_identity": info.holder},
+                        "holder": info.holder_name, "holder_identity": info.holder,
+                        "holder_remaining_ms": info.remaining_ms},  # at its last answer
+            # while it serves with a backup attached (ha/lag.py; records exact)
+            "backup_lag": (asdict(self.lag.view(store.appended_seq, now))
+                           if m.serving and m.connected else None),
+            "failovers": self.failovers,
         }
+
+    def _witness_reachable(self, now: float) -> bool:
+        """It answered within an activation interval (a renewal is asked every heartbeat)."""
+        answered = self._witness_answered
+        return answered is not None and now - answered <= self.activation
 
     # ------------------------------------------------------------ lifecycle
 
@@ -211,6 +226,8 @@ class ReplicationDriver:
             case ev.StateChanged(old, new, why):
                 log.info("Local server switched to %s%s (was %s)", new,
                          f": {why}" if why else "", old)
+                if old == State.PASSIVE.value and State(new).serving:
+                    self.failovers += 1
                 server.state_changed(State(old), State(new))
             case ev.PeerStateChanged(old, new):
                 log.info("Old status of remote server = %s", old)
@@ -267,6 +284,7 @@ class ReplicationDriver:
     def _adopted(self, link: Link, hello: PeerHello) -> None:
         self.live_buffer = None
         self.outgoing.clear()
+        self.lag.reset(hello.last_seq)
         self._feed(ev.PeerConnected(hello))
 
     def _ended(self, link: Link, reason: str) -> None:
@@ -280,6 +298,8 @@ class ReplicationDriver:
             return
         message = ch.decode_json(payload)
         event = ev.from_channel(kind, message)
+        if isinstance(event, ev.BackupAcked):
+            self.lag.acked(event.seq)
         if event is not None:
             self._feed(event)
         elif kind == ch.HORIZON:
@@ -371,7 +391,9 @@ class ReplicationDriver:
         self._flush_scheduled = False
         link = self.link
         if link is not None and self.outgoing:
-            link.send(ch.encode(ch.RECORDS, b"".join(self.outgoing)))
+            batch = b"".join(self.outgoing)
+            link.send(ch.encode(ch.RECORDS, batch))
+            self.lag.sent(self.server.store.appended_seq, len(batch), time.monotonic())
             if link.buffered > REPLICATION_HIGH and not self._throttled:
                 self._throttle(link)
         self.outgoing.clear()
@@ -401,6 +423,8 @@ class ReplicationDriver:
         raw = await self._witness_request(request)
         try:
             replied = ev.witness_replied(purpose, raw, requested)
+            if raw is not None:
+                self._witness_answered = time.monotonic()
         except MessageError as e:
             log.warning("The witness's answer to %s makes no sense (%s): taken as no answer",
                         purpose.value, e)

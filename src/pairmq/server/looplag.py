@@ -48,6 +48,8 @@ class LoopWatch:
         self.gc_pause = Histogram("pairmq_gc_pause_seconds",
                                   "pauses of the whole process by the garbage collector",
                                   labelnames=["generation"], buckets=BUCKETS, registry=None)
+        for generation in range(3):  # every series from the start, at 0, as Prometheus asks
+            self.gc_pause.labels(str(generation))
         self.longest = 0.0  # seconds, since start
         self._due = 0.0
         self._timer: asyncio.TimerHandle | None = None

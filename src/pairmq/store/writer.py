@@ -11,6 +11,7 @@ import asyncio
 import errno
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from pathlib import Path
 from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, frame_record
 from pairmq.store.segments import fsync_directory, segment_header, segment_name
 from pairmq.store.summary import remove_summary, write_summary_file
+from pairmq.store.synctimes import SYNC_TIMES
 
 log = logging.getLogger("pairmq.journal")
 
@@ -281,8 +283,11 @@ class JournalWriter:
             write_all(fd, [data for _, data in job[start:end]])
             touched[segment_id] = fd
             start = end
+        started = time.perf_counter()
         for fd in touched.values():
             os.fdatasync(fd)
+        if touched:
+            SYNC_TIMES.observe(time.perf_counter() - started)
         if created:
             fsync_directory(self.directory)
         for segment_id, data in summaries:  # their segments' records are on disk now

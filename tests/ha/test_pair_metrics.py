@@ -1,0 +1,80 @@
+"""What a real pair reports of itself in GET /metrics and GET /status: each server's
+state, the epoch, the backup's lag, the witness, the lease, and the failovers counted
+when the active is killed (docs/operations.md, "Metrics")."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.ha.pair import Pair, wait_for
+from tests.support.admin import metric_samples
+
+
+def one(samples, name: str, **labels: str) -> float:
+    key = tuple(sorted(labels.items()))
+    assert name in samples and key in samples[name], f"no {name}{labels} in /metrics"
+    return samples[name][key]
+
+
+def states(samples) -> dict[str, float]:
+    return {dict(key)["state"]: value for key, value in samples["pairmq_ha_state"].items()}
+
+
+def test_each_server_reports_the_pair_and_a_kill_counts_one_failover(pair: Pair) -> None:
+    active, passive = pair.admin_address("primary"), pair.admin_address("backup")
+    client = pair.connect("primary")
+    for i in range(200):
+        client.send("/queue/lagging", f"m{i}".encode(), headers={"persistent": "true"})
+
+    seen = metric_samples(active)
+    assert [s for s, v in states(seen).items() if v == 1] == ["ACTIVE"]
+    assert one(seen, "pairmq_witness_reachable") == 1
+    assert one(seen, "pairmq_lease_remaining_seconds") > 0
+    epoch = one(seen, "pairmq_ha_epoch")
+    assert epoch >= 1
+    # every send was receipted, so the backup holds them: no lag once its acks are in
+    seen = wait_for(lambda: (s := metric_samples(active)) and
+                    one(s, "pairmq_replication_lag_records") == 0 and s, 5, "no lag")
+    assert one(seen, "pairmq_replication_lag_bytes") == 0
+    assert one(seen, "pairmq_replication_lag_seconds") == 0
+    lag = pair.status("primary")["ha"]["backup_lag"]
+    assert lag == {"records": 0, "bytes": 0, "seconds": 0.0}
+
+    backup = metric_samples(passive)
+    assert [s for s, v in states(backup).items() if v == 1] == ["PASSIVE"]
+    assert one(backup, "pairmq_failovers_total") == 0
+    assert "pairmq_replication_lag_records" not in backup  # only the active counts it
+
+    pair.kill("primary")
+    pair.wait_active(name="backup")
+    after = wait_for(lambda: (s := metric_samples(passive)) and
+                     states(s)["STANDALONE"] == 1 and s, 10, "the backup serving")
+    assert one(after, "pairmq_failovers_total") == 1
+    assert one(after, "pairmq_ha_epoch") > epoch
+    assert "pairmq_replication_lag_records" not in after  # no backup attached
+
+
+DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "pairmq.json"
+METRIC = re.compile(r"\bpairmq_[a-z0-9_]+\b")
+
+
+def test_the_grafana_dashboard_uses_only_what_the_pair_exports(pair: Pair) -> None:
+    """Every series an expression of deploy/grafana/pairmq.json names is one a running
+    pair exports (a renamed metric would leave a panel silently empty)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    assert all(p["gridPos"]["x"] + p["gridPos"]["w"] <= 24 for p in panels)
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    assert exprs and all(t.get("refId") for p in panels for t in p["targets"])
+    used = {name for expr in exprs for name in METRIC.findall(expr)}
+
+    client = pair.connect("primary")  # a destination, so that its series exist
+    client.send("/queue/dashboard", b"x", headers={"persistent": "true"})
+    exported = set(metric_samples(pair.admin_address("primary"))) | \
+        set(metric_samples(pair.admin_address("backup")))
+    assert used - exported == set(), f"the dashboard uses series nobody exports: " \
+                                     f"{sorted(used - exported)}"
+    assert len(used) >= 25, sorted(used)

@@ -53,15 +53,20 @@ def basic_auth(user: str, password: str) -> str:
 
 def admin_request(address: str, path: str, method: str = "GET",
                   credentials: tuple[str, str] | None = ADMIN, timeout: float = 5.0,
-                  headers: dict[str, str] | None = None
+                  headers: dict[str, str] | None = None, data: Any = None
                   ) -> tuple[int, dict[str, str], Any]:
-    """(HTTP status, response headers, body: JSON if it parses, else text) of one request;
-    HTTP errors are answers too. OSError when the port does not answer."""
+    """(HTTP status, response headers, body: JSON if it parses, else text) of one request
+    (`data`, if given, sent as its JSON body); HTTP errors are answers too. OSError when the
+    port does not answer."""
     all_headers = dict(headers or {})
     if credentials is not None:
         all_headers["Authorization"] = basic_auth(*credentials)
+    payload = None
+    if data is not None:
+        payload = json.dumps(data).encode()
+        all_headers["Content-Type"] = "application/json"
     request = urllib.request.Request(f"http://{address}{path}", method=method,
-                                     headers=all_headers)
+                                     headers=all_headers, data=payload)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             code, reply_headers, raw = response.status, dict(response.headers), response.read()

@@ -26,6 +26,7 @@ from pairmq.core.follow import Follow
 from pairmq.core.idle import IdleDestinations
 from pairmq.core.intake import BrokerEvent, Intake
 from pairmq.core.message import Entry, Message
+from pairmq.core.operations import Operations
 from pairmq.core.paged import PagedLog
 from pairmq.core.paging import PAGE_LOW, Paging
 from pairmq.core.permissions import Exists
@@ -50,7 +51,7 @@ _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.
 TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
-class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations):
+class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operations):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix

@@ -184,6 +184,11 @@ class Streams:
     def stream_status(self) -> dict[str, dict[str, int]]:
         return {name: stream.status() for name, stream in self.streams.items()}
 
+    def stream_groups(self, stream: str) -> dict[str, int]:
+        """A stream's consumer groups and the offset each will read next."""
+        found = self.streams.get(stream)
+        return dict(found.groups) if found is not None else {}
+
     def group_offset(self, stream: str, group: str) -> int | None:
         found = self.streams.get(stream)
         return found.groups.get(group) if found is not None else None

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import generate_latest
 
-from pairmq.core import Broker
 from pairmq.core.permissions import MANAGEMENT, Permission
-from pairmq.core.queue import Address
 from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, management_roles
 from pairmq.server.config import User
-from pairmq.server.metrics import Collector, server_shortages, unacknowledged
+from pairmq.server.metrics import Collector
+from pairmq.server.operator_api import operator_routes
 from pairmq.server.passwords import Busy
+from pairmq.server.status import server_status
 from pairmq.server.tls import TlsError
 from pairmq.server.users_api import user_routes
 
@@ -36,55 +36,6 @@ audit = logging.getLogger("pairmq.audit")  # management changes and refusals
 
 REALM = 'Basic realm="pairmq"'
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def server_status(server: PairmqServer) -> dict[str, Any]:
-    # The pair's view first: it checks the lease at this instant (a lease that ran out
-    # ends serving now), and the state below is read after that, never before.
-    pair = server.pair.status()
-    store = server.store
-    status: dict[str, Any] = {
-        "name": server.config.name,
-        "stomp": server.client_address,
-        "state": server.pair.state.value,
-        "policy": server.config.policy,
-        "role_generation": server.role.generation,
-        "connections": len(server.role.connections),
-        "journal": {"appended_seq": store.appended_seq, "synced_seq": store.synced_seq,
-                    "confirmed_seq": server.confirmed_seq, "epoch": store.epoch,
-                    "full": store.full},
-        "destinations": {name: destination_status(a, store.paged.by_destination.get(name, 0))
-                         for name, a in server.broker.addresses.items()},
-        "capacity": capacity_status(server),
-        "streams": server.broker.stream_status(),  # name -> first/next offset, count, bytes
-    }
-    if pair is not None:
-        status["ha"] = pair
-    return status
-
-
-def destination_status(address: Address, paged: int) -> dict[str, Any]:
-    """One destination: what it holds, how much of it is paged out (bodies on disk only,
-    and messages kept only in the journal: `paged_messages`), the rule in force."""
-    log_bytes = Broker.paged_bytes(address)
-    paged += log_bytes
-    return {"messages": sum(q.count + Broker.paged_waiting(q) for q in address.queues),
-            "paged_messages": sum(Broker.paged_waiting(q) for q in address.queues),
-            "bytes": address.size,
-            "memory_bytes": address.size - paged, "paged_bytes": paged,
-            "consumers": sum(len(q.consumers) for q in address.queues),
-            "unacknowledged": unacknowledged(address),
-            "enqueued": address.enqueued, "dequeued": address.dequeued,
-            "address_full_policy": address.policy.value, "max_size_bytes": address.limit,
-            "state": address.state.value, "dropped": address.dropped}
-
-
-def capacity_status(server: PairmqServer) -> dict[str, Any]:
-    capacity = server.broker.capacity
-    return {"memory_bytes": capacity.memory,
-            "global_max_size_bytes": capacity.memory_limit,
-            "disk_usage_percent": capacity.disk_usage, "max_disk_usage": capacity.max_disk_usage,
-            "full": server_shortages(server), "full_policy": capacity.full_policy}
 
 
 class _Snapshot:
@@ -237,6 +188,7 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
     app.add_routes([web.get("/status", status), web.get("/metrics", metrics),
                     web.post("/activate", activate), web.post("/reload", reload)])
     app.add_routes(user_routes(server, executor))  # server/users_api.py
+    app.add_routes(operator_routes(server))  # server/operator_api.py
 
     async def shutdown_executor(_app: web.Application) -> None:
         executor.shutdown(wait=False, cancel_futures=True)

@@ -10,6 +10,7 @@ import signal
 import ssl
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -59,6 +60,7 @@ SLOW_GC_S = 0.2  # a collection longer than this is logged: leases run meanwhile
 
 EXPIRY_SWEEP_S = 1.0
 # The journal thread needs the GIL back after each write and fdatasync; from a busy event
+CHANGES_KEPT = 20  # HA state changes /status lists
 # loop that takes up to this long (Python's default is 5 ms, which would add milliseconds
 # to every receipt). Only a thread waiting for the GIL shortens the loop's turn.
 GIL_SWITCH_S = 0.0002
@@ -83,6 +85,9 @@ class PairmqServer:
         self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
         self._steps = SteppedCollector()
         self.disk_usage_percent: float | None = None  # the data directory's, last sampled
+        # the last changes of this server's HA state, with their reasons (the console's)
+        self.changes: deque[dict[str, object]] = deque(maxlen=CHANGES_KEPT)
+        self.failovers = 0  # times this server took over from its peer since it started
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
         # the configuration's plain passwords are hashed in its thread (passwords.py)
@@ -467,7 +472,11 @@ class PairmqServer:
     def close_clients(self, message: str, active: str | None) -> None:
         self.role.close_clients(message, active)
 
-    def state_changed(self, old: State, new: State) -> None:
+    def state_changed(self, old: State, new: State, why: str) -> None:
+        self.changes.append({"at": time.time(), "old": old.value, "new": new.value,
+                             "why": why})
+        if old is State.PASSIVE and new.serving:
+            self.failovers += 1
         if old.serving and not new.serving:
             self.role.close_clients(f"this server switched to {new.value}",
                                     self.pair.active_address())
@@ -487,10 +496,8 @@ class PairmqServer:
 
     def _sample_disk(self) -> None:
         """The data directory's disk usage, as `df` shows it, for the max_disk_usage guard
-        (core decides; sampled at every sweep, not per message)."""
-        role = self.role
-        if role.kind is not RoleKind.SERVING:
-            return
+        (core decides; sampled at every sweep, not per message). A backup samples it
+        too, for its operator (/metrics): its journal fills its disk as well."""
         where = self._journal_dir().parent
         try:
             stats = os.statvfs(where)

@@ -86,6 +86,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.protocol = "stomp"  # how its client reaches it: stomp, stomp+tls, stomp+ws(s)
+        self.opened = time.time()  # for the operator's connection list
         self.session = ServerSession()  # phase, why frames wait, what may be applied
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
         self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
@@ -127,6 +128,14 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self._timers["connect"] = self.loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
         log.debug("Connection %d opened from %s (role %d)", self.conn_id, self.peer,
                   self.role.generation)
+
+    def describe(self) -> dict[str, object]:
+        """What an operator's connection list shows of it (server/operator_api.py)."""
+        session = self.broker.sessions.get(self.conn_id)
+        return {"id": self.conn_id, "user": self.login, "address": self.peer,
+                "protocol": self.protocol, "version": self.session.version,
+                "state": self.session.phase.value, "opened": self.opened,
+                "subscriptions": len(session.subs) + len(session.cursors) if session else 0}
 
     @property
     def closing(self) -> bool:

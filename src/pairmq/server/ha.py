@@ -73,7 +73,6 @@ class ReplicationDriver:
         self._witness_lock = asyncio.Lock()
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.lag = ReplicationLag()  # the backup's, as this server counts it while active
-        self.failovers = 0  # times this server took over from its peer since it started
         self._witness_answered: float | None = None  # when the witness last answered
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
@@ -131,7 +130,8 @@ class ReplicationDriver:
             "synchronized-with-backup": m.backup_in_sync and m.serving,
             "synchronized-with-live": not m.serving and m.in_sync_with_live,
             "peer": {"name": m.peer.name or None, "state": m.peer_state.value,
-                     "stomp": m.peer.stomp or None, "epoch": m.peer.epoch},
+                     "stomp": m.peer.stomp or None, "epoch": m.peer.epoch,
+                     "last_seq": m.peer.last_seq},
             # how long this server may still confirm on the strength of each (0: it may not)
             "lease_remaining_ms": _remaining_ms(m.witness_lease, now),
             "backup_promise_remaining_ms": (_remaining_ms(m.peer_lease, now)
@@ -144,7 +144,6 @@ class ReplicationDriver:
             # while it serves with a backup attached (ha/lag.py; records exact)
             "backup_lag": (asdict(self.lag.view(store.appended_seq, now))
                            if m.serving and m.connected else None),
-            "failovers": self.failovers,
         }
 
     def _witness_reachable(self, now: float) -> bool:
@@ -226,9 +225,7 @@ class ReplicationDriver:
             case ev.StateChanged(old, new, why):
                 log.info("Local server switched to %s%s (was %s)", new,
                          f": {why}" if why else "", old)
-                if old == State.PASSIVE.value and State(new).serving:
-                    self.failovers += 1
-                server.state_changed(State(old), State(new))
+                server.state_changed(State(old), State(new), why)
             case ev.PeerStateChanged(old, new):
                 log.info("Old status of remote server = %s", old)
                 log.info("New status of remote server = %s", new)

@@ -114,9 +114,8 @@ class Collector:
             yield _gauge("pairmq_lease_remaining_seconds",
                          "how long this server may still confirm on the witness's lease",
                          pair["lease_remaining_ms"] / 1000)
-        if "failovers" in pair:
-            yield _counter("pairmq_failovers", "times this server took over from its peer "
-                           "since it started", pair["failovers"])
+        yield _counter("pairmq_failovers", "times this server took over from its peer since "
+                       "it started", server.failovers)
 
     def _destinations(self) -> Iterator[Metric]:
         server = self.server

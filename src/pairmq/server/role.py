@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pairmq.core import Broker, BrokerEvent, CoreError, Message
 from pairmq.core.queue import Address
@@ -46,6 +46,7 @@ READS_TURN_S = 0.03
 READS_FLOOR = 1024
 
 log = logging.getLogger("pairmq.server")
+T = TypeVar("T")
 
 
 class RoleKind(StrEnum):
@@ -104,6 +105,8 @@ class Client(Protocol):
     def release_backlog(self) -> None: ...
 
     def throttle(self, paused: bool) -> None: ...
+
+    def describe(self) -> dict[str, object]: ...
 
 
 FrameMark = tuple[int, int]  # (records pending, duplicates seen) before a frame
@@ -288,15 +291,21 @@ class Role:
     async def change_accounts(self, change: Callable[[Broker], None], timeout: float) -> None:
         """A run-time change of users (core/accounts.py), journaled, once its record is
         confirmed: on disk and, in a pair, on the backup. Only a serving role writes."""
+        await self.operate(change, timeout)
+
+    async def operate(self, change: Callable[[Broker], T], timeout: float) -> T:
+        """An operator's change of the broker (users, a purge, a move), answered once its
+        records are confirmed, as a client's RECEIPT would be. Only a serving role writes;
+        CoreError from the change is raised with nothing changed."""
         mark = self.frame_mark()
-        change(self.broker)
+        result = change(self.broker)
         ticket = self.ticket_since(mark)
         self.flush()
-        if ticket is None:
-            return
-        done = asyncio.get_running_loop().create_future()
-        self.when_confirmed(ticket, partial(_resolve, done))
-        await asyncio.wait_for(done, timeout)
+        if ticket is not None:
+            done = asyncio.get_running_loop().create_future()
+            self.when_confirmed(ticket, partial(_resolve, done))
+            await asyncio.wait_for(done, timeout)
+        return result
 
     def logged_in(self, login: str) -> list[Client]:
         """The connections of one user (a removed user's are closed)."""

@@ -161,7 +161,7 @@ class SharedStorePair:
         match effect:
             case ev.StateChanged(old, new, why):
                 log.info("Local server switched to %s: %s (was %s)", new, why, old)
-                self.server.state_changed(State(old), State(new))
+                self.server.state_changed(State(old), State(new), why)
             case ev.Send(kind, payload):
                 if self.link is not None:
                     self.link.send_json(kind, self.hello() if kind == ch.HEARTBEAT else payload)

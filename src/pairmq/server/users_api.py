@@ -31,6 +31,7 @@ from aiohttp import web
 from pairmq.core import Broker
 from pairmq.core.permissions import Permission, rule_pattern_problem
 from pairmq.server.auth import hash_password, is_hashed
+from pairmq.server.httpjson import json_object
 
 log = logging.getLogger("pairmq.admin")
 CONFIRM_TIMEOUT_S = 10.0
@@ -71,17 +72,6 @@ def user_routes(server: UsersHost, executor: ThreadPoolExecutor) -> list[web.Rou
         log.info("User %r (from %s): %s", request["user"], request.remote, what)
         return web.json_response({"done": what})
 
-    async def body(request: web.Request) -> dict[str, Any]:
-        try:
-            data = await request.json()
-        except ValueError:
-            raise web.HTTPBadRequest(text='{"error": "the body must be JSON"}',
-                                     content_type="application/json") from None
-        if not isinstance(data, dict):
-            raise web.HTTPBadRequest(text='{"error": "the body must be a JSON object"}',
-                                     content_type="application/json")
-        return data
-
     async def hashed(password: Any) -> str:
         if not isinstance(password, str) or not password:
             raise web.HTTPBadRequest(text='{"error": "password must be a non-empty string"}',
@@ -121,7 +111,7 @@ def user_routes(server: UsersHost, executor: ThreadPoolExecutor) -> list[web.Rou
 
     async def put_user(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        data = await body(request)
+        data = await json_object(request)
         password, roles = await hashed(data.get("password")), roles_of(data)
         return await change(request, f"user {name!r} set (roles: {', '.join(roles) or 'none'})",
                             lambda broker: broker.set_user(name, password, roles))
@@ -129,7 +119,7 @@ def user_routes(server: UsersHost, executor: ThreadPoolExecutor) -> list[web.Rou
     async def set_password(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         user = existing(name)
-        password = await hashed((await body(request)).get("password"))
+        password = await hashed((await json_object(request)).get("password"))
         return await change(request, f"password of {name!r} changed",
                             lambda broker: broker.set_user(name, password, user.roles))
 
@@ -146,7 +136,7 @@ def user_routes(server: UsersHost, executor: ThreadPoolExecutor) -> list[web.Rou
     async def grant(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         user = existing(name)
-        role = (await body(request)).get("role")
+        role = (await json_object(request)).get("role")
         if not isinstance(role, str) or not role:
             raise web.HTTPBadRequest(text='{"error": "role must be a role name"}',
                                      content_type="application/json")
@@ -178,7 +168,7 @@ def user_routes(server: UsersHost, executor: ThreadPoolExecutor) -> list[web.Rou
     async def put_rule(request: web.Request) -> web.Response:
         pattern = request.match_info["pattern"]
         problem = rule_pattern_problem(pattern)
-        data = await body(request)
+        data = await json_object(request)
         known = {p.value for p in Permission}
         unknown = sorted(set(data) - known)
         if problem or unknown or not data:

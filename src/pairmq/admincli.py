@@ -91,3 +91,37 @@ def admin_options(func):
                         help="management user (or PAIRMQ_USER); default on loopback: the one "
                              "`pairmq up` wrote to .pairmq-local/credentials")(func)
     return func
+
+
+def pair_targets(func):
+    """--admin (repeatable) and the credentials' options, for commands that talk to the pair."""
+    func = click.option("--admin", "admins", multiple=True, metavar="HOST:PORT",
+                        help="management address of a server of the pair (repeatable; "
+                             "default: `pairmq up`'s)")(func)
+    return admin_options(func)
+
+
+def pair_addresses(admins: tuple[str, ...]) -> tuple[str, ...]:
+    from pairmq.local import ADMIN_ADDRESSES
+
+    return admins or ADMIN_ADDRESSES
+
+
+def pair_call(admins: tuple[str, ...], user: str | None, password: str | None, path: str,
+              method: str = "GET", body: dict | None = None) -> dict:
+    """The first server that takes the request; exit 1 naming each refusal otherwise."""
+    addresses = pair_addresses(admins)
+    credentials = admin_credentials(user, password, addresses)
+    problems = []
+    for address in addresses:
+        try:
+            return admin_call(address, path, credentials, method, body)
+        except AdminRefused as e:
+            problems.append(str(e))
+            if "[HTTP 409]" not in str(e):  # anything but "not the serving server"
+                break
+        except OSError as e:
+            problems.append(f"{address}: unreachable ({e})")
+    for problem in problems:
+        click.echo(problem, err=True)
+    sys.exit(1)

@@ -10,6 +10,7 @@ import click
 
 from pairmq import __version__
 from pairmq.admincli import AdminRefused, admin_call, admin_credentials, admin_options
+from pairmq.opscli import COMMANDS as OPERATOR_COMMANDS
 from pairmq.server.config import KEYS, ConfigError, ServerConfig, load_config
 from pairmq.usercli import role_group, security_group, user_group
 
@@ -107,45 +108,6 @@ def witness(listen: str, secret: str, state_file: Path | None, log_level: str,
         except TlsError as e:
             raise click.UsageError(str(e)) from None
     run_witness(listen, secret, state_file, log_level, tls)
-
-
-@main.command()
-@click.argument("admin", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
-@admin_options
-def status(admin: tuple[str, ...], as_json: bool, user: str | None, password: str | None
-           ) -> None:
-    """Show the state of servers, by their management addresses (default: `pairmq up`'s)."""
-    import json
-
-    from pairmq.local import ADMIN_ADDRESSES
-
-    addresses = admin or ADMIN_ADDRESSES
-    credentials = admin_credentials(user, password, addresses)
-    refused = False
-    for address in addresses:
-        try:
-            info = admin_call(address, "/status", credentials)
-        except AdminRefused as e:
-            click.echo(str(e), err=True)
-            refused = True
-            continue
-        except OSError as e:
-            click.echo(f"{address}: unreachable ({e})")
-            continue
-        if as_json:
-            click.echo(json.dumps(info, indent=2))
-            continue
-        ha = info.get("ha") or {}
-        line = f"{info['name']} ({address}): {info['state']}, STOMP {info['stomp']}, " \
-               f"epoch {info['journal']['epoch']}, seq {info['journal']['appended_seq']}"
-        if ha:
-            line += (f", peer {ha['peer']['name']} {ha['peer']['state']}, "
-                     f"synchronized-with-backup={ha['synchronized-with-backup']}, "
-                     f"synchronized-with-live={ha['synchronized-with-live']}")
-        click.echo(line)
-    if refused:
-        sys.exit(1)
 
 
 @main.command()
@@ -315,6 +277,8 @@ def receive(url: str, login: str | None, passcode: str | None, count: int, timeo
         client.close(timeout=5)
 
 
+for command in OPERATOR_COMMANDS:  # destinations, connections, browse, purge, move, status
+    main.add_command(command)
 main.add_command(user_group)
 main.add_command(role_group)
 main.add_command(security_group)

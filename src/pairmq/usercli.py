@@ -14,40 +14,7 @@ from urllib.parse import quote
 
 import click
 
-from pairmq.admincli import AdminRefused, admin_call, admin_credentials, admin_options
-
-
-def _targets(func):
-    func = click.option("--admin", "admins", multiple=True, metavar="HOST:PORT",
-                        help="management address of a server of the pair (repeatable; "
-                             "default: `pairmq up`'s)")(func)
-    return admin_options(func)
-
-
-def _addresses(admins: tuple[str, ...]) -> tuple[str, ...]:
-    from pairmq.local import ADMIN_ADDRESSES
-
-    return admins or ADMIN_ADDRESSES
-
-
-def _call(admins: tuple[str, ...], user: str | None, password: str | None, path: str,
-          method: str = "GET", body: dict | None = None) -> dict:
-    """The first server that takes the request; exit 1 naming each refusal otherwise."""
-    addresses = _addresses(admins)
-    credentials = admin_credentials(user, password, addresses)
-    problems = []
-    for address in addresses:
-        try:
-            return admin_call(address, path, credentials, method, body)
-        except AdminRefused as e:
-            problems.append(str(e))
-            if "[HTTP 409]" not in str(e):  # anything but "not the serving server"
-                break
-        except OSError as e:
-            problems.append(f"{address}: unreachable ({e})")
-    for problem in problems:
-        click.echo(problem, err=True)
-    sys.exit(1)
+from pairmq.admincli import pair_call, pair_targets
 
 
 def _new_password(given: str | None) -> str:
@@ -75,11 +42,11 @@ def user_group() -> None:
 @click.argument("name")
 @click.option("--role", "roles", multiple=True, help="a role (repeatable)")
 @_new_password_option
-@_targets
+@pair_targets
 def user_add(name: str, roles: tuple[str, ...], new_password: str | None,
              admins: tuple[str, ...], user: str | None, password: str | None) -> None:
     """Add user NAME (or replace it: password and roles)."""
-    done = _call(admins, user, password, f"/users/{quote(name, safe='')}", "PUT",
+    done = pair_call(admins, user, password, f"/users/{quote(name, safe='')}", "PUT",
                  {"password": _new_password(new_password), "roles": list(roles)})
     click.echo(done["done"])
 
@@ -87,31 +54,31 @@ def user_add(name: str, roles: tuple[str, ...], new_password: str | None,
 @user_group.command("passwd")
 @click.argument("name")
 @_new_password_option
-@_targets
+@pair_targets
 def user_passwd(name: str, new_password: str | None, admins: tuple[str, ...],
                 user: str | None, password: str | None) -> None:
     """Change the password of user NAME."""
-    done = _call(admins, user, password, f"/users/{quote(name, safe='')}/password", "POST",
+    done = pair_call(admins, user, password, f"/users/{quote(name, safe='')}/password", "POST",
                  {"password": _new_password(new_password)})
     click.echo(done["done"])
 
 
 @user_group.command("remove")
 @click.argument("name")
-@_targets
+@pair_targets
 def user_remove(name: str, admins: tuple[str, ...], user: str | None, password: str | None
                 ) -> None:
     """Remove user NAME; its connections are closed."""
-    click.echo(_call(admins, user, password, f"/users/{quote(name, safe='')}",
+    click.echo(pair_call(admins, user, password, f"/users/{quote(name, safe='')}",
                      "DELETE")["done"])
 
 
 @user_group.command("list")
-@_targets
+@pair_targets
 def user_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
     """The users in force: name, roles, and whether the file or a run-time change made
     them."""
-    for row in _call(admins, user, password, "/users")["users"]:
+    for row in pair_call(admins, user, password, "/users")["users"]:
         click.echo(f"{row['name']}\t{','.join(row['roles']) or '-'}\t{row['source']}")
 
 
@@ -123,30 +90,30 @@ def role_group() -> None:
 @role_group.command("grant")
 @click.argument("role")
 @click.argument("name")
-@_targets
+@pair_targets
 def role_grant(role: str, name: str, admins: tuple[str, ...], user: str | None,
                password: str | None) -> None:
     """Give ROLE to user NAME."""
-    click.echo(_call(admins, user, password, f"/users/{quote(name, safe='')}/roles", "POST",
+    click.echo(pair_call(admins, user, password, f"/users/{quote(name, safe='')}/roles", "POST",
                      {"role": role})["done"])
 
 
 @role_group.command("revoke")
 @click.argument("role")
 @click.argument("name")
-@_targets
+@pair_targets
 def role_revoke(role: str, name: str, admins: tuple[str, ...], user: str | None,
                 password: str | None) -> None:
     """Take ROLE from user NAME (its connections are closed: they log in again)."""
-    click.echo(_call(admins, user, password, f"/users/{quote(name, safe='')}/roles/"
+    click.echo(pair_call(admins, user, password, f"/users/{quote(name, safe='')}/roles/"
                      f"{quote(role, safe='')}", "DELETE")["done"])
 
 
 @role_group.command("list")
-@_targets
+@pair_targets
 def role_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
     """Each role and its users."""
-    for role, names in sorted(_call(admins, user, password, "/roles")["roles"].items()):
+    for role, names in sorted(pair_call(admins, user, password, "/roles")["roles"].items()):
         click.echo(f"{role}\t{','.join(names)}")
 
 
@@ -159,7 +126,7 @@ def security_group() -> None:
 @click.argument("pattern")
 @click.option("--grant", "grants", multiple=True, metavar="PERMISSION=ROLE,ROLE",
               help="e.g. send=producers (repeatable; Artemis' permission names)")
-@_targets
+@pair_targets
 def security_set(pattern: str, grants: tuple[str, ...], admins: tuple[str, ...],
                  user: str | None, password: str | None) -> None:
     """Set the rule of PATTERN (e.g. 'orders.#'), replacing it if it exists."""
@@ -171,24 +138,24 @@ def security_set(pattern: str, grants: tuple[str, ...], admins: tuple[str, ...],
         body[permission] = [r for r in roles.split(",") if r]
     if not body:
         raise click.UsageError("give at least one --grant PERMISSION=ROLE,ROLE")
-    click.echo(_call(admins, user, password, f"/security/{quote(pattern, safe='')}", "PUT",
+    click.echo(pair_call(admins, user, password, f"/security/{quote(pattern, safe='')}", "PUT",
                      body)["done"])
 
 
 @security_group.command("remove")
 @click.argument("pattern")
-@_targets
+@pair_targets
 def security_remove(pattern: str, admins: tuple[str, ...], user: str | None,
                     password: str | None) -> None:
     """Remove the rule of PATTERN."""
-    click.echo(_call(admins, user, password, f"/security/{quote(pattern, safe='')}",
+    click.echo(pair_call(admins, user, password, f"/security/{quote(pattern, safe='')}",
                      "DELETE")["done"])
 
 
 @security_group.command("list")
-@_targets
+@pair_targets
 def security_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
     """The rules in force, most specific first: pattern, grants, "file" or "run time"."""
-    for row in _call(admins, user, password, "/security")["rules"]:
+    for row in pair_call(admins, user, password, "/security")["rules"]:
         grants = " ".join(f"{p}={','.join(roles)}" for p, roles in row["grants"].items())
         click.echo(f"{row['pattern']}\t{grants}\t{row['source']}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -168,23 +169,33 @@ def test_two_servers_with_the_same_role_are_refused_with_a_clear_error(pair_fact
 
 
 def test_pairmq_status_prints_both_servers(pair: Pair) -> None:
-    result = pair.cli("status", pair.admin_address("primary"), pair.admin_address("backup"))
+    admins = (pair.admin_address("primary"), pair.admin_address("backup"))
+    result = pair.cli("status", *admins)
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 2, result.stdout
-    primary, backup = lines
-    assert primary.startswith(f"primary ({pair.admin_address('primary')}): ACTIVE")
-    assert f"STOMP {pair.stomp_address('primary')}" in primary
-    assert "peer backup PASSIVE" in primary
-    assert "synchronized-with-backup=True" in primary
-    assert "synchronized-with-live=False" in primary
-    assert backup.startswith(f"backup ({pair.admin_address('backup')}): PASSIVE")
-    assert "synchronized-with-backup=False" in backup
-    assert "synchronized-with-live=True" in backup
+    primary, backup = (next(line for line in result.stdout.splitlines()
+                            if f" {name} " in line and address in line)
+                       for name, address in zip(("primary", "backup"), admins, strict=True))
+    assert "ACTIVE" in primary and "backup PASSIVE" in primary, result.stdout
+    assert "0 records, 0 B" in primary  # the backup's lag, as the active counts it
+    assert "PASSIVE" in backup and "primary ACTIVE" in backup, result.stdout
+    scripted = pair.cli("status", *admins, "--json")
+    infos = _json_objects(scripted.stdout)
+    assert [(i["name"], i["state"]) for i in infos] == [("primary", "ACTIVE"),
+                                                        ("backup", "PASSIVE")]
+    assert infos[0]["ha"]["synchronized-with-backup"] is True
+    assert infos[1]["ha"]["synchronized-with-live"] is True
     pair.kill("backup")
     pair.wait_state("primary", "STANDALONE", 10)
-    result = pair.cli("status", pair.admin_address("primary"), pair.admin_address("backup"))
-    primary, backup = result.stdout.strip().splitlines()
-    assert "STANDALONE" in primary and "synchronized-with-backup=False" in primary
-    assert "peer backup DEAD" in primary
-    assert backup.startswith(f"{pair.admin_address('backup')}: unreachable")
+    result = pair.cli("status", *admins)
+    assert result.returncode == 0, result.stderr
+    assert "STANDALONE" in result.stdout and "backup DEAD" in result.stdout
+    assert "unreachable" in result.stdout and admins[1] in result.stdout
+
+
+def _json_objects(text: str) -> list[dict]:
+    """The JSON objects `--json` prints one after the other."""
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) != -1:
+        value, at = decoder.raw_decode(text, at)
+        objects.append(value)
+    return objects

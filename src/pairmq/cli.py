@@ -171,9 +171,17 @@ def journal() -> None:
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def journal_check(directory: Path) -> None:
     """Check every record of the journal in DIRECTORY (a data_dir or its journal/)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
     from pairmq.store.check import check_journal
 
-    report = check_journal(directory)
+    # a bar on a terminal (a large journal takes a while); nothing through a pipe
+    with Progress(console=Console(stderr=True), transient=True,
+                  disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task("checking", total=None)
+        report = check_journal(directory, lambda done, total: progress.update(
+            task, completed=done, total=total))
     for scan in report.scans:
         state = "ok" if scan.problem is None else f"DAMAGED at offset {scan.valid_end}: " \
             f"{scan.problem}"

@@ -247,6 +247,15 @@ def recovered_bodies(tmp_path: Path) -> list[bytes]:
     return run(go())
 
 
+def test_a_check_reports_its_progress_to_the_end(tmp_path):
+    """`pairmq journal check` draws its bar from these calls: bytes scanned of all."""
+    fill(tmp_path, 10)
+    seen: list[tuple[int, int]] = []
+    assert check_journal(tmp_path, lambda done, total: seen.append((done, total))).ok
+    (_, path), = list_segments(tmp_path)
+    assert seen == [(path.stat().st_size, path.stat().st_size)]
+
+
 @pytest.mark.parametrize("cut", [1, 5, 17, 30])
 def test_torn_tail_is_cut_and_logged(tmp_path, caplog, cut):
     fill(tmp_path, 10)

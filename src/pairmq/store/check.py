@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +30,16 @@ class CheckReport:
         return self.damage is None or self.torn_tail_only
 
 
-def check_journal(path: Path) -> CheckReport:
+def check_journal(path: Path, progress: Callable[[int, int], None] | None = None
+                  ) -> CheckReport:
+    """Scan every segment; `progress(bytes_done, bytes_in_all)` after each (a CLI's bar)."""
     directory = journal_directory(path)
     scans = []
     damage = None
     last_seq = 0
     found = list_segments(directory)
+    total = sum(seg_path.stat().st_size for _, seg_path in found)
+    done = 0
     for segment_id, seg_path in found:
         problems: list[str] = []
 
@@ -55,6 +60,9 @@ def check_journal(path: Path) -> CheckReport:
             last_seq = scan.last_seq
         if scan.problem is not None and damage is None:
             damage = scan
+        done += scan.size
+        if progress is not None:
+            progress(done, total)
     torn_only = (damage is not None and damage is scans[-1] and damage.at_tail)
     return CheckReport(directory, scans, damage, torn_only)
 

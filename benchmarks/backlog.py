@@ -69,6 +69,7 @@ from benchmarks.ha_replication import (  # noqa: E402
     ha_state,
     probe_send,
 )
+from benchmarks.progress import progress_bar  # noqa: E402
 
 QUEUE = "/queue/backlog"
 STREAM = "backlog"
@@ -185,12 +186,14 @@ def fill(args: argparse.Namespace, pair: Pair, formed: dict[str, int], emit
     stopped = None
     started = last_t = time.monotonic()
     last_n = 0
-    with pairmq.client.connect(url, send_window=args.in_flight) as client:
+    with pairmq.client.connect(url, send_window=args.in_flight) as client, \
+            progress_bar("filling the backlog", args.messages) as advance_to:
         while sent < args.messages:
             count = min(args.batch, args.messages - sent)
             client.send_batch_async(target,
                                     [(pad, {"g": str(sent + i)}) for i in range(count)])
             sent += count
+            advance_to(sent)
             if sent % args.sample < args.batch or sent == args.messages:
                 client.flush()
                 now = time.monotonic()

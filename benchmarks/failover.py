@@ -63,6 +63,7 @@ from benchmarks.ha_replication import (  # noqa: E402
 )
 from benchmarks.loadgen import nearest_rank  # noqa: E402
 from benchmarks.persistent import run_load  # noqa: E402
+from benchmarks.progress import progress_bar  # noqa: E402
 
 # name: (heartbeat_interval_ms, activation_interval_ms, target seconds)
 SETTINGS: dict[str, tuple[int, int, float]] = {"defaults": (500, 2000, 3.0),
@@ -301,14 +302,16 @@ def run_case(args: argparse.Namespace, setting: str, retained: int) -> dict[str,
             args = argparse.Namespace(**{**vars(args), "runs": 0})
         prepared_s = time.monotonic() - started
         print(f"{label}: journal prepared in {prepared_s:.0f} s", file=sys.stderr, flush=True)
-        for run in range(1, args.runs + 1):
-            record = one_run(args, deployment, retained, run, label)
-            runs.append(record)
-            print(f"{label} run {run}: failover {record.get('failover_s')} s, connect "
-                  f"{record.get('connect_s')} s, {record.get('activations')} activation(s), "
-                  f"{record.get('held_after')} of {retained} held"
-                  + ("" if record["ok"] else f" FAILED {record['errors']}"),
-                  file=sys.stderr, flush=True)
+        with progress_bar(f"{label}: failovers", args.runs) as advance_to:
+            for run in range(1, args.runs + 1):
+                record = one_run(args, deployment, retained, run, label)
+                runs.append(record)
+                advance_to(run)
+                print(f"{label} run {run}: failover {record.get('failover_s')} s, connect "
+                      f"{record.get('connect_s')} s, {record.get('activations')} "
+                      f"activation(s), {record.get('held_after')} of {retained} held"
+                      + ("" if record["ok"] else f" FAILED {record['errors']}"),
+                      file=sys.stderr, flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(template, ignore_errors=True)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from tests.ha.pair import Pair, wait_for
-from tests.support.admin import metric_samples
+from tests.support.admin import admin_request, metric_samples
 
 
 def one(samples, name: str, **labels: str) -> float:
@@ -78,3 +78,30 @@ def test_the_grafana_dashboard_uses_only_what_the_pair_exports(pair: Pair) -> No
     assert used - exported == set(), f"the dashboard uses series nobody exports: " \
                                      f"{sorted(used - exported)}"
     assert len(used) >= 25, sorted(used)
+
+
+def test_the_operator_api_gives_one_view_of_the_pair_from_either_server(pair: Pair) -> None:
+    """GET /api/pair on either server names both, their states and epochs; the passive
+    refuses an operator's change naming the active server; a failover shows up as a
+    change with its reason."""
+    views = {name: admin_request(pair.admin_address(name), "/api/pair")[2]
+             for name in ("primary", "backup")}
+    for name, view in views.items():
+        states = {s["name"]: s["state"] for s in view["servers"]}
+        assert states == {"primary": "ACTIVE", "backup": "PASSIVE"}, (name, view)
+        assert [s["name"] for s in view["servers"] if s["this"]] == [name]
+        assert view["witness"]["reachable"] is True
+    backup_row = next(s for s in views["primary"]["servers"] if s["name"] == "backup")
+    assert backup_row["lag"] is not None and backup_row["lag"]["records"] >= 0
+
+    code, _, body = admin_request(pair.admin_address("backup"), "/api/purge",
+                                  method="POST", data={"destination": "/queue/x"})
+    assert code == 409 and pair.stomp_address("primary") in body["error"], body
+
+    pair.kill("primary")
+    pair.wait_active(name="backup")
+    after = wait_for(lambda: (v := admin_request(pair.admin_address("backup"),
+                                                 "/api/pair")[2])["failovers"] == 1 and v,
+                     10, "the failover counted")
+    last = after["changes"][-1]
+    assert (last["old"], last["new"]) == ("PASSIVE", "STANDALONE") and last["why"], last

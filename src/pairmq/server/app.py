@@ -34,6 +34,7 @@ from pairmq.server.role import Role, RoleKind
 from pairmq.server.shared import SharedStorePair
 from pairmq.server.tls import TlsContexts, TlsError
 from pairmq.server.turns import TurnBudget
+from pairmq.server.websocket import WebSocketListener
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
     SteppedCollector,
@@ -74,6 +75,7 @@ class PairmqServer:
         self._generation = 0
         self._server: asyncio.Server | None = None
         self._tls_server: asyncio.Server | None = None  # [server] stomp_tls
+        self.websocket: WebSocketListener | None = None  # [server] stomp_ws
         # [tls]: every TLS context of this server, reloaded by SIGHUP or POST /reload
         self.tls = TlsContexts(config.tls_files, config.tls_purposes) if config.tls_used \
             else None
@@ -241,6 +243,11 @@ class PairmqServer:
             self._tls_server = await self._listen(self.config.stomp_tls,
                                                   self.tls.listener("stomp"))
             listening.append(f"STOMP over TLS on {self._bound(self._tls_server)}")
+        if self.config.stomp_ws:
+            tls = self.tls.listener("stomp") if self.tls and self.config.stomp_ws_tls else None
+            self.websocket = WebSocketListener(self.config, self._accept, tls)
+            await self.websocket.start(self.config.stomp_ws)
+            listening.append(f"STOMP over WebSocket on {self.websocket.url}")
         clients = self._server or self._tls_server
         assert clients is not None
         self.port = clients.sockets[0].getsockname()[1]
@@ -317,6 +324,8 @@ class PairmqServer:
         for listener in (self._server, self._tls_server):
             if listener is not None:
                 await listener.wait_closed()
+        if self.websocket is not None:
+            await self.websocket.close()  # its clients were told why, as the others were
         try:
             await asyncio.wait_for(role.synced(role.store.appended_seq), DRAIN_TIMEOUT_S)
         except TimeoutError:

@@ -78,6 +78,12 @@ KEYS: tuple[Key, ...] = (
         "STOMP listener HOST:PORT (plaintext); empty = off", _optional_address),
     Key("server", "stomp_tls", str, "",
         "STOMP over TLS listener HOST:PORT, with [tls]; empty = off", _optional_address),
+    Key("server", "stomp_ws", str, "",
+        "STOMP over WebSocket listener HOST:PORT (ws://HOST:PORT/stomp, for browsers and "
+        "JavaScript clients); empty = off", _optional_address),
+    Key("server", "stomp_ws_tls", bool, False,
+        "the WebSocket listener speaks wss://, with [tls] (client certificates as on "
+        "stomp_tls)"),
     Key("server", "heartbeat_ms", int, 10000, "heart-beat offered to clients (ms, 0 = none)",
         _at_least(0)),
     Key("server", "log_level", str, "info", "debug, info, warning or error", _one_of(LOG_LEVELS)),
@@ -101,7 +107,7 @@ KEYS: tuple[Key, ...] = (
     Key("tls", "ca", str, "", "PEM file: the CA(s) that sign client certificates (when "
         "asked) and the pair's and the witness's certificates", flag_name="tls_ca"),
     Key("tls", "client_auth", str, "none",
-        "client certificates on stomp_tls: none, optional or required (a client "
+        "client certificates on stomp_tls and stomp_ws_tls: none, optional or required (a client "
         "certificate may then stand in for login: its CN is the user)",
         _one_of(CLIENT_AUTH), flag_name="tls_client_auth"),
     Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
@@ -309,13 +315,14 @@ class ServerConfig:
     def tls_purposes(self) -> tuple[str, ...]:
         """The TLS contexts this configuration needs (server/tls.py)."""
         v = self.values
-        return tuple(["stomp"] * bool(v["stomp_tls"]) + ["admin"] * bool(v["admin_tls"])
+        return tuple(["stomp"] * bool(v["stomp_tls"] or v["stomp_ws_tls"])
+                     + ["admin"] * bool(v["admin_tls"])
                      + ["peer_server", "peer_client"] * bool(v["tls"]))
 
     @property
     def tls_used(self) -> bool:
         v = self.values
-        return bool(v["stomp_tls"] or v["admin_tls"] or v["tls"])
+        return bool(v["stomp_tls"] or v["stomp_ws_tls"] or v["admin_tls"] or v["tls"])
 
 
 def _typed(key: Key, value: Any, where: str) -> Any:
@@ -563,16 +570,26 @@ def _check_shared(v: dict[str, Any], where: str) -> None:
                           "lock on the shared directory decides who is active")
 
 
+LISTENERS = ("stomp", "stomp_tls", "stomp_ws", "admin")  # [server]: no two on one address
+
+
 def _check_tls(v: dict[str, Any], source: str) -> None:
-    """A listener needs one of stomp and stomp_tls; TLS anywhere needs a usable [tls]
-    (every context it will need is built once here, so a bad file stops the start)."""
+    """A listener needs one of stomp and stomp_tls, no two listeners share an address;
+    TLS anywhere needs a usable [tls] (every context it will need is built once here, so a
+    bad file stops the start)."""
     if not v["stomp"] and not v["stomp_tls"]:
         raise ConfigError(f"{source}: [server] stomp and stomp_tls are both empty: give at "
                           "least one STOMP listener")
-    if v["stomp"] and v["stomp"] == v["stomp_tls"] and not v["stomp"].endswith(":0"):
-        raise ConfigError(f"{source}: [server] stomp and stomp_tls are the same address "
-                          f"({v['stomp']})")
-    used = [name for name in ("stomp_tls", "admin_tls", "tls") if v[name]]
+    listeners = [name for name in LISTENERS if v[name] and not v[name].endswith(":0")]
+    for i, name in enumerate(listeners):
+        for other in listeners[i + 1:]:
+            if v[name] == v[other]:
+                raise ConfigError(f"{source}: [server] {name} and {other} are the same "
+                                  f"address ({v[name]})")
+    if v["stomp_ws_tls"] and not v["stomp_ws"]:
+        raise ConfigError(f"{source}: [server] stomp_ws_tls is set but stomp_ws is empty: "
+                          "give the WebSocket listener's HOST:PORT")
+    used = [name for name in ("stomp_tls", "stomp_ws_tls", "admin_tls", "tls") if v[name]]
     files = TlsFiles(v["cert"], v["key"], v["ca"], v["client_auth"])
     if not used:
         return

@@ -57,12 +57,14 @@ def test_each_server_reports_the_pair_and_a_kill_counts_one_failover(pair: Pair)
 
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "pairmq.json"
+ALERTS = Path(__file__).parents[2] / "deploy" / "prometheus" / "pairmq-alerts.yml"
 METRIC = re.compile(r"\bpairmq_[a-z0-9_]+\b")
 
 
-def test_the_grafana_dashboard_uses_only_what_the_pair_exports(pair: Pair) -> None:
-    """Every series an expression of deploy/grafana/pairmq.json names is one a running
-    pair exports (a renamed metric would leave a panel silently empty)."""
+def test_the_dashboard_and_alerts_use_only_what_the_pair_exports(pair: Pair) -> None:
+    """Every series an expression of deploy/grafana/pairmq.json or of the alert rules
+    names is one a running pair exports (a renamed metric would leave a panel silently
+    empty, an alert silently silent)."""
     dashboard = json.loads(DASHBOARD.read_text())
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
@@ -70,6 +72,10 @@ def test_the_grafana_dashboard_uses_only_what_the_pair_exports(pair: Pair) -> No
     exprs = [t["expr"] for p in panels for t in p["targets"]]
     assert exprs and all(t.get("refId") for p in panels for t in p["targets"])
     used = {name for expr in exprs for name in METRIC.findall(expr)}
+    rules = ALERTS.read_text()
+    alert_exprs = re.findall(r"^\s+expr: (.+)$", rules, re.MULTILINE)
+    assert len(alert_exprs) == rules.count("- alert: ") >= 10
+    used |= {name for expr in alert_exprs for name in METRIC.findall(expr)}
 
     client = pair.connect("primary")  # a destination, so that its series exist
     client.send("/queue/dashboard", b"x", headers={"persistent": "true"})

@@ -23,7 +23,13 @@ import stomp
 from pairmq.server.config import ConfigError, load_config
 from tests.integration.clients import Collector, wait_until
 from tests.serverproc import ServerProcess, free_port
-from tests.support.admin import admin_status, admin_user_flags, hashed, status_when_up
+from tests.support.admin import (
+    admin_request,
+    admin_status,
+    admin_user_flags,
+    hashed,
+    status_when_up,
+)
 from tests.support.certs import make_pki
 from tests.support.jsclient import start_script
 from tests.support.wsstomp import Closed, WsStomp
@@ -51,8 +57,17 @@ def run(coroutine: Awaitable[Any]) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 45))  # type: ignore[arg-type]
 
 
+def connection_protocols(admin: str) -> list[str]:
+    """The protocol of each connection, as the operator's connection list shows it."""
+    status_when_up(admin)
+    code, _headers, body = admin_request(admin, "/api/connections")
+    assert code == 200, body
+    return [row["protocol"] for row in body["connections"]]
+
+
 def test_send_subscribe_receipt_one_frame_per_message(server_factory) -> None:
-    srv, url = ws_server(server_factory)
+    admin = f"{HOST}:{free_port()}"
+    srv, url = ws_server(server_factory, "--admin", admin, *admin_user_flags())
 
     async def scenario() -> None:
         async with await WsStomp.open(url) as client:
@@ -80,9 +95,11 @@ def test_send_subscribe_receipt_one_frame_per_message(server_factory) -> None:
             # text when the frame is UTF-8, binary when it is not
             assert [kinds[m] for m in messages] == [TEXT, BINARY]
             assert all(kinds[d] is TEXT for d in kinds if not d.startswith(b"MESSAGE"))
+            listed = await asyncio.get_running_loop().run_in_executor(
+                None, connection_protocols, admin)
+            assert listed == ["stomp+ws"]  # the operator's connection list
 
     run(scenario())
-    # what the operator's connection list shows as its protocol
     assert " is stomp+ws (WebSocket subprotocol v12.stomp)" in srv.logs()
 
 
@@ -269,7 +286,9 @@ def test_a_slow_websocket_consumer_stalls_delivery_and_loses_nothing(server_fact
 
 def test_wss_with_the_tls_certificates(server_factory, tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
-    srv, url = ws_server(server_factory, *pki.server_flags(), tls=True)
+    admin = f"{HOST}:{free_port()}"
+    srv, url = ws_server(server_factory, *pki.server_flags(), "--admin", admin,
+                         *admin_user_flags(), tls=True)
     context = ssl.create_default_context(cafile=pki.ca_file)
 
     async def scenario() -> None:
@@ -278,6 +297,9 @@ def test_wss_with_the_tls_certificates(server_factory, tmp_path: Path) -> None:
             await client.send("SUBSCRIBE", {"id": "1", "destination": "/queue/wss"})
             await client.send("SEND", {"destination": "/queue/wss"}, b"secret stuff")
             assert (await client.expect("MESSAGE")).body == b"secret stuff"
+            listed = await asyncio.get_running_loop().run_in_executor(
+                None, connection_protocols, admin)
+            assert listed == ["stomp+wss"]
         with pytest.raises(aiohttp.ClientError):  # plain ws:// to the wss:// port
             await WsStomp.open(url.replace("wss://", "ws://"))
         with pytest.raises(aiohttp.ClientError):  # a certificate it does not trust

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -103,6 +104,14 @@ def test_passive_server_refuses_clients_naming_the_active(pair: Pair) -> None:
     finally:
         if conn.is_connected():
             conn.disconnect()
+    # on the wire: unescaped, as CONNECTED is (stompjs unescapes only after CONNECTED)
+    with socket.create_connection((HOST, pair.stomp_port["backup"]), timeout=5) as raw:
+        raw.sendall(b"CONNECT\naccept-version:1.2\nhost:pair\n\n\x00")
+        answer = b""
+        while b"\x00" not in answer and (chunk := raw.recv(4096)):
+            answer += chunk
+    assert f"\nactive-server:{pair.stomp_address('primary')}\n".encode() in answer, answer
+    assert b"\\c" not in answer, answer
 
 
 def test_connected_of_the_active_carries_the_topology(pair: Pair) -> None:

@@ -60,8 +60,8 @@ DATA_LOCK_NAME = "lock"  # in data_dir: one server process per data directory
 SLOW_GC_S = 0.2  # a collection longer than this is logged: leases run meanwhile
 
 EXPIRY_SWEEP_S = 1.0
-# The journal thread needs the GIL back after each write and fdatasync; from a busy event
 CHANGES_KEPT = 20  # HA state changes /status lists
+# The journal thread needs the GIL back after each write and fdatasync; from a busy event
 # loop that takes up to this long (Python's default is 5 ms, which would add milliseconds
 # to every receipt). Only a thread waiting for the GIL shortens the loop's turn.
 GIL_SWITCH_S = 0.0002
@@ -84,12 +84,12 @@ class PairmqServer:
         self.port = config.stomp_port
         self._admin: web.AppRunner | None = None
         self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
-        self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
-        self._steps = SteppedCollector()
         self.disk_usage_percent: float | None = None  # the data directory's, last sampled
         # the last changes of this server's HA state, with their reasons (the console's)
         self.changes: deque[dict[str, object]] = deque(maxlen=CHANGES_KEPT)
         self.failovers = 0  # times this server took over from its peer since it started
+        self._collector: asyncio.TimerHandle | None = None  # store/gcpause.py
+        self._steps = SteppedCollector()
         self.turn = TurnBudget(TURN_BUDGET_S)  # frames of every connection, per loop turn
         self.logins = LoginThrottle(config.failed_login_delay_max_ms / 1000)
         # the configuration's plain passwords are hashed in its thread (passwords.py)
@@ -253,6 +253,7 @@ class PairmqServer:
         self.port = clients.sockets[0].getsockname()[1]
         # Without a pair this serves at once (nothing awaited: no client is accepted before).
         await self.pair.start()
+        self._sample_disk()  # at once: /metrics has it from the start
         self._sweeper = self.loop.call_later(EXPIRY_SWEEP_S, self._sweep)
         self._collector = self.loop.call_later(FULL_EVERY_S, self._collect)
         rules = self.role.broker.accounts.rules_over(self.config.security)
@@ -260,7 +261,6 @@ class PairmqServer:
             log.warning("No [security] rules: every client that logs in may send to, "
                         "consume from, create and delete any destination (docs/security.md)")
         users = {name: user.roles for name, user in self.users.items()}
-        self._sample_disk()  # at once: /metrics has it from the start
         for role, holders in unchecked_roles(users, rules, (ADMIN_ROLE, MONITOR_ROLE)).items():
             log.warning("Role %r (of %s) is granted nothing and checked nowhere: it is not "
                         "admin or monitor and no [security] rule names it. A typo?", role,

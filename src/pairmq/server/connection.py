@@ -43,6 +43,8 @@ from pairmq.server.unfinished import UnfinishedFrame
 
 log = logging.getLogger("pairmq.connection")
 
+AGREED = (Phase.CONNECTED, Phase.DISCONNECTING)  # phases with a STOMP version agreed
+
 PRE_LOGIN_FRAMES = 4  # frames held behind a delayed login before reading pauses
 TURN_BUDGET_S = 0.01  # frames of all connections applied per turn of the loop, at most
 BATCH_SLICE = 256  # messages of a batched SEND routed per turn
@@ -571,7 +573,11 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         if self.session.owns_broker_session:
             self.drain_deliveries()
         log.info("Closing connection %d from %s: %s", self.conn_id, self.peer, message)
-        self.out.append(wire.error(message, self.session.version, receipt, detail, extra))
+        # An ERROR that answers a CONNECT is written unescaped, as CONNECTED is: no version
+        # was agreed, and clients (stompjs) unescape only after CONNECTED, so they would
+        # read `active-server` as "HOST\\cPORT". A raw colon in a value parses everywhere.
+        version = self.session.version if self.session.phase in AGREED else "1.0"
+        self.out.append(wire.error(message, version, receipt, detail, extra))
         self.close()
 
     def close(self, park: bool = False) -> None:

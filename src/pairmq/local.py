@@ -23,6 +23,7 @@ SERVERS = (
      "127.0.0.1:7001"),
 )
 STOMP_TLS = {"primary": "127.0.0.1:61617", "backup": "127.0.0.1:61618"}  # beside plaintext
+STOMP_WS = {"primary": "127.0.0.1:61623", "backup": "127.0.0.1:61624"}  # STOMP over WebSocket
 WITNESS = "127.0.0.1:7000"
 ADMIN_ADDRESSES = tuple(admin for _name, _role, _stomp, admin, _listen, _peer in SERVERS)
 LOCAL_DIR = Path(".pairmq-local")  # `pairmq up`'s default --dir
@@ -70,7 +71,8 @@ def _write_config(root: Path, login: str, password: str, secret: str, ca: Path,
         path.write_text(
             "# Written by `pairmq up`; credentials are in ./credentials\n"
             f'[server]\nname = "{name}"\ndata_dir = "{(root / "data" / name).as_posix()}"\n'
-            f'stomp = "{stomp}"\nstomp_tls = "{STOMP_TLS[name]}"\nadmin = "{admin}"\n\n'
+            f'stomp = "{stomp}"\nstomp_tls = "{STOMP_TLS[name]}"\nadmin = "{admin}"\n'
+            f'stomp_ws = "{STOMP_WS[name]}"\n\n'
             f'[tls]\ncert = "{certs[name].cert.resolve()}"\n'
             f'key = "{certs[name].key.resolve()}"\nca = "{ca.resolve()}"\n\n'
             f'[ha]\npolicy = "replication"\nrole = "{role}"\nlisten = "{listen}"\n'
@@ -110,7 +112,8 @@ def run_local_pair(root: Path) -> None:
     console.print(f"[bold]pairmq {__version__}[/bold]: a local pair and its witness")
     for name, role, stomp, admin, listen, _ in SERVERS:
         console.print(f"  {name:8} STOMP stomp://{stomp}   stomp+ssl://{STOMP_TLS[name]}   "
-                      f"admin http://{admin}/status   HA {listen} ({role}, mutual TLS)")
+                      f"ws://{STOMP_WS[name]}/stomp   console http://{admin}/   "
+                      f"HA {listen} ({role}, mutual TLS)")
     console.print(f"  witness  {WITNESS} (mutual TLS)")
     console.print(f"  CA        {ca}   (trust it: trustStorePath, docs/clients.md)")
     console.print(f"  login     {login}")

@@ -319,3 +319,19 @@ def test_only_an_admin_makes_a_waiting_server_activate(tmp_path) -> None:
     finally:
         pair.close()
 
+
+
+def test_message_bodies_need_the_admin_role_even_with_open_reads(server_factory) -> None:
+    """Browsing shows what clients sent: a monitor user, or anyone through
+    anonymous_management_reads, sees the destinations' figures but not the messages."""
+    _srv, admin = start_managed(server_factory,
+                                "anonymous_management_reads = true")
+    browse = "/api/messages?destination=/queue/secret"
+    code, _, body = admin_request(admin, "/api/destinations", credentials=None)
+    assert code == 200 and "destinations" in body
+    code, _, body = admin_request(admin, browse, credentials=None)
+    assert code == 401 and "needs a user with role admin" in body["error"], body
+    code, _, body = admin_request(admin, browse, credentials=WATCHER)
+    assert code == 403 and "needs role admin;" in body["error"], body
+    code, _, body = admin_request(admin, browse, credentials=BOSS)
+    assert code == 200 and body["messages"] == []

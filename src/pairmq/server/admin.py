@@ -19,8 +19,9 @@ from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import generate_latest
 
 from pairmq.core.permissions import MANAGEMENT, Permission
-from pairmq.server.auth import ADMIN_ROLE, READ_METHODS, management_roles
+from pairmq.server.auth import ADMIN_ROLE, is_management_read, management_roles
 from pairmq.server.config import User
+from pairmq.server.console import console_routes
 from pairmq.server.metrics import Collector
 from pairmq.server.operator_api import operator_routes
 from pairmq.server.passwords import Busy
@@ -63,13 +64,14 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
     return credentials.login, credentials.password
 
 
-def _granted(server: PairmqServer, method: str, roles: tuple[str, ...]) -> bool:
+def _granted(server: PairmqServer, read: bool, roles: tuple[str, ...]) -> bool:
     """The [security] rules' say beside the admin and monitor roles: `manage` on
-    pairmq.management for changes, `browse` on it for reads (docs/security.md)."""
+    pairmq.management for changes and message browsing, `browse` on it for reads
+    (docs/security.md)."""
     rules = server.role.broker.accounts.rules_over(server.config.security)
     if rules is None:
         return False
-    permission = Permission.BROWSE if method in READ_METHODS else Permission.MANAGE
+    permission = Permission.BROWSE if read else Permission.MANAGE
     return rules.allows(roles, permission, MANAGEMENT)
 
 
@@ -79,9 +81,10 @@ def _auth_middleware(server: PairmqServer) -> Any:
     @web.middleware
     async def require_role(request: web.Request, handler: Handler) -> web.StreamResponse:
         method, path = request.method, request.path
-        if open_reads and method in READ_METHODS:
+        read = is_management_read(method, path)
+        if open_reads and read:
             return await handler(request)
-        roles = management_roles(method)
+        roles = management_roles(method, path)
         needs = " or ".join(roles)
         where = f"{method} {path} from {request.remote}"
         try:
@@ -102,11 +105,10 @@ def _auth_middleware(server: PairmqServer) -> Any:
                         where, login)
             audit.warning("management login refused: %r, %s", login, where)
             return _refused(401, "authentication failed: unknown user or wrong password")
-        if not set(roles) & set(user.roles) and not _granted(server, method, user.roles):
+        if not set(roles) & set(user.roles) and not _granted(server, read, user.roles):
             has = ", ".join(user.roles) or "none"
             if server.role.broker.accounts.rules_over(server.config.security) is not None:
-                needs += (f", or permission {'browse' if method in READ_METHODS else 'manage'}"
-                          f" on {MANAGEMENT}")
+                needs += f", or permission {'browse' if read else 'manage'} on {MANAGEMENT}"
             log.warning("Management HTTP refused %s: user %r lacks role %s", where, login, needs)
             audit.warning("management denied: user %r lacks role %s for %s", login, needs,
                           where)
@@ -114,7 +116,7 @@ def _auth_middleware(server: PairmqServer) -> Any:
                                  f"{login!r} has: {has}")
         request["user"] = user.name
         response = await handler(request)
-        if method not in READ_METHODS:  # a change: who, from where, what, and the answer
+        if not read:  # a change or a look at messages: who, from where, what, the answer
             audit.info("management: user %r, %s: HTTP %d", user.name, where, response.status)
         return response
 
@@ -189,6 +191,7 @@ async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
                     web.post("/activate", activate), web.post("/reload", reload)])
     app.add_routes(user_routes(server, executor))  # server/users_api.py
     app.add_routes(operator_routes(server))  # server/operator_api.py
+    app.add_routes(console_routes())  # server/console.py: the web console at /
 
     async def shutdown_executor(_app: web.Application) -> None:
         executor.shutdown(wait=False, cancel_futures=True)

@@ -44,7 +44,19 @@ MONITOR_ROLE = "monitor"
 READ_METHODS = frozenset({"GET", "HEAD"})
 
 
-def management_roles(method: str) -> tuple[str, ...]:
+# reads that show what clients sent (message bodies and headers): `admin` only, never
+# opened by anonymous_management_reads, as a change is not (RabbitMQ's "get messages")
+CONTENT_PATHS = frozenset({"/api/messages"})
+
+
+def is_management_read(method: str, path: str) -> bool:
+    """A request that shows the server's state and changes nothing (GET, HEAD), and is not
+    a look at the messages themselves."""
+    return method in READ_METHODS and path not in CONTENT_PATHS
+
+
+def management_roles(method: str, path: str = "") -> tuple[str, ...]:
     """The roles that may make a management request: reads (GET, HEAD) need `admin` or
-    `monitor`; anything else may change the server (POST /activate), so only `admin`."""
-    return (ADMIN_ROLE, MONITOR_ROLE) if method in READ_METHODS else (ADMIN_ROLE,)
+    `monitor`; anything else may change the server (POST /activate), and a browse shows
+    message bodies, so only `admin`."""
+    return (ADMIN_ROLE, MONITOR_ROLE) if is_management_read(method, path) else (ADMIN_ROLE,)

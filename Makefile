@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test test-long lint typecheck bench fuzz sim pipeline pipeline-cluster clean
+.PHONY: up test test-deps test-long lint typecheck bench fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -19,7 +19,16 @@ $(STAMP): pyproject.toml
 up: $(STAMP)
 	$(BIN)/pairmq up
 
-test: $(STAMP)
+# The console's browser tests (tests/ha/test_console.py) drive Debian's Chromium and
+# ChromeDriver: installed when missing (with sudo when not root).
+test-deps:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -q && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	fi
+
+test: $(STAMP) test-deps
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -m "not long"

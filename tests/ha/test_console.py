@@ -1,0 +1,247 @@
+"""The web console (docs/operations.md, "The console") in a real headless Chromium:
+the page a browser gets from the management port, logged in with HTTP basic auth, polling
+the operator's JSON API. Real servers, a real pair and a real SIGKILL; stomp.py clients
+produce and consume, and every action's effect is checked through the API and a consumer,
+not only through what the page says.
+
+The pair test saves a screenshot of the console in its tmp_path; with
+PAIRMQ_CONSOLE_SCREENSHOT=PATH set (e.g. docs/console.png) it is also copied there, which is
+how docs/console.png is made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ha.pair import Pair
+from tests.integration.clients import Client, wait_until
+from tests.support.admin import ADMIN, admin_port, admin_request, status_when_up
+from tests.support.browser import Browser, missing
+
+pytestmark = pytest.mark.timeout(120)
+
+P = {"persistent": "true"}
+WATCHER = ("watcher", "watch-pw")  # role monitor: reads only
+ALICE = ("alice", "alice-pw")  # a STOMP user
+USERS = f"""
+[auth.users.{WATCHER[0]}]
+password = "{WATCHER[1]}"
+roles = ["monitor"]
+
+[auth.users.{ALICE[0]}]
+password = "{ALICE[1]}"
+roles = ["app"]
+"""
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    reason = missing()
+    if reason is not None:
+        if os.environ.get("CI"):  # `make test` installs them: never skipped there
+            pytest.fail(reason)
+        pytest.skip(reason)
+    b = Browser(tmp_path)
+    yield b
+    b.close()
+
+
+def api(admin: str, path: str, credentials: tuple[str, str] = ADMIN) -> dict:
+    code, _, body = admin_request(admin, path, credentials=credentials)
+    assert code == 200, (code, body)
+    return body
+
+
+def depth(admin: str, destination: str) -> int:
+    rows = api(admin, "/api/destinations")["destinations"]
+    return next(r["messages"] for r in rows if r["name"] == destination)
+
+
+def server_row(name: str, field: str) -> str:
+    return f'#servers tr[data-server="{name}"] [data-field="{field}"]'
+
+
+def destination_row(name: str, field: str = "") -> str:
+    row = f'#destinations tr[data-destination="{name}"]'
+    return f'{row} [data-field="{field}"]' if field else row
+
+
+def started(server_factory, *flags: str, config_text: str | None = None) -> tuple[object, str]:
+    """A standalone server with a management port (the test admin, and USERS)."""
+    admin, admin_flags = admin_port()
+    srv = server_factory(*flags, *admin_flags, config_text=config_text or USERS)
+    status_when_up(admin)
+    return srv, admin
+
+
+def empty_for(consumer: Client, queue: str) -> None:
+    """`queue` holds nothing: a consumer subscribed to it gets the marker sent after it
+    subscribed, and nothing before it."""
+    consumer.subscribe(queue, id="check")
+    consumer.send(queue, "marker", **P)
+    [first] = consumer.wait_messages(1)
+    assert first.body == "marker", f"{queue} still held {first.body!r}"
+
+
+def test_the_console_shows_the_pair_and_follows_a_failover(pair: Pair, stomp_client,
+                                                           browser: Browser,
+                                                           tmp_path: Path) -> None:
+    primary, backup = pair.admin_address("primary"), pair.admin_address("backup")
+    producer = stomp_client(pair.servers["primary"])
+    for i in range(12):
+        producer.send("/queue/orders", f"order-{i}", **P)
+    for i in range(5):
+        producer.send("/queue/invoices", f"invoice-{i}", **P)
+    for i in range(20):
+        producer.send("/stream/events", f"event-{i}", **P)
+    producer.send("/stream/events", "", **{"x-stream-group": "billing",
+                                           "x-stream-commit-offset": "15"}, **P)
+    consumer = stomp_client(pair.servers["primary"])
+    consumer.subscribe("/queue/invoices", id="c", ack="client-individual",
+                       headers={"prefetch-count": "2"})
+    consumer.wait_messages(2)
+
+    browser.open_console(primary)
+    assert browser.attribute("#served-by", "data-server") == "primary"
+    browser.wait_text(server_row("primary", "state"), "ACTIVE")
+    browser.wait_text(server_row("backup", "state"), "PASSIVE")
+    assert "(this page)" in browser.text(server_row("primary", "name"))
+    browser.wait_text(destination_row("/queue/orders", "messages"), "12")
+    browser.wait_text(destination_row("/queue/invoices", "unacknowledged"), "2")
+    assert browser.text(destination_row("/queue/invoices", "consumers")) == "1"
+    browser.wait_text('#streams tr[data-stream="/stream/events"] [data-field="next_offset"]',
+                      "20")
+    assert "billing @ 15" in browser.text(
+        '#streams tr[data-stream="/stream/events"] [data-field="groups"]')
+    browser.wait_text("#witness [data-field='reachable']", "yes")
+    browser.wait(lambda: browser.text(destination_row("/queue/orders", "rate_in")) != "-",
+                 "the rates (two looks at the counters)")
+    shot = browser.screenshot(tmp_path / "console.png", down_to="#streams-section")
+    assert 10_000 < shot.stat().st_size < 400_000
+    if os.environ.get("PAIRMQ_CONSOLE_SCREENSHOT"):
+        shutil.copyfile(shot, os.environ["PAIRMQ_CONSOLE_SCREENSHOT"])
+
+    # the backup's console, as it sees the pair; then the primary dies under it
+    browser.open_console(backup)
+    assert browser.attribute("#served-by", "data-server") == "backup"
+    browser.wait_text(server_row("backup", "state"), "PASSIVE")
+    browser.wait_text(server_row("primary", "state"), "ACTIVE")
+    assert "(this page)" in browser.text(server_row("backup", "name"))
+    # a backup refuses to be forced while its active server lives: the API's words shown
+    browser.click("#force-activation")
+    assert "Force backup" in browser.accept_confirm()
+    browser.wait_text("#notice-text", "forcing is for a WAITING server")
+    assert browser.attribute("#notice", "data-kind") == "error"
+    assert browser.text("#failovers") == "0"
+    browser.mark()
+
+    pair.kill("primary")
+    shown = browser.wait(lambda: browser.text(server_row("backup", "state"))
+                         in ("STANDALONE", "ACTIVE") and browser.text(server_row("backup",
+                                                                                 "state")),
+                         "the backup serving")
+    browser.wait_text("#failovers", "1")
+    seen = api(backup, "/api/pair")
+    assert seen["failovers"] == 1
+    change = next(c for c in reversed(seen["changes"])
+                  if c["old"] == "PASSIVE" and c["new"] in ("STANDALONE", "ACTIVE"))
+    assert change["why"]
+    newest = "#changes tbody tr:first-child"
+    browser.wait_text(f'{newest} [data-field="why"]', change["why"])
+    assert browser.text(f'{newest} [data-field="old"]') == "PASSIVE"
+    assert browser.text(f'{newest} [data-field="new"]') == change["new"]
+    peer_state = next(s["state"] for s in seen["servers"] if s["name"] == "primary")
+    browser.wait_text(server_row("primary", "state"), peer_state)
+    browser.wait_text("#served-by", f"now {shown}")
+    assert browser.marked(), "the page was reloaded"
+    # what the primary had receipted is on the backup, and shown there
+    browser.wait_text(destination_row("/queue/orders", "messages"), "12")
+
+
+def test_a_queue_is_browsed_then_purged(server_factory, stomp_client,
+                                        browser: Browser) -> None:
+    srv, admin = started(server_factory)
+    producer = stomp_client(srv)
+    for i in range(7):
+        producer.send("/queue/purged", f"body-{i}", kind="order", **P)
+
+    browser.open_console(admin)
+    browser.wait_text(destination_row("/queue/purged", "messages"), "7")
+    browser.click(f'{destination_row("/queue/purged")} [data-action="browse"]')
+    browser.wait(lambda: browser.attribute("#browse-results", "data-count") == "7",
+                 "the browsed messages")
+    first = browser.find("#browse-results article.message")
+    assert "body-0" in first.find_element("css selector", "pre.body").text
+    assert "kind" in first.text and "order" in first.text
+    assert depth(admin, "/queue/purged") == 7, "browsing took messages"
+
+    browser.click(f'{destination_row("/queue/purged")} [data-action="purge"]')
+    question = browser.accept_confirm()
+    assert "/queue/purged" in question and "7" in question
+    browser.wait_text("#notice-text", "Purged /queue/purged: 7 messages deleted")
+    browser.wait_text(destination_row("/queue/purged", "messages"), "0")
+    assert depth(admin, "/queue/purged") == 0
+    empty_for(stomp_client(srv), "/queue/purged")
+
+
+def test_a_monitor_sees_why_a_purge_is_refused(server_factory, stomp_client,
+                                               browser: Browser) -> None:
+    srv, admin = started(server_factory)
+    producer = stomp_client(srv)
+    for i in range(3):
+        producer.send("/queue/kept", f"m{i}", **P)
+
+    browser.open_console(admin, WATCHER)
+    browser.wait_text(destination_row("/queue/kept", "messages"), "3")
+    browser.click(f'{destination_row("/queue/kept")} [data-action="purge"]')
+    browser.accept_confirm()
+    said = browser.wait_text("#notice-text", "Refused")
+    assert "admin role" in said and "monitor" in said, said
+    assert browser.attribute("#notice", "data-kind") == "error"
+    assert depth(admin, "/queue/kept") == 3
+
+    # the page itself is behind the login, as the API is
+    code, headers, _ = admin_request(admin, "/", credentials=None)
+    assert code == 401 and headers["WWW-Authenticate"] == 'Basic realm="pairmq"'
+    code, headers, _ = admin_request(admin, "/console/console.js", credentials=WATCHER)
+    assert code == 200 and "script-src 'self'" in headers["Content-Security-Policy"]
+    assert admin_request(admin, "/console/other.js", credentials=WATCHER)[0] == 404
+
+
+def test_a_dead_letter_is_retried_and_a_connection_closed(server_factory, stomp_client,
+                                                          browser: Browser) -> None:
+    srv, admin = started(server_factory, "--max-delivery-attempts", "1")
+    producer = stomp_client(srv)
+    producer.send("/queue/work", "job-1", **P)
+    worker = stomp_client(srv, login=ALICE[0], passcode=ALICE[1])
+    worker.subscribe("/queue/work", id="w", ack="client-individual")
+    worker.nack(worker.wait_messages(1)[0])
+    wait_until(lambda: depth(admin, "/queue/DLQ.work") == 1, what="the dead letter")
+    worker.unsubscribe("w")
+
+    browser.open_console(admin)
+    browser.wait_text(destination_row("/queue/DLQ.work", "messages"), "1")
+    browser.click(f'{destination_row("/queue/DLQ.work")} [data-action="move"]')
+    assert browser.find("#move-source").get_attribute("value") == "/queue/DLQ.work"
+    browser.click("#move-submit")
+    assert "original destination" in browser.accept_confirm()
+    browser.wait_text("#notice-text", "1 message moved")
+    again = stomp_client(srv)
+    again.subscribe("/queue/work", id="a")
+    [retried] = again.wait_messages(1)
+    assert retried.body == "job-1"
+    browser.wait_text(destination_row("/queue/DLQ.work", "messages"), "0")
+
+    row = '#connections tr[data-user="alice"]'
+    browser.wait_text(f'{row} [data-field="user"]', "alice")
+    browser.click(f'{row} [data-action="close"]')
+    assert "alice" in browser.accept_confirm()
+    browser.wait_text("#notice-text", "closed")
+    assert "closed by an operator" in worker.wait_error().headers["message"]
+    browser.wait(lambda: not browser.driver.find_elements("css selector", row),
+                 "alice's connection gone")

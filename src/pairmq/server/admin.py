@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import generate_latest
@@ -22,15 +22,13 @@ from pairmq.core.permissions import MANAGEMENT, Permission
 from pairmq.server.auth import ADMIN_ROLE, is_management_read, management_roles
 from pairmq.server.config import User
 from pairmq.server.console import console_routes
+from pairmq.server.managed import ManagedServer
 from pairmq.server.metrics import Collector
 from pairmq.server.operator_api import operator_routes
 from pairmq.server.passwords import Busy
 from pairmq.server.status import server_status
 from pairmq.server.tls import TlsError
 from pairmq.server.users_api import user_routes
-
-if TYPE_CHECKING:
-    from pairmq.server.app import PairmqServer
 
 log = logging.getLogger("pairmq.admin")
 audit = logging.getLogger("pairmq.audit")  # management changes and refusals
@@ -64,7 +62,7 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
     return credentials.login, credentials.password
 
 
-def _granted(server: PairmqServer, read: bool, roles: tuple[str, ...]) -> bool:
+def _granted(server: ManagedServer, read: bool, roles: tuple[str, ...]) -> bool:
     """The [security] rules' say beside the admin and monitor roles: `manage` on
     pairmq.management for changes and message browsing, `browse` on it for reads
     (docs/security.md)."""
@@ -75,7 +73,7 @@ def _granted(server: PairmqServer, read: bool, roles: tuple[str, ...]) -> bool:
     return rules.allows(roles, permission, MANAGEMENT)
 
 
-def _auth_middleware(server: PairmqServer) -> Any:
+def _auth_middleware(server: ManagedServer) -> Any:
     open_reads: bool = server.config.anonymous_management_reads
 
     @web.middleware
@@ -123,7 +121,7 @@ def _auth_middleware(server: PairmqServer) -> Any:
     return require_role
 
 
-async def _checked(server: PairmqServer, host: str, login: str, password: str) -> User | None:
+async def _checked(server: ManagedServer, host: str, login: str, password: str) -> User | None:
     """The user, if the password is right: at once if it was verified a moment ago, else
     after the address's delay for its failed logins (server/logins.py) and an scrypt in a
     login thread (server/passwords.py), as a STOMP login is checked."""
@@ -147,7 +145,7 @@ async def _checked(server: PairmqServer, host: str, login: str, password: str) -
     return user
 
 
-async def start_admin(server: PairmqServer, address: str) -> web.AppRunner:
+async def start_admin(server: ManagedServer, address: str) -> web.AppRunner:
     collector = Collector(server)
 
     async def status(_request: web.Request) -> web.Response:

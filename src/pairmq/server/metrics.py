@@ -10,7 +10,7 @@ any), as RabbitMQ learned to do: a server with 100,000 queues would spend second
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -23,17 +23,15 @@ from pairmq.core import Broker
 from pairmq.core.capacity import Shortage
 from pairmq.core.queue import Address
 from pairmq.ha.states import State
+from pairmq.server.managed import ManagedServer
 from pairmq.store.synctimes import SYNC_TIMES
-
-if TYPE_CHECKING:
-    from pairmq.server.app import PairmqServer
 
 MESSAGE_COUNTERS = ("received", "delivered", "acknowledged", "expired", "dead_lettered",
                     "duplicates", "dropped")
 REPORTED_STATES = tuple(s for s in State if s is not State.DEAD)  # DEAD names a lost peer
 
 
-def server_shortages(server: PairmqServer) -> list[str]:
+def server_shortages(server: ManagedServer) -> list[str]:
     """Why new messages are held or refused server-wide now (empty: they are not)."""
     found = [s.value for s in server.broker.capacity.shortages]
     if server.store.full:
@@ -57,7 +55,7 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 class Collector:
     """One server's figures, for prometheus_client's text writer."""
 
-    def __init__(self, server: PairmqServer) -> None:
+    def __init__(self, server: ManagedServer) -> None:
         self.server = server
 
     def collect(self) -> Iterator[Metric]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -33,10 +33,8 @@ from pairmq.core.operations import Done
 from pairmq.core.queue import Address
 from pairmq.ha.states import State
 from pairmq.server.httpjson import json_object, problem
+from pairmq.server.managed import ManagedServer
 from pairmq.server.status import destination_status, server_status
-
-if TYPE_CHECKING:
-    from pairmq.server.app import PairmqServer
 
 log = logging.getLogger("pairmq.admin")
 
@@ -87,7 +85,7 @@ def first_message_age_s(address: Address, now_ms: int) -> float | None:
     return max(0.0, (now_ms - min(stamps)) / 1000) if stamps else None
 
 
-def operator_routes(server: PairmqServer) -> list[web.RouteDef]:
+def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
     rates = Rates()
 
     def not_serving() -> web.Response | None:

@@ -3,17 +3,15 @@ API and `pairmq status` read it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pairmq.core import Broker
 from pairmq.core.queue import Address
+from pairmq.server.managed import ManagedServer
 from pairmq.server.metrics import server_shortages, unacknowledged
 
-if TYPE_CHECKING:
-    from pairmq.server.app import PairmqServer
 
-
-def server_status(server: PairmqServer) -> dict[str, Any]:
+def server_status(server: ManagedServer) -> dict[str, Any]:
     # The pair's view first: it checks the lease at this instant (a lease that ran out
     # ends serving now), and the state below is read after that, never before.
     pair = server.pair.status()
@@ -56,7 +54,7 @@ def destination_status(address: Address, paged: int) -> dict[str, Any]:
             "state": address.state.value, "dropped": address.dropped}
 
 
-def capacity_status(server: PairmqServer) -> dict[str, Any]:
+def capacity_status(server: ManagedServer) -> dict[str, Any]:
     capacity = server.broker.capacity
     return {"memory_bytes": capacity.memory,
             "global_max_size_bytes": capacity.memory_limit,

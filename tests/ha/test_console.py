@@ -119,8 +119,11 @@ def test_the_console_shows_the_pair_and_follows_a_failover(pair: Pair, stomp_cli
     assert "billing @ 15" in browser.text(
         '#streams tr[data-stream="/stream/events"] [data-field="groups"]')
     browser.wait_text("#witness [data-field='reachable']", "yes")
-    browser.wait(lambda: browser.text(destination_row("/queue/orders", "rate_in")) != "-",
-                 "the rates (two looks at the counters)")
+    for i in range(12, 20):  # traffic between two looks at the counters: a rate in
+        producer.send("/queue/orders", f"order-{i}", **P)
+    browser.wait_text(destination_row("/queue/orders", "messages"), "20")
+    browser.wait(lambda: browser.text(destination_row("/queue/orders", "rate_in"))
+                 not in ("", "-", "0.0"), "a rate in on /queue/orders")
     shot = browser.screenshot(tmp_path / "console.png", down_to="#streams-section")
     assert 10_000 < shot.stat().st_size < 400_000
     if os.environ.get("PAIRMQ_CONSOLE_SCREENSHOT"):
@@ -160,7 +163,7 @@ def test_the_console_shows_the_pair_and_follows_a_failover(pair: Pair, stomp_cli
     browser.wait_text("#served-by", f"now {shown}")
     assert browser.marked(), "the page was reloaded"
     # what the primary had receipted is on the backup, and shown there
-    browser.wait_text(destination_row("/queue/orders", "messages"), "12")
+    browser.wait_text(destination_row("/queue/orders", "messages"), "20")
 
 
 def test_a_queue_is_browsed_then_purged(server_factory, stomp_client,

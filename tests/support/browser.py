@@ -135,6 +135,10 @@ class Browser:
         return self.wait(lambda: (shown := self.text(css)) and text in shown and shown,
                          f"{text!r} in {css}", timeout)
 
+    def wait_exact(self, css: str, text: str, timeout: float = WAIT_S) -> None:
+        """Wait until the element matching `css` shows exactly `text` (a number, a state)."""
+        self.wait(lambda: self.text(css) == text, f"exactly {text!r} in {css}", timeout)
+
     def page_text(self) -> str:
         try:
             return self.find("body").text

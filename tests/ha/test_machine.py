@@ -230,3 +230,75 @@ def test_a_backup_says_why_it_does_not_take_over_after_a_clean_stop() -> None:
             ("WAITING", "the active server stopped cleanly and failover_on_shutdown is off: "
                         "not taking over")], heartbeat_first
         assert m.state is State.WAITING
+
+
+BACKUP_WAITING = {"name": "backup", "identity": "backup#1", "role": "backup",
+                  "state": "WAITING", "epoch": 1, "last_seq": 3, "stomp": "backup:61614"}
+
+
+def electing() -> tuple[ReplicationMachine, FakeJournal]:
+    """A primary (epoch 1, seq 5) and its waiting backup (epoch 1, seq 3) elect it while
+    the witness does not answer: it opens its journal for serving at epoch 3."""
+    m, journal = machine()
+    journal.epoch, journal.appended_seq, journal.synced_seq = 1, 5, 5
+    out = m.handle(ev.PeerConnected(wire_hello(BACKUP_WAITING)), 0.1)
+    ask = one(out, ev.AskWitness)
+    assert ask.request["op"] == "query"
+    out = m.handle(ev.witness_replied(ask.purpose, None, 0.1), 0.2)
+    assert one(out, ev.BecomeActive).epoch == 3
+    return m, journal
+
+
+def elected() -> tuple[ReplicationMachine, FakeJournal]:
+    """... and serves on that election (ELECTED, reported STANDALONE), not yet followed."""
+    m, journal = electing()
+    journal.epoch = 3
+    journal.appended_seq = journal.synced_seq = 6
+    out = m.handle(ev.Recovered(3), 0.3)
+    assert one(out, ev.StateChanged).new == "STANDALONE"
+    assert m.phase is Phase.ELECTED and m.serving
+    assert m.confirmable(6, 5, 0.3) == 5  # confirms nothing on an election alone
+    return m, journal
+
+
+def test_an_elected_server_serves_the_backup_it_was_elected_over() -> None:
+    m, _ = elected()
+    out = m.handle(ev.SyncRequested({"request": True, "epoch": 1, "last_seq": 3,
+                                     "epochs": [[1, 1]]}), 0.4)
+    one(out, ev.ServeSync)
+    assert m.phase is Phase.STANDALONE and m.state is State.STANDALONE
+    assert not [e for e in out if isinstance(e, ev.StateChanged)]  # STANDALONE all along
+
+
+def test_an_elected_server_steps_down_when_its_backup_served_meanwhile() -> None:
+    """Simulator seed 10715: the witness, which did not know the epoch the election opened
+    (3), granted the backup a lower one (2) after it; the backup confirmed records alone
+    and stopped serving, then asked this server for a synchronisation. A full copy would
+    have wiped the records it confirmed, and its promise then let this server confirm
+    without them. Its journal is not the one this server was elected over: step down."""
+    m, _ = elected()
+    out = m.handle(ev.SyncRequested({"request": True, "epoch": 2, "last_seq": 8,
+                                     "epochs": [[1, 1], [2, 4]]}), 0.4)
+    assert not [e for e in out if isinstance(e, ev.ServeSync)]
+    one(out, ev.StepDown)
+    assert m.state is State.WAITING and not m.serving
+    # A hello that says it is seen as soon: serving or not, the backup's journal moved on.
+    for state in ("STANDALONE", "WAITING"):
+        m, _ = elected()
+        out = m.handle(ev.PeerConnected(wire_hello({**BACKUP_WAITING, "state": state,
+                                                    "epoch": 2, "last_seq": 6})), 0.4)
+        one(out, ev.StepDown)
+        assert m.state is State.WAITING
+
+
+def test_an_elected_server_the_witness_renews_serves_alone() -> None:
+    """The witness is back and still names this server the holder: it granted the backup
+    nothing since, and its lease, not the election, grounds serving now."""
+    m, _ = elected()
+    out = m.tick(0.5)
+    ask = one(out, ev.AskWitness)
+    assert ask.request["op"] == "renew"
+    m.handle(ev.witness_replied(ask.purpose, {"granted": True, "holder": "primary#1",
+                                              "epoch": 3}, 0.5), 0.55)
+    assert m.phase is Phase.STANDALONE
+    assert m.confirmable(6, 5, 0.55) == 6

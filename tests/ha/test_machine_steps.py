@@ -13,7 +13,14 @@ from pairmq.ha import events as ev
 from pairmq.ha.messages import FailbackStep, PeerHello, WitnessPurpose
 from pairmq.ha.phases import TRANSITIONS, Phase
 from pairmq.ha.replication import ReplicationMachine
-from tests.ha.test_machine import in_sync_backup, machine, reply, standalone
+from tests.ha.test_machine import (
+    elected,
+    electing,
+    in_sync_backup,
+    machine,
+    reply,
+    standalone,
+)
 from tests.ha.test_machine_transitions import BACKUP, active_with_backup
 
 P = Phase
@@ -303,6 +310,16 @@ def synced(m: Machine) -> None:
     m.handle(ev.SyncDone(1), 0.5)
 
 
+def recovered_on_the_election(m: Machine) -> None:
+    m.journal.epoch = 3  # type: ignore[misc]
+    m.handle(ev.Recovered(3), 0.5)
+
+
+def sync_asked(epoch: int, last_seq: int) -> Action:
+    return lambda m: m.handle(ev.SyncRequested({"request": True, "epoch": epoch,
+                                                "last_seq": last_seq}), 0.5)
+
+
 def abandoned_by_deadline(m: Machine) -> None:
     m.journal.appended_seq = 9  # type: ignore[misc]  # the backup never holds it
     m.tick(LATER)
@@ -350,6 +367,7 @@ STEPS: dict[tuple[Phase, Phase], tuple[Callable[[], Machine], Action]] = {
     (P.ORPHANED, P.WAITING): (orphaned, connected(PRIMARY, "WAITING", epoch=1)),
     (P.ORPHANED, P.TAKING_OVER): (orphaned, go),
     (P.ORPHANED, P.STOPPED): (orphaned, shutdown),
+    (P.ACTIVATING, P.ELECTED): (lambda: electing()[0], recovered_on_the_election),
     (P.ACTIVATING, P.STANDALONE): (activating, recovered_and_renewed),
     (P.ACTIVATING, P.STARTING): (activating, release_after_peer_serves),
     (P.ACTIVATING, P.WAITING): (activating, unreachable),
@@ -358,6 +376,9 @@ STEPS: dict[tuple[Phase, Phase], tuple[Callable[[], Machine], Action]] = {
         go(m), witness_says(granted=False, holder="primary#1", epoch=1)(m))),
     (P.ACTIVATING, P.STEPPING_DOWN): (activating, renew_refused_after_recovery),
     (P.ACTIVATING, P.STOPPED): (activating, shutdown),
+    (P.ELECTED, P.STANDALONE): (lambda: elected()[0], sync_asked(1, 3)),
+    (P.ELECTED, P.STEPPING_DOWN): (lambda: elected()[0], sync_asked(2, 8)),
+    (P.ELECTED, P.STOPPING): (lambda: elected()[0], shutdown),
     (P.STANDALONE, P.JOINING): (standalone_alone, resync(0)),
     (P.STANDALONE, P.STEPPING_DOWN): (standalone_alone, lapse_then_serve_alone),
     (P.STANDALONE, P.STOPPING): (standalone_alone, shutdown),

@@ -12,6 +12,7 @@ from pairmq.ha.phases import (
     REPORTED,
     TRANSITIONS,
     Activation,
+    Elected,
     HandOver,
     HandOverStep,
     IllegalTransition,
@@ -133,6 +134,8 @@ def test_every_phase_has_a_row_and_stopped_is_the_end() -> None:
 def _value(phase: Phase) -> dict[str, object]:
     if phase is Phase.ACTIVATING:
         return {"activation": Activation("test", Step.GRANT, Phase.WAITING, 1)}
+    if phase is Phase.ELECTED:
+        return {"elected": Elected((1, 3))}
     if phase is Phase.HANDING_OVER:
         return {"hand_over": HandOver("test", HandOverStep.DRAINING, 9.0, False)}
     if phase is Phase.STEPPING_DOWN:
@@ -148,6 +151,7 @@ def test_enter_takes_exactly_the_table(old: Phase) -> None:
         m, _ = standalone(now=0.0)
         m.phase = old  # set up directly: this is the test of _enter itself
         m.activation = _value(old).get("activation")  # type: ignore[assignment]
+        m.elected = _value(old).get("elected")  # type: ignore[assignment]
         m.hand_over = _value(old).get("hand_over")  # type: ignore[assignment]
         m.stepping_down = _value(old).get("stepping_down")  # type: ignore[assignment]
         before = m.state

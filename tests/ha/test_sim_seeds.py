@@ -34,6 +34,9 @@ FIXED = {
           "decision taken before the peer's latest hello: a confirmed message was lost",
     7217: "the peer's journal grew between the election and the end of recovery, and the "
           "server activated with the shorter history: a confirmed message was lost",
+    10715: "a server elected with its peer served it a synchronisation after the peer had "
+           "taken over through the witness at a lower epoch and confirmed alone: the copy "
+           "wiped a confirmed message",
 }
 
 

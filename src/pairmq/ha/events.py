@@ -48,6 +48,11 @@ class SyncRequested:
 
     request: dict[str, Any]
 
+    @property
+    def journal(self) -> tuple[int, int]:
+        """The asking backup's journal as it states it: (epoch, last seq)."""
+        return int(self.request.get("epoch", 0)), int(self.request.get("last_seq", 0))
+
 
 @dataclass(frozen=True)
 class SyncServed:
@@ -251,7 +256,9 @@ def from_channel(kind: int, message: dict[str, Any]) -> Event | None:
             return BackupAcked(int(message["seq"]))
         if kind == ch.SYNC:
             if "request" in message:
-                return SyncRequested(message)
+                asked = SyncRequested(message)
+                _ = asked.journal  # read here: a bad one is the message's fault
+                return asked
             return SyncOffered(str(message["mode"]), int(message["from"]))
         if kind == ch.SYNC_DONE:
             return SyncDone(int(message["seq"]))

@@ -22,6 +22,7 @@ from pairmq.ha.phases import (
     SERVING,
     TRANSITIONS,
     Activation,
+    Elected,
     HandOver,
     IllegalTransition,
     Journal,
@@ -39,6 +40,7 @@ class MachineState:
         self.journal = journal
         self.phase = Phase.STARTING
         self.activation: Activation | None = None  # ACTIVATING: its step
+        self.elected: Elected | None = None  # ELECTED: the peer's journal elected over
         self.hand_over: HandOver | None = None  # HANDING_OVER: its step
         self.stepping_down: SteppingDown | None = None  # STEPPING_DOWN: where it goes next
         self.peer: PeerHello = NO_PEER
@@ -100,7 +102,7 @@ class MachineState:
     # ------------------------------------------------------------ the phase
 
     def _enter(self, phase: Phase, why: str, *, activation: Activation | None = None,
-               hand_over: HandOver | None = None,
+               elected: Elected | None = None, hand_over: HandOver | None = None,
                stepping_down: SteppingDown | None = None) -> None:
         """The one way the phase changes: a transition TRANSITIONS allows (any other
         raises), with the value that phase carries (its step), and a StateChanged
@@ -108,12 +110,14 @@ class MachineState:
         if phase not in TRANSITIONS[self.phase]:
             raise IllegalTransition(self.phase, phase, why)
         if (activation is not None) != (phase is Phase.ACTIVATING) \
+                or (elected is not None) != (phase is Phase.ELECTED) \
                 or (hand_over is not None) != (phase is Phase.HANDING_OVER) \
                 or (stepping_down is not None) != (phase is Phase.STEPPING_DOWN):
             raise IllegalTransition(self.phase, phase, f"{why} (without its step value)")
         old = self.state
         self.phase = phase
         self.activation = activation
+        self.elected = elected
         self.hand_over = hand_over
         self.stepping_down = stepping_down
         self._announce(old, why)

@@ -23,6 +23,7 @@ class Phase(StrEnum):
     TAKING_OVER = "taking-over"  # the active handed over: activate until the witness grants
     ORPHANED = "orphaned"  # was in sync, lost the active: waits for its promise to run out
     ACTIVATING = "activating"  # see `Activation`
+    ELECTED = "elected"  # serving on an election with the peer, not yet followed: `Elected`
     STANDALONE = "standalone"  # serving, no backup
     ACTIVE = "active"  # serving, in-sync backup attached
     DROPPING_BACKUP = "dropping-backup"  # backup lost: confirm alone once the witness knows
@@ -33,8 +34,8 @@ class Phase(StrEnum):
     STOPPED = "stopped"
 
 
-SERVING = frozenset({Phase.STANDALONE, Phase.JOINING, Phase.ACTIVE, Phase.DROPPING_BACKUP,
-                     Phase.HANDING_OVER})
+SERVING = frozenset({Phase.ELECTED, Phase.STANDALONE, Phase.JOINING, Phase.ACTIVE,
+                     Phase.DROPPING_BACKUP, Phase.HANDING_OVER})
 IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})
 REPORTED = {
     Phase.STARTING: State.STARTING, Phase.WAITING: State.WAITING,
@@ -42,6 +43,7 @@ REPORTED = {
     Phase.DEFERRING: State.WAITING, Phase.SYNCING: State.SYNCING,
     Phase.PASSIVE: State.PASSIVE, Phase.FAILBACK_ASKED: State.PASSIVE,
     Phase.TAKING_OVER: State.PASSIVE, Phase.ORPHANED: State.PASSIVE,
+    Phase.ELECTED: State.STANDALONE,
     Phase.STANDALONE: State.STANDALONE, Phase.ACTIVE: State.ACTIVE,
     Phase.DROPPING_BACKUP: State.STANDALONE, Phase.HANDING_OVER: State.ACTIVE,
     Phase.JOINING: State.STANDALONE,
@@ -68,8 +70,29 @@ class Activation:
     won: bool = False  # the election against the connected peer
     with_peer: bool = False  # elected with the peer while the witness is unreachable
     # ... on the peer's journal as it said it then (epoch, last seq): if it says more by
-    # the time this server's journal is open, the peer served meanwhile (seed 7217)
+    # the time this server's journal is open, the peer served meanwhile (seed 7217); kept
+    # while serving on the election (`Elected`, seed 10715)
     peer_journal: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class Elected:
+    """Serving on an election with the peer while the witness cannot be reached, until the
+    peer follows this server (it asks to synchronise) or the witness grants the lease.
+
+    The election is this server's only ground, and it was taken on the peer's journal as
+    it was then (`peer_journal`: epoch, last seq). The witness does not know the epoch the
+    election opened, so it may grant the peer a lower one after it: the peer then serves,
+    confirms alone, and may stop serving again before this server hears of it. Its journal
+    then holds confirmed records this one lacks, and a synchronisation served to it (a full
+    copy: its history is not a prefix of ours) would wipe them, after which its promise
+    would let this server confirm (simulator seed 10715). So while ELECTED, whenever the
+    peer states its journal (a hello, its synchronisation request), it must be the one
+    elected over; any other means the peer served meanwhile (an activation journals its
+    epoch first), or at least that the election no longer stands: step down, the pair
+    elects again. ELECTED confirms nothing (no lease, no in-sync backup)."""
+
+    peer_journal: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -187,9 +210,14 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # the promise ran out: activate; the active is back: synchronise again; or nobody
     _P.ORPHANED: _to(_P.ACTIVATING, _P.ORPHANED, _P.SYNCING, _P.WAITING, _P.TAKING_OVER,
                      _P.STOPPED),
-    # serving; refused (back where it started, or WAITING, or ORPHANED); stepped down
-    _P.ACTIVATING: _to(_P.STANDALONE, _P.STARTING, _P.WAITING, _P.ORPHANED, _P.TAKING_OVER,
-                       _P.STEPPING_DOWN, _P.STOPPED),
+    # serving (ELECTED: on an election with the peer); refused (back where it started, or
+    # WAITING, or ORPHANED); stepped down
+    _P.ACTIVATING: _to(_P.ELECTED, _P.STANDALONE, _P.STARTING, _P.WAITING, _P.ORPHANED,
+                       _P.TAKING_OVER, _P.STEPPING_DOWN, _P.STOPPED),
+    # the peer follows (asks to synchronise with the journal elected over) or the witness
+    # grants the lease; the peer's journal changed (it served), or serving ends; stop (a
+    # phase only with a witness: the lease is given back first)
+    _P.ELECTED: _to(_P.STANDALONE, _P.STEPPING_DOWN, _P.STOPPING),
     # a backup caught up; lease lost or superseded; stop (STOPPED: no witness to tell)
     _P.STANDALONE: _to(_P.JOINING, _P.STEPPING_DOWN, _P.STOPPING, _P.STOPPED),
     # in sync; the backup lost or resynchronising; failback asked; lease lost; stop

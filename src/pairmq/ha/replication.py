@@ -154,8 +154,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 self._on_connected(hello)
             case PeerLost(reason):
                 self._on_lost(reason)
-            case SyncRequested(request):
-                self._on_sync_requested(request)
+            case SyncRequested(request) as asked:
+                self._on_sync_requested(request, asked.journal)
             case SyncServed(seq):
                 if self.serving and self.connected:
                     self.sync_done_seq = seq
@@ -254,6 +254,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             # An activation started from PASSIVE: if it is refused, the stream it was in
             # sync over is gone with the old channel (simulator seed 9881).
             self._revise(replace(self.activation, back_to=Phase.ORPHANED), "a new HA channel")
+        self._keep_election((hello.epoch, hello.last_seq))
         self._newer_peer_seen()
         self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
 
@@ -299,6 +300,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                 self._promote(now)
         if self.serving and peer_serving:
             self._split_brain_seen()
+        self._keep_election((hello.epoch, hello.last_seq))
         self._newer_peer_seen()
 
     def _set_peer_state(self, state: State) -> None:
@@ -465,10 +467,18 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self._renew()
         self._emit(ConfirmationsChanged())
 
-    def _on_sync_requested(self, request: dict[str, Any]) -> None:
+    def _on_sync_requested(self, request: dict[str, Any], says: tuple[int, int]) -> None:
+        """Serve the backup what it lacks (a full copy replaces a journal that is not a
+        prefix of ours). Elected with the peer, only on the journal elected over (`Elected`):
+        a different one may hold confirmed records the copy would wipe (seed 10715)."""
         if not self.serving or self.phase is Phase.HANDING_OVER:
             return
-        if self.phase is Phase.ACTIVE:
+        if self.phase is Phase.ELECTED:
+            if not self._keep_election(says):
+                return
+            self._enter(Phase.STANDALONE, f"{self.peer.name} follows this server: it "
+                                          "synchronises from it")
+        elif self.phase is Phase.ACTIVE:
             self._backup_lost()  # a new synchronisation: the backup is not in sync
         elif self.phase is Phase.JOINING:
             self._enter(Phase.STANDALONE, "the backup synchronises again")

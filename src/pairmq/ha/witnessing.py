@@ -66,6 +66,7 @@ class WitnessRequests(MachineState):
             self.witness_lease.granted(requested_at, self.cfg.activation_ms)
             if self.phase is Phase.DROPPING_BACKUP and reply.standby is None:
                 self._enter(Phase.STANDALONE, "backup lost; the witness knows")
+            self._leased()
             self._emit(ConfirmationsChanged())
         elif reply.holder != self.cfg.identity \
                 and reply.holder in (None, standby) and not reply.remaining_ms:
@@ -83,11 +84,20 @@ class WitnessRequests(MachineState):
                                   f"(mine is {self.journal.epoch}): stepping down"))
             self._step_down("the pair moved on to a higher epoch")
 
+    def _leased(self) -> None:
+        """Elected with the peer, and now the witness grants the lease: on a renewal it
+        still names this server the holder, so it granted the peer nothing since (an
+        adoption needs a witness that forgot: docs/ha.md, design limit). The lease grounds
+        serving alone from now on, whatever the peer's journal says."""
+        if self.phase is Phase.ELECTED:
+            self._enter(Phase.STANDALONE, "the witness grants this server the lease")
+
     def _on_adopted(self, reply: WitnessReply | None, requested_at: float) -> None:
         if reply is not None and reply.granted:
             self.witness_lease.granted(requested_at, self.cfg.activation_ms)
             self._emit(Log(INFO, f"The witness knows this server as active again (epoch "
                                  f"{reply.epoch}, in-sync backup {self._standby()})"))
+            self._leased()
             self._emit(ConfirmationsChanged())
         elif reply is not None:
             self._emit(Log(INFO, f"The witness does not take this server as active: "

@@ -63,4 +63,4 @@ pipeline-cluster: $(STAMP)
 	$(BIN)/python -m examples.pipeline.cluster
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis .cache build src/*.egg-info

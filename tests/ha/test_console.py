@@ -281,11 +281,6 @@ class _OtherSite(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cross-site request forgery: the management port takes a change from another site's "
-    "form, sent with the operator's cached basic-auth login; the middleware should refuse "
-    "a change whose Origin (or Sec-Fetch-Site) is not its own. Remove this mark with the "
-    "fix."))
 def test_another_site_cannot_act_with_the_operators_login(server_factory, stomp_client,
                                                           browser: Browser) -> None:
     srv, admin = started(server_factory)

@@ -73,6 +73,23 @@ def _granted(server: ManagedServer, read: bool, roles: tuple[str, ...]) -> bool:
     return rules.allows(roles, permission, MANAGEMENT)
 
 
+def _cross_site(request: web.Request) -> str | None:
+    """Why a change (or a look at messages) comes from another site's page, or None.
+
+    A browser sends a logged-in operator's basic-auth login with any request to this
+    port, a form another site's page submits included (cross-site request forgery): such a
+    request names its page in `Origin`, and modern browsers say `Sec-Fetch-Site:
+    cross-site`. The console's own requests are same-origin; the CLI, curl and scripts
+    send neither header, and are let through to the login as before."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"a request from another site's page (Sec-Fetch-Site: {site})"
+    origin = request.headers.get(hdrs.ORIGIN)
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return f"a request from another site's page (Origin: {origin})"
+    return None
+
+
 def _auth_middleware(server: ManagedServer) -> Any:
     open_reads: bool = server.config.anonymous_management_reads
 
@@ -80,6 +97,12 @@ def _auth_middleware(server: ManagedServer) -> Any:
     async def require_role(request: web.Request, handler: Handler) -> web.StreamResponse:
         method, path = request.method, request.path
         read = is_management_read(method, path)
+        if not read and (forged := _cross_site(request)) is not None:
+            log.warning("Management HTTP refused %s %s from %s: %s", method, path,
+                        request.remote, forged)
+            audit.warning("management refused a cross-site request: %s %s from %s (%s)",
+                          method, path, request.remote, forged)
+            return _refused(403, f"forbidden: {forged}")
         if open_reads and read:
             return await handler(request)
         roles = management_roles(method, path)

@@ -177,7 +177,7 @@ async def start_admin(server: ManagedServer, address: str) -> web.AppRunner:
     async def metrics(_request: web.Request) -> web.Response:
         # The figures are read on the loop (they change there), bounded by
         # max_destination_metrics; the text is written in a thread (25 MB took 2 s).
-        families = _Snapshot(list(collector.collect()))
+        families = _Snapshot(await collector.snapshot())
         body = await asyncio.get_running_loop().run_in_executor(
             executor, generate_latest, families)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})

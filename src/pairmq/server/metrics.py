@@ -9,6 +9,7 @@ any), as RabbitMQ learned to do: a server with 100,000 queues would spend second
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,8 @@ from pairmq.store.synctimes import SYNC_TIMES
 MESSAGE_COUNTERS = ("received", "delivered", "acknowledged", "expired", "dead_lettered",
                     "duplicates", "dropped")
 REPORTED_STATES = tuple(s for s in State if s is not State.DEAD)  # DEAD names a lost peer
+Family = GaugeMetricFamily | CounterMetricFamily  # the per-destination ones
+DESTINATIONS_PER_TURN = 500  # destinations read per turn of the loop by GET /metrics
 
 
 def server_shortages(server: ManagedServer) -> list[str]:
@@ -42,6 +45,11 @@ def server_shortages(server: ManagedServer) -> list[str]:
 def unacknowledged(address: Address) -> int:
     """Messages of the destination delivered to its consumers and not yet acknowledged."""
     return sum(len(sub.unacked) for q in address.queues for sub in q.consumers)
+
+
+def _chunks(items: list[tuple[str, Address]]) -> Iterator[list[tuple[str, Address]]]:
+    for start in range(0, len(items), DESTINATIONS_PER_TURN):
+        yield items[start:start + DESTINATIONS_PER_TURN]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -58,7 +66,15 @@ class Collector:
     def __init__(self, server: ManagedServer) -> None:
         self.server = server
 
-    def collect(self) -> Iterator[Metric]:
+    async def snapshot(self) -> list[Metric]:
+        """Every family, read on the event loop: the per-destination ones in slices of
+        DESTINATIONS_PER_TURN, the loop serving clients between them (9,000 destinations
+        took 100 ms of reading in one go)."""
+        families: list[Metric] = list(self._server_wide())
+        families.extend(await self._destinations_sliced())
+        return families
+
+    def _server_wide(self) -> Iterator[Metric]:
         server = self.server
         stats = server.broker.stats
         for name in MESSAGE_COUNTERS:
@@ -69,7 +85,8 @@ class Collector:
         yield _gauge("pairmq_connections", "open client connections",
                      len(server.role.connections))
         yield from self._pair(server.pair.status())
-        yield from self._destinations()
+        yield _gauge("pairmq_destinations", "destinations held",
+                     len(server.broker.addresses))
         yield from self._capacity()
         yield _gauge("pairmq_serving", "1 when this server serves clients",
                      1 if server.serving else 0)
@@ -115,52 +132,65 @@ class Collector:
         yield _counter("pairmq_failovers", "times this server took over from its peer since "
                        "it started", server.failovers)
 
-    def _destinations(self) -> Iterator[Metric]:
-        server = self.server
-        addresses = server.broker.addresses
-        yield _gauge("pairmq_destinations", "destinations held", len(addresses))
-        if len(addresses) > server.config.max_destination_metrics:
-            return
+    def _per_destination_on(self) -> bool:
+        return len(self.server.broker.addresses) <= self.server.config.max_destination_metrics
+
+    async def _destinations_sliced(self) -> list[Family]:
+        if not self._per_destination_on():
+            return []
+        families = self._destination_families()
+        for chunk in _chunks(list(self.server.broker.addresses.items())):
+            self._add_destinations(families, chunk)
+            await asyncio.sleep(0)  # clients' frames between two slices
+        return families
+
+    @staticmethod
+    def _destination_families() -> list[Family]:
         labels = ["destination"]
-        depth = GaugeMetricFamily("pairmq_destination_messages",
-                                  "messages waiting for delivery, paged ones included",
-                                  labels=labels)
-        paged_messages = GaugeMetricFamily(
-            "pairmq_destination_paged_messages",
-            "messages kept in the journal only, read back when consumers reach them",
-            labels=labels)
-        held = GaugeMetricFamily("pairmq_destination_bytes",
-                                 "bytes held (counted against max_size_bytes)", labels=labels)
-        paged = GaugeMetricFamily("pairmq_destination_paged_bytes",
-                                  "bytes of message bodies kept on disk only", labels=labels)
-        consumers = GaugeMetricFamily("pairmq_destination_consumers", "consumers attached",
-                                      labels=labels)
-        unacked = GaugeMetricFamily("pairmq_destination_unacknowledged",
-                                    "messages delivered and not yet acknowledged (not in "
-                                    "pairmq_destination_messages)", labels=labels)
-        enqueued = CounterMetricFamily("pairmq_destination_enqueued",
-                                       "messages taken since this server started",
-                                       labels=labels)
-        dequeued = CounterMetricFamily(
-            "pairmq_destination_dequeued", "messages that left the destination since this "
-            "server started (acknowledged, expired, dead-lettered, purged)", labels=labels)
-        full = GaugeMetricFamily("pairmq_destination_full",
-                                 "1 while past max_size_bytes (the policy applies)",
-                                 labels=["destination", "policy"])
-        paged_by = server.store.paged.by_destination
-        for name, address in addresses.items():
+        return [
+            GaugeMetricFamily("pairmq_destination_messages",
+                              "messages waiting for delivery, paged ones included",
+                              labels=labels),
+            GaugeMetricFamily("pairmq_destination_paged_messages",
+                              "messages kept in the journal only, read back when consumers "
+                              "reach them", labels=labels),
+            GaugeMetricFamily("pairmq_destination_bytes",
+                              "bytes held (counted against max_size_bytes)", labels=labels),
+            GaugeMetricFamily("pairmq_destination_paged_bytes",
+                              "bytes of message bodies kept on disk only", labels=labels),
+            GaugeMetricFamily("pairmq_destination_consumers", "consumers attached",
+                              labels=labels),
+            GaugeMetricFamily("pairmq_destination_unacknowledged",
+                              "messages delivered and not yet acknowledged (not in "
+                              "pairmq_destination_messages)", labels=labels),
+            CounterMetricFamily("pairmq_destination_enqueued",
+                                "messages taken since this server started", labels=labels),
+            CounterMetricFamily("pairmq_destination_dequeued",
+                                "messages that left the destination since this server "
+                                "started (acknowledged, expired, dead-lettered, purged)",
+                                labels=labels),
+            GaugeMetricFamily("pairmq_destination_full",
+                              "1 while past max_size_bytes (the policy applies)",
+                              labels=["destination", "policy"]),
+        ]
+
+    def _add_destinations(self, families: list[Family],
+                          chunk: list[tuple[str, Address]]) -> None:
+        (depth, paged_messages, held, paged, consumers, unacked, enqueued, dequeued,
+         full) = families
+        paged_by = self.server.store.paged.by_destination
+        for name, address in chunk:
+            labels = [name]
             waiting = sum(Broker.paged_waiting(q) for q in address.queues)
-            depth.add_metric([name], sum(q.count for q in address.queues) + waiting)
-            paged_messages.add_metric([name], waiting)
-            held.add_metric([name], address.size)
-            paged.add_metric([name], paged_by.get(name, 0) + Broker.paged_bytes(address))
-            consumers.add_metric([name], sum(len(q.consumers) for q in address.queues))
-            unacked.add_metric([name], unacknowledged(address))
-            enqueued.add_metric([name], address.enqueued)
-            dequeued.add_metric([name], address.dequeued)
+            depth.add_metric(labels, sum(q.count for q in address.queues) + waiting)
+            paged_messages.add_metric(labels, waiting)
+            held.add_metric(labels, address.size)
+            paged.add_metric(labels, paged_by.get(name, 0) + Broker.paged_bytes(address))
+            consumers.add_metric(labels, sum(len(q.consumers) for q in address.queues))
+            unacked.add_metric(labels, unacknowledged(address))
+            enqueued.add_metric(labels, address.enqueued)
+            dequeued.add_metric(labels, address.dequeued)
             full.add_metric([name, address.policy.value], 1 if address.full else 0)
-        yield from (depth, paged_messages, held, paged, consumers, unacked, enqueued, dequeued,
-                    full)
 
     def _capacity(self) -> Iterator[Metric]:
         server = self.server

@@ -138,12 +138,12 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
         broker = server.broker
         addresses = broker.addresses
         now = time.time()
-        per_second = rates.update(addresses, now)
-        paged_by = server.store.paged.by_destination
         names = sorted(n for n in addresses if n.startswith(prefix))
+        shown = {name: addresses[name] for name in names[:max(0, limit)]}
+        per_second = rates.update(shown, now)  # only those shown: bounded by limit
+        paged_by = server.store.paged.by_destination
         rows = []
-        for name in names[:max(0, limit)]:
-            address = addresses[name]
+        for name, address in shown.items():
             row = {"name": name, "kind": address.kind,
                    **destination_status(address, paged_by.get(name, 0)),
                    "first_message_age_s": first_message_age_s(address, int(now * 1000))}

@@ -23,7 +23,7 @@ import pytest
 from tests.ha.pair import Pair
 from tests.integration.clients import Client, wait_until
 from tests.serverproc import free_port
-from tests.support.admin import ADMIN, admin_port, admin_request, status_when_up
+from tests.support.admin import ADMIN, admin_request, managed_server
 from tests.support.browser import Browser, missing
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,10 +76,7 @@ def destination_row(name: str, field: str = "") -> str:
 
 def started(server_factory, *flags: str, config_text: str | None = None) -> tuple[object, str]:
     """A standalone server with a management port (the test admin, and USERS)."""
-    admin, admin_flags = admin_port()
-    srv = server_factory(*flags, *admin_flags, config_text=config_text or USERS)
-    status_when_up(admin)
-    return srv, admin
+    return managed_server(server_factory, *flags, config_text=config_text or USERS)
 
 
 def empty_for(consumer: Client, queue: str) -> None:

@@ -6,7 +6,7 @@ per-destination series off (docs/operations.md, "Metrics")."""
 from __future__ import annotations
 
 from tests.integration.clients import wait_until
-from tests.support.admin import admin_port, metric_samples, status_when_up
+from tests.support.admin import managed_server, metric_samples
 
 QUEUE = "/queue/metered"
 
@@ -20,9 +20,7 @@ def one(samples, name: str, **labels: str) -> float:
 
 
 def test_destination_figures_follow_what_clients_do(server_factory, stomp_client) -> None:
-    admin, flags = admin_port()
-    srv = server_factory(*flags)
-    status_when_up(admin)
+    srv, admin = managed_server(server_factory)
     producer = stomp_client(srv)
     for i in range(5):
         producer.send(QUEUE, f"m{i}", persistent="true")
@@ -58,9 +56,7 @@ def test_destination_figures_follow_what_clients_do(server_factory, stomp_client
 
 
 def test_names_follow_prometheus_conventions(server_factory) -> None:
-    admin, flags = admin_port()
-    server_factory(*flags)
-    status_when_up(admin)
+    _srv, admin = managed_server(server_factory)
     samples = metric_samples(admin)
     assert samples and all(name.startswith("pairmq_") for name in samples), sorted(samples)
     counters = [name for name in samples if name.endswith("_total")]
@@ -71,9 +67,7 @@ def test_names_follow_prometheus_conventions(server_factory) -> None:
 
 
 def test_per_destination_series_can_be_turned_off(server_factory, stomp_client) -> None:
-    admin, flags = admin_port()
-    srv = server_factory("--max-destination-metrics", "0", *flags)
-    status_when_up(admin)
+    srv, admin = managed_server(server_factory, "--max-destination-metrics", "0")
     producer = stomp_client(srv)
     producer.send(QUEUE, "x")
     samples = metric_samples(admin)

@@ -7,16 +7,9 @@ from __future__ import annotations
 import time
 
 from tests.integration.clients import wait_until
-from tests.support.admin import admin_port, admin_request, status_when_up
+from tests.support.admin import admin_request, managed_server
 
 P = {"persistent": "true"}
-
-
-def started(server_factory, *flags: str) -> tuple[object, str]:
-    admin, admin_flags = admin_port()
-    srv = server_factory(*flags, *admin_flags)
-    status_when_up(admin)
-    return srv, admin
 
 
 def api(admin: str, path: str, data=None) -> dict:
@@ -32,7 +25,7 @@ def row(admin: str, destination: str) -> dict:
 
 
 def test_destinations_show_depth_consumers_age_and_rates(server_factory, stomp_client) -> None:
-    srv, admin = started(server_factory)
+    srv, admin = managed_server(server_factory)
     producer = stomp_client(srv)
     for i in range(10):
         producer.send("/queue/listed", f"m{i}", **P)
@@ -49,7 +42,7 @@ def test_destinations_show_depth_consumers_age_and_rates(server_factory, stomp_c
 
 
 def test_browse_shows_the_first_messages_and_takes_none(server_factory, stomp_client) -> None:
-    srv, admin = started(server_factory)
+    srv, admin = managed_server(server_factory)
     producer = stomp_client(srv)
     for i in range(5):
         producer.send("/queue/browsed", f"body-{i}", kind="order", **P)
@@ -63,7 +56,7 @@ def test_browse_shows_the_first_messages_and_takes_none(server_factory, stomp_cl
 
 def test_purge_empties_a_queue_but_not_what_a_consumer_holds(server_factory,
                                                              stomp_client) -> None:
-    srv, admin = started(server_factory)
+    srv, admin = managed_server(server_factory)
     producer = stomp_client(srv)
     for i in range(6):
         producer.send("/queue/purged", f"m{i}", **P)
@@ -84,7 +77,7 @@ def test_purge_empties_a_queue_but_not_what_a_consumer_holds(server_factory,
 
 
 def test_a_paging_queue_is_purged_past_its_memory(server_factory, stomp_client) -> None:
-    srv, admin = started(server_factory, "--max-size-bytes", str(32 * 1024))
+    srv, admin = managed_server(server_factory, "--max-size-bytes", str(32 * 1024))
     producer = stomp_client(srv)
     for i in range(400):
         producer.send("/queue/paged", f"{i:04d}" + "x" * 1000, **P)
@@ -97,7 +90,7 @@ def test_a_paging_queue_is_purged_past_its_memory(server_factory, stomp_client) 
 
 def test_a_dead_letter_queue_is_retried_to_where_its_messages_came_from(
         server_factory, stomp_client) -> None:
-    srv, admin = started(server_factory, "--max-delivery-attempts", "1")
+    srv, admin = managed_server(server_factory, "--max-delivery-attempts", "1")
     producer = stomp_client(srv)
     producer.send("/queue/work", "job-1", **P)
     worker = stomp_client(srv)
@@ -116,7 +109,7 @@ def test_a_dead_letter_queue_is_retried_to_where_its_messages_came_from(
 
 def test_connections_are_listed_and_one_is_closed_with_a_reason(server_factory,
                                                                  stomp_client) -> None:
-    srv, admin = started(server_factory, "--user", "alice:secret-a")
+    srv, admin = managed_server(server_factory, "--user", "alice:secret-a")
     alice = stomp_client(srv, login="alice", passcode="secret-a")
     other = stomp_client(srv)
     rows = api(admin, "/api/connections")["connections"]
@@ -134,7 +127,7 @@ def test_connections_are_listed_and_one_is_closed_with_a_reason(server_factory,
 
 
 def test_bad_requests_name_the_problem(server_factory) -> None:
-    _srv, admin = started(server_factory)
+    _srv, admin = managed_server(server_factory)
     code, _, body = admin_request(admin, "/api/purge", method="POST",
                                   data={"destination": "/topic/news"})
     assert code == 400 and "no queue /topic/news" in body["error"]

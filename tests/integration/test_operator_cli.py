@@ -6,16 +6,9 @@ from __future__ import annotations
 
 import json
 
-from tests.support.admin import admin_port, pairmq_cli, status_when_up
+from tests.support.admin import managed_server, pairmq_cli
 
 P = {"persistent": "true"}
-
-
-def managed(server_factory, *flags: str):
-    admin, admin_flags = admin_port()
-    srv = server_factory(*flags, *admin_flags)
-    status_when_up(admin)
-    return srv, admin
 
 
 def cli(admin: str, *args: str):
@@ -26,7 +19,7 @@ def cli(admin: str, *args: str):
 
 def test_destinations_and_connections_as_tables_and_json(server_factory,
                                                          stomp_client) -> None:
-    srv, admin = managed(server_factory)
+    srv, admin = managed_server(server_factory)
     producer = stomp_client(srv)
     for i in range(3):
         producer.send("/queue/orders", f"o{i}", **P)
@@ -47,7 +40,7 @@ def test_destinations_and_connections_as_tables_and_json(server_factory,
 
 
 def test_browse_purge_and_move(server_factory, stomp_client) -> None:
-    srv, admin = managed(server_factory)
+    srv, admin = managed_server(server_factory)
     producer = stomp_client(srv)
     for i in range(4):
         producer.send("/queue/src", f"body-{i}", **P)
@@ -69,7 +62,7 @@ def test_browse_purge_and_move(server_factory, stomp_client) -> None:
 
 
 def test_a_purge_asks_first(server_factory, stomp_client) -> None:
-    srv, admin = managed(server_factory)
+    srv, admin = managed_server(server_factory)
     stomp_client(srv).send("/queue/kept", "k", **P)
     declined = pairmq_cli("purge", "/queue/kept", "--admin", admin)  # no terminal: no
     assert declined.returncode == 1 and "Aborted" in declined.stderr

@@ -147,3 +147,13 @@ def admin_port() -> tuple[str, list[str]]:
 
     address = f"127.0.0.1:{free_port()}"
     return address, ["--admin", address, *admin_user_flags()]
+
+
+def managed_server(server_factory: Any, *flags: str, **kwargs: Any) -> tuple[Any, str]:
+    """(server, its management address): a standalone server started by the
+    `server_factory` fixture with a management port and the test admin, once /status
+    answers."""
+    address, admin_flags = admin_port()
+    srv = server_factory(*flags, *admin_flags, **kwargs)
+    status_when_up(address)
+    return srv, address

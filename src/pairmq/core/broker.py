@@ -25,7 +25,7 @@ from pairmq.core.errors import CoreError
 from pairmq.core.follow import Follow
 from pairmq.core.idle import IdleDestinations
 from pairmq.core.intake import BrokerEvent, Intake
-from pairmq.core.message import Entry, Message
+from pairmq.core.message import Entry
 from pairmq.core.operations import Operations
 from pairmq.core.paged import PagedLog
 from pairmq.core.paging import PAGE_LOW, Paging
@@ -626,22 +626,10 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
         headers["dead-letter-reason"] = reason
         destination = f"/queue/{self.settings.dead_letter_prefix}{q.dead_letter_name}"
         dlq = self._plain_queue(destination)
-        self._order_seq += 1
-        moved = Message(old.message_id, destination, headers, old.body, old.persistent,
-                        old.priority, 0, old.size, self._order_seq)
-        if moved.persistent and dlq.key is not None:
-            if moved.body is None:  # paged out: tell the store where to copy it from
-                moved.body_offset = old.body_offset
-                moved.body_length = old.body_length
-                moved.journal_segment = old.journal_segment
-            self.records.append((rec.ADD, moved, [dlq.key]))
         self.stats["dead_lettered"] += 1
         self.events.append(BrokerEvent("dead-lettered", dlq.address,
                                        f"{old.message_id} from {old.destination}: {reason}"))
-        if moved.persistent and self._pages_to_log(dlq.address):
-            self._to_log(dlq.address, [dlq], moved)  # behind what the DLQ has paged
-        else:
-            self._enqueue(dlq, Entry(moved), now)
+        self._copy_to(dlq, old, headers, 0, now)
 
     def _may_create(self, destination: str, kind: str) -> None:
         """A client's frame may make this destination: the server holds fewer than

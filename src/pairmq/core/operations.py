@@ -81,15 +81,18 @@ class Operations:
                                     "target")
                 break
             self._consumed(q, entry)
-            self._moved_to(self._plain_queue(to), old, to, now)
+            headers = {k: v for k, v in old.headers.items() if k not in RETRY_HEADERS}
+            self._copy_to(self._plain_queue(to), old, headers, old.expires, now)
             moved += 1
         return Done(moved, self._bring_back(q))
 
-    def _moved_to(self, q: Queue, old: Message, destination: str, now: int) -> None:
-        headers = {k: v for k, v in old.headers.items() if k not in RETRY_HEADERS}
+    def _copy_to(self, q: Queue, old: Message, headers: dict[str, str], expires: int,
+                 now: int) -> None:
+        """A copy of `old` (taken from its queue) enters `q`, journaled: a move, a retry,
+        a dead-lettering."""
         self._order_seq += 1
-        moved = Message(old.message_id, destination, headers, old.body, old.persistent,
-                        old.priority, old.expires, old.size, self._order_seq)
+        moved = Message(old.message_id, q.name, headers, old.body, old.persistent,
+                        old.priority, expires, old.size, self._order_seq)
         if moved.persistent and q.key is not None:
             if moved.body is None:  # paged out: the store copies it from where it lies
                 moved.body_offset = old.body_offset

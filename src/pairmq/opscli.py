@@ -204,7 +204,8 @@ def move(admins: tuple[str, ...], user: str | None, password: str | None, as_jso
     if as_json:
         _print(data, True, None)
     else:
-        click.echo(f"{source}: {data['count']:,} messages moved to {where}")
+        click.echo(f"{source}: {data['count']:,} messages moved to {where}"
+                   + (f"; stopped: {data['stopped']}" if data.get("stopped") else ""))
 
 
 def _status_rows(admins: tuple[str, ...], credentials: tuple[str, str] | None

@@ -89,3 +89,16 @@ def test_a_move_onto_itself_or_a_topic_is_refused() -> None:
     for target in ("/queue/q", "/topic/t"):
         with pytest.raises(CoreError, match="cannot move"):
             broker.move("/queue/q", target, 1, NOW)
+
+
+def test_a_retry_stops_at_a_message_with_nowhere_to_go_and_says_why() -> None:
+    broker = make(max_delivery_attempts=1)
+    broker.send(1, "/queue/a", {"n": "a", **P}, b"x", NOW)
+    broker.subscribe(2, "w", "/queue/a", NOW, ack="client-individual")
+    [delivery] = broker.take_outbox()[2]
+    broker.nack(2, delivery.ack_id, NOW)
+    broker.unsubscribe(2, "w", NOW)
+    broker.send(1, "/queue/DLQ.a", {"n": "stray"}, b"x", NOW)  # sent there by hand
+    done = broker.move("/queue/DLQ.a", None, 10, NOW)
+    assert done.count == 1 and done.stopped and "no original-destination" in done.stopped
+    assert waiting(broker, "/queue/DLQ.a") == ["stray"] and waiting(broker, "/queue/a") == ["a"]

@@ -30,6 +30,7 @@ class Done:
 
     count: int
     paged_left: int
+    stopped: str | None = None  # why a move stopped before its limit (None: it did not)
 
 
 class Operations:
@@ -75,11 +76,11 @@ class Operations:
             to = target or old.headers.get("original-destination")
             if not to or not to.startswith("/queue/") or to == source:
                 q.push_front([entry])  # nowhere to go: it stays, first in line
+                why = (f"{old.message_id} in {source} has no original-destination queue "
+                       "to go back to: name a target")
                 if moved == 0:
-                    raise CoreError(f"{old.message_id} in {source} has no "
-                                    "original-destination queue to go back to: name a "
-                                    "target")
-                break
+                    raise CoreError(why)
+                return Done(moved, self.paged_waiting(q), why)
             self._consumed(q, entry)
             headers = {k: v for k, v in old.headers.items() if k not in RETRY_HEADERS}
             self._copy_to(self._plain_queue(to), old, headers, old.expires, now)

@@ -179,26 +179,30 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
         refused = not_serving()
         if refused is not None:
             return refused
-        total, left = 0, 0
+        total, left, stopped = 0, 0, None
         deadline = time.monotonic() + OPERATION_DEADLINE_S
         try:
             while True:
                 done: Done = await server.role.operate(step, CONFIRM_TIMEOUT_S)
                 total += done.count
-                left = done.paged_left
-                if not left or time.monotonic() > deadline or not server.serving:
+                left, stopped = done.paged_left, done.stopped
+                if not left or stopped or time.monotonic() > deadline or not server.serving:
                     break
                 await asyncio.sleep(0)  # the store reads the next window back meanwhile
                 if done.count == 0:
                     await asyncio.sleep(0.01)
         except CoreError as e:
-            return problem(400, str(e))
+            if not total:
+                return problem(400, str(e))
+            stopped = str(e)  # what was done before stays done: say so, and why it stopped
         except TimeoutError:
             return problem(503, f"{what}: not confirmed within {CONFIRM_TIMEOUT_S:.0f} s "
                                 f"({total} done)")
-        log.info("User %r (from %s): %s: %d messages%s", request["user"], request.remote,
-                 what, total, f", {left} still paged" if left else "")
-        return web.json_response({"done": what, "count": total, "paged_left": left})
+        log.info("User %r (from %s): %s: %d messages%s%s", request["user"], request.remote,
+                 what, total, f", {left} still paged" if left else "",
+                 f", stopped: {stopped}" if stopped else "")
+        return web.json_response({"done": what, "count": total, "paged_left": left,
+                                  "stopped": stopped})
 
     async def purge(request: web.Request) -> web.Response:
         data = await json_object(request)
@@ -221,7 +225,7 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
         def step(broker: Any) -> Done:
             done: Done = broker.move(source, target, budget[0], int(time.time() * 1000))
             budget[0] -= done.count
-            return done if budget[0] > 0 else Done(done.count, 0)
+            return done if budget[0] > 0 else Done(done.count, 0, done.stopped)
 
         where = target or "their original destinations"
         return await operate(request, f"move {source} to {where}", step)

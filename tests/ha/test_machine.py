@@ -302,3 +302,38 @@ def test_an_elected_server_the_witness_renews_serves_alone() -> None:
                                               "epoch": 3}, 0.5), 0.55)
     assert m.phase is Phase.STANDALONE
     assert m.confirmable(6, 5, 0.55) == 6
+
+
+def test_no_election_without_the_witness_between_journals_that_forked() -> None:
+    """Simulator seed 36008: the primary opened epochs 3 and 5 by elections with its backup
+    the witness never heard of (and confirmed nothing in them); the witness then granted
+    the backup epoch 2, in which it confirmed messages alone from seq 30. Both restarted
+    with the witness unreachable: the primary's journal has the higher epoch, but the
+    backup's newest epoch is not in it. Electing it would serve (and copy over the
+    backup's journal) a history without those messages: both wait for the witness."""
+    backup = {**BACKUP_WAITING, "epoch": 2, "last_seq": 39, "epochs": [[1, 1], [2, 29]]}
+    for backup_epochs, activates in (([[1, 1], [2, 29]], False), ([[1, 1]], True)):
+        m, journal = machine()
+        journal.epoch, journal.appended_seq, journal.synced_seq = 5, 35, 35
+        journal.epochs = [(1, 1), (3, 29), (5, 35)]
+        hello = {**backup, "epochs": backup_epochs}
+        if activates:  # its journal grew out of the backup's newest epoch: elected
+            hello.update(epoch=1, last_seq=28)
+        out = m.handle(ev.PeerConnected(wire_hello(hello)), 0.1)
+        out = m.handle(ev.witness_replied(one(out, ev.AskWitness).purpose, None, 0.1), 0.2)
+        if activates:
+            assert one(out, ev.BecomeActive).epoch == 7
+            continue
+        assert not [e for e in out if isinstance(e, ev.BecomeActive)], out
+        assert "only the witness can tell" in one(out, ev.Log).message
+        assert m.phase is Phase.WAITING and m.state is State.WAITING
+    # The backup, from its side, does not take the primary for elected either.
+    m, journal = machine("backup")
+    journal.epoch, journal.appended_seq, journal.synced_seq = 2, 39, 39
+    journal.epochs = [(1, 1), (2, 29)]
+    primary = {"name": "primary", "identity": "primary#1", "role": "primary",
+               "state": "WAITING", "epoch": 5, "last_seq": 35,
+               "epochs": [[1, 1], [3, 29], [5, 35]]}
+    out = m.handle(ev.PeerConnected(wire_hello(primary)), 0.1)
+    out = m.handle(ev.witness_replied(one(out, ev.AskWitness).purpose, None, 0.1), 0.2)
+    assert "only the witness can tell" in one(out, ev.StateChanged).why

@@ -37,6 +37,9 @@ FIXED = {
     10715: "a server elected with its peer served it a synchronisation after the peer had "
            "taken over through the witness at a lower epoch and confirmed alone: the copy "
            "wiped a confirmed message",
+    36008: "after a restart the pair elected, without the witness, the journal with the "
+           "higher epoch, opened by an election the witness never heard of, over the one "
+           "the witness granted a lower epoch later, which held confirmed messages",
 }
 
 

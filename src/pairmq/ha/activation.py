@@ -91,10 +91,20 @@ class ActivationSteps(MachineState):
         assert act is not None
         if act.step is Step.QUERY:
             if reply is None:
+                peer = self.peer.name if self.connected else None
+                if peer and self._forked():
+                    # Neither journal grew out of the other's newest epoch: only the
+                    # witness knows which history holds confirmed records (seed 36008).
+                    why = (f"cannot reach the witness, and this journal and {peer}'s each "
+                           "opened an epoch after they went separate ways: only the "
+                           "witness can tell which one holds every confirmed message")
+                    if act.won:
+                        self._emit(Log(WARNING, f"Not activating without the witness: {why}"))
+                    self._activation_refused(why)
+                    return
                 if act.won and self._peer_agrees() and self._won():
                     self._activate_with_peer(act)
                     return
-                peer = self.peer.name if self.connected else None
                 self._activation_refused("cannot reach the witness" + (
                     f"; {peer} holds the newer journal and activates" if peer
                     else " or the peer"))

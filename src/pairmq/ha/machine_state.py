@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pairmq.ha.election import Standing, elected
+from pairmq.ha.election import Standing, elected, forked
 from pairmq.ha.events import Effect, StateChanged
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import NO_PEER, NO_REPLY, PeerHello, WitnessPurpose, WitnessReply
@@ -96,8 +96,18 @@ class MachineState:
     def _won(self) -> bool:
         """The election against the connected peer, on what it said last (its journal
         may have grown since an activation began: simulator seed 6311)."""
-        return elected(Standing(self.journal.epoch, self.journal.appended_seq,
-                                self.cfg.role == "primary"), Standing.of_peer(self.peer))
+        return elected(self._standing(), Standing.of_peer(self.peer))
+
+    def _forked(self) -> bool:
+        """The two journals each opened an epoch after they split (`forked`): electing the
+        newer one without the witness may serve a history that lacks confirmed records
+        (simulator seed 36008)."""
+        return forked(self._standing(), self.journal.epochs, Standing.of_peer(self.peer),
+                      self.peer.epochs)
+
+    def _standing(self) -> Standing:
+        return Standing(self.journal.epoch, self.journal.appended_seq,
+                        self.cfg.role == "primary")
 
     # ------------------------------------------------------------ the phase
 

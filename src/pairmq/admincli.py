@@ -125,3 +125,15 @@ def pair_call(admins: tuple[str, ...], user: str | None, password: str | None, p
     for problem in problems:
         click.echo(problem, err=True)
     sys.exit(1)
+
+
+def json_option(func):
+    """--json: print the API's answer as JSON, for scripts."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="print the API's JSON answer (for scripts)")(func)
+
+
+def echo_json(data: object) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2))

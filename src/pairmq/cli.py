@@ -9,7 +9,14 @@ from typing import Any
 import click
 
 from pairmq import __version__
-from pairmq.admincli import AdminRefused, admin_call, admin_credentials, admin_options
+from pairmq.admincli import (
+    AdminRefused,
+    admin_call,
+    admin_credentials,
+    admin_options,
+    echo_json,
+    json_option,
+)
 from pairmq.opscli import COMMANDS as OPERATOR_COMMANDS
 from pairmq.server.config import KEYS, ConfigError, ServerConfig, load_config
 from pairmq.usercli import role_group, security_group, user_group
@@ -169,7 +176,8 @@ def journal() -> None:
 
 @journal.command("check")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def journal_check(directory: Path) -> None:
+@json_option
+def journal_check(directory: Path, as_json: bool) -> None:
     """Check every record of the journal in DIRECTORY (a data_dir or its journal/)."""
     from rich.console import Console
     from rich.progress import Progress
@@ -182,6 +190,16 @@ def journal_check(directory: Path) -> None:
         task = progress.add_task("checking", total=None)
         report = check_journal(directory, lambda done, total: progress.update(
             task, completed=done, total=total))
+    if as_json:
+        echo_json({"directory": str(report.directory), "ok": report.ok,
+                   "intact": report.damage is None, "torn_tail_only": report.torn_tail_only,
+                   "segments": [{"file": scan.path.name, "records": scan.records,
+                                 "first_seq": scan.first_seq, "last_seq": scan.last_seq,
+                                 "bytes": scan.size, "problem": scan.problem,
+                                 "valid_end": scan.valid_end} for scan in report.scans]})
+        if not report.ok:
+            sys.exit(1)
+        return
     for scan in report.scans:
         state = "ok" if scan.problem is None else f"DAMAGED at offset {scan.valid_end}: " \
             f"{scan.problem}"

@@ -25,17 +25,14 @@ from pairmq.admincli import (
     AdminRefused,
     admin_call,
     admin_credentials,
+    echo_json,
+    json_option,
     pair_addresses,
     pair_call,
     pair_targets,
 )
 
 SERVING = ("ACTIVE", "STANDALONE")
-
-
-def _json_option(func):
-    return click.option("--json", "as_json", is_flag=True,
-                        help="print the API's JSON answer (for scripts)")(func)
 
 
 def _read(admins: tuple[str, ...], user: str | None, password: str | None,
@@ -74,7 +71,7 @@ def _console() -> Console:
 
 def _print(data: Any, as_json: bool, table: Table | None) -> None:
     if as_json or table is None:
-        click.echo(json.dumps(data, indent=2))
+        echo_json(data)
     else:
         _console().print(table)
 
@@ -95,7 +92,7 @@ def _age(seconds: float | None) -> str:
 
 @click.command()
 @pair_targets
-@_json_option
+@json_option
 @click.option("--prefix", default="", help="only destinations whose name starts so")
 @click.option("--limit", default=1000, show_default=True, help="destinations shown, by name")
 def destinations(admins: tuple[str, ...], user: str | None, password: str | None,
@@ -125,7 +122,7 @@ def destinations(admins: tuple[str, ...], user: str | None, password: str | None
 
 @click.command()
 @pair_targets
-@_json_option
+@json_option
 def connections(admins: tuple[str, ...], user: str | None, password: str | None,
                 as_json: bool) -> None:
     """Client connections of the serving server."""
@@ -144,7 +141,7 @@ def connections(admins: tuple[str, ...], user: str | None, password: str | None,
 
 @click.command()
 @pair_targets
-@_json_option
+@json_option
 @click.option("-n", "--count", default=20, show_default=True, help="messages shown")
 @click.option("--body-bytes", default=200, show_default=True, help="bytes of each body shown")
 @click.argument("destination")
@@ -165,7 +162,7 @@ def browse(admins: tuple[str, ...], user: str | None, password: str | None, as_j
 
 @click.command()
 @pair_targets
-@_json_option
+@json_option
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
 @click.argument("destination")
 def purge(admins: tuple[str, ...], user: str | None, password: str | None, as_json: bool,
@@ -184,7 +181,7 @@ def purge(admins: tuple[str, ...], user: str | None, password: str | None, as_js
 
 @click.command()
 @pair_targets
-@_json_option
+@json_option
 @click.option("--to", "target", default=None, metavar="QUEUE",
               help="the queue to move them to (default: each to its original-destination, "
                    "as a dead-letter queue's messages are retried)")
@@ -280,7 +277,7 @@ def _watch_sync(admins: tuple[str, ...], credentials: tuple[str, str] | None,
 
 @click.command()
 @click.argument("admin", nargs=-1)
-@_json_option
+@json_option
 @click.option("--watch", is_flag=True,
               help="follow each server's journal against the serving server's (a backup's "
                    "sync) with progress bars, until Ctrl-C")

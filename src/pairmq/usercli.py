@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import click
 
-from pairmq.admincli import pair_call, pair_targets
+from pairmq.admincli import echo_json, json_option, pair_call, pair_targets
 
 
 def _new_password(given: str | None) -> str:
@@ -47,7 +47,7 @@ def user_add(name: str, roles: tuple[str, ...], new_password: str | None,
              admins: tuple[str, ...], user: str | None, password: str | None) -> None:
     """Add user NAME (or replace it: password and roles)."""
     done = pair_call(admins, user, password, f"/users/{quote(name, safe='')}", "PUT",
-                 {"password": _new_password(new_password), "roles": list(roles)})
+                     {"password": _new_password(new_password), "roles": list(roles)})
     click.echo(done["done"])
 
 
@@ -59,7 +59,7 @@ def user_passwd(name: str, new_password: str | None, admins: tuple[str, ...],
                 user: str | None, password: str | None) -> None:
     """Change the password of user NAME."""
     done = pair_call(admins, user, password, f"/users/{quote(name, safe='')}/password", "POST",
-                 {"password": _new_password(new_password)})
+                     {"password": _new_password(new_password)})
     click.echo(done["done"])
 
 
@@ -70,15 +70,21 @@ def user_remove(name: str, admins: tuple[str, ...], user: str | None, password: 
                 ) -> None:
     """Remove user NAME; its connections are closed."""
     click.echo(pair_call(admins, user, password, f"/users/{quote(name, safe='')}",
-                     "DELETE")["done"])
+                         "DELETE")["done"])
 
 
 @user_group.command("list")
 @pair_targets
-def user_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+@json_option
+def user_list(admins: tuple[str, ...], user: str | None, password: str | None,
+              as_json: bool) -> None:
     """The users in force: name, roles, and whether the file or a run-time change made
     them."""
-    for row in pair_call(admins, user, password, "/users")["users"]:
+    data = pair_call(admins, user, password, "/users")
+    if as_json:
+        echo_json(data)
+        return
+    for row in data["users"]:
         click.echo(f"{row['name']}\t{','.join(row['roles']) or '-'}\t{row['source']}")
 
 
@@ -95,7 +101,7 @@ def role_grant(role: str, name: str, admins: tuple[str, ...], user: str | None,
                password: str | None) -> None:
     """Give ROLE to user NAME."""
     click.echo(pair_call(admins, user, password, f"/users/{quote(name, safe='')}/roles", "POST",
-                     {"role": role})["done"])
+                         {"role": role})["done"])
 
 
 @role_group.command("revoke")
@@ -106,14 +112,20 @@ def role_revoke(role: str, name: str, admins: tuple[str, ...], user: str | None,
                 password: str | None) -> None:
     """Take ROLE from user NAME (its connections are closed: they log in again)."""
     click.echo(pair_call(admins, user, password, f"/users/{quote(name, safe='')}/roles/"
-                     f"{quote(role, safe='')}", "DELETE")["done"])
+                         f"{quote(role, safe='')}", "DELETE")["done"])
 
 
 @role_group.command("list")
 @pair_targets
-def role_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+@json_option
+def role_list(admins: tuple[str, ...], user: str | None, password: str | None,
+              as_json: bool) -> None:
     """Each role and its users."""
-    for role, names in sorted(pair_call(admins, user, password, "/roles")["roles"].items()):
+    data = pair_call(admins, user, password, "/roles")
+    if as_json:
+        echo_json(data)
+        return
+    for role, names in sorted(data["roles"].items()):
         click.echo(f"{role}\t{','.join(names)}")
 
 
@@ -139,7 +151,7 @@ def security_set(pattern: str, grants: tuple[str, ...], admins: tuple[str, ...],
     if not body:
         raise click.UsageError("give at least one --grant PERMISSION=ROLE,ROLE")
     click.echo(pair_call(admins, user, password, f"/security/{quote(pattern, safe='')}", "PUT",
-                     body)["done"])
+                         body)["done"])
 
 
 @security_group.command("remove")
@@ -149,13 +161,19 @@ def security_remove(pattern: str, admins: tuple[str, ...], user: str | None,
                     password: str | None) -> None:
     """Remove the rule of PATTERN."""
     click.echo(pair_call(admins, user, password, f"/security/{quote(pattern, safe='')}",
-                     "DELETE")["done"])
+                         "DELETE")["done"])
 
 
 @security_group.command("list")
 @pair_targets
-def security_list(admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+@json_option
+def security_list(admins: tuple[str, ...], user: str | None, password: str | None,
+                  as_json: bool) -> None:
     """The rules in force, most specific first: pattern, grants, "file" or "run time"."""
-    for row in pair_call(admins, user, password, "/security")["rules"]:
+    data = pair_call(admins, user, password, "/security")
+    if as_json:
+        echo_json(data)
+        return
+    for row in data["rules"]:
         grants = " ".join(f"{p}={','.join(roles)}" for p, roles in row["grants"].items())
         click.echo(f"{row['pattern']}\t{grants}\t{row['source']}")

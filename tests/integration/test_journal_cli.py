@@ -8,6 +8,7 @@ commands they are.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -168,6 +169,11 @@ def test_corruption_in_the_middle_refuses_to_start_until_repaired(server_factory
         assert f"{segment.name}: " in checked.stdout
         assert f"DAMAGED at offset {offset}" in checked.stdout, checked.stdout
         assert "damaged in the middle" in checked.stdout
+    scripted = pairmq("journal", "check", str(srv.data_dir), "--json")
+    report = json.loads(scripted.stdout)
+    assert scripted.returncode == 1 and report["ok"] is False, scripted.stdout
+    [seg] = report["segments"]
+    assert (seg["file"], seg["valid_end"]) == (segment.name, offset) and seg["problem"]
 
     declined = pairmq("journal", "repair", str(srv.data_dir), stdin="n\n")
     assert declined.returncode != 0

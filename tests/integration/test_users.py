@@ -4,6 +4,8 @@ restart, removals of the file's users included; a removed user's connections clo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pairmq.client.plain import BlockingConnection, StompError
@@ -60,6 +62,10 @@ def test_add_passwd_grant_revoke_remove(server_factory) -> None:
     assert "authentication failed" in refused_login(srv, "ann", "pw1")
     login(srv, "ann", "pw2").close()
     assert "producers\tann,filed" in cli(admin, "role", "list")
+    assert json.loads(cli(admin, "role", "list", "--json"))["roles"]["producers"] == [
+        "ann", "filed"]
+    users = json.loads(cli(admin, "user", "list", "--json"))["users"]
+    assert {"name": "ann", "roles": ["producers"], "source": "run time"} in users
     # revoke: her connection closes; her next one may not send
     cli(admin, "role", "revoke", "producers", "ann")
     with pytest.raises((StompError, OSError)):

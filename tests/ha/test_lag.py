@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pairmq.ha.lag import NO_LAG, Lag, ReplicationLag
+from pairmq.ha.lag import NO_LAG, FollowerLag, Lag, ReplicationLag
 
 
 def test_nothing_sent_is_no_lag() -> None:
@@ -56,3 +56,18 @@ def test_a_reset_forgets_the_old_backup() -> None:
     assert lag.view(7, now=9.0) == NO_LAG
     lag.acked(3)  # an old ack, below what the new backup holds: nothing changes
     assert lag.view(7, now=9.0) == NO_LAG
+
+
+def test_a_backup_counts_what_it_lacks_and_since_when() -> None:
+    lag = FollowerLag()
+    assert lag.view(0, now=1.0) is None  # following nobody
+    lag.heard(active_seq=10, own_seq=10, now=1.0)
+    assert lag.view(10, now=1.5) == (0, 0.0)
+    lag.heard(active_seq=50, own_seq=10, now=2.0)  # it held all the active had said
+    assert lag.view(10, now=2.0) == (40, 0.0)
+    lag.heard(active_seq=90, own_seq=30, now=2.5)  # still behind the last figure
+    assert lag.view(30, now=4.0) == (60, 2.0)  # behind since it last held everything
+    lag.heard(active_seq=95, own_seq=90, now=5.0)  # caught up with what it was told
+    assert lag.view(95, now=5.5) == (0, 0.0)
+    lag.forget()
+    assert lag.view(95, now=6.0) is None

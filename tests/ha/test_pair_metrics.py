@@ -99,6 +99,16 @@ def test_the_operator_api_gives_one_view_of_the_pair_from_either_server(pair: Pa
         assert view["witness"]["reachable"] is True
     backup_row = next(s for s in views["primary"]["servers"] if s["name"] == "backup")
     assert backup_row["lag"] is not None and backup_row["lag"]["records"] >= 0
+    # the backup counts its own lag from the active's heartbeats: records and seconds
+    client = pair.connect("primary")
+    client.send("/queue/seen", b"x", headers={"persistent": "true"})
+    own = wait_for(lambda: next(s for s in admin_request(
+        pair.admin_address("backup"), "/api/pair")[2]["servers"] if s["this"])["lag"], 5,
+        "the backup's own lag")
+    assert own["bytes"] is None and own["records"] >= 0 and own["seconds"] >= 0
+    wait_for(lambda: next(s for s in admin_request(pair.admin_address("backup"), "/api/pair")
+                          [2]["servers"] if s["this"])["lag"]["records"] == 0, 5,
+             "the backup caught up")
 
     code, _, body = admin_request(pair.admin_address("backup"), "/api/purge",
                                   method="POST", data={"destination": "/queue/x"})

@@ -74,3 +74,32 @@ class ReplicationLag:
         _, _, oldest = self._marks[0]
         return Lag(records, max(0, self._sent_bytes - self._acked_bytes),
                    max(0.0, now - oldest))
+
+
+class FollowerLag:
+    """The backup's own view of its lag: the active's newest sequence comes in its
+    heartbeats, so a backup knows how many records it lacks, and since when it has lacked
+    some (seconds: since it last held everything the active had said it appended; an
+    overestimate by at most a heartbeat interval). It cannot know the bytes."""
+
+    def __init__(self) -> None:
+        self._active_seq = 0
+        self._caught_up_at: float | None = None  # None: not following anyone yet
+
+    def heard(self, active_seq: int, own_seq: int, now: float) -> None:
+        """A heartbeat of the serving peer, which has appended up to `active_seq`."""
+        if self._caught_up_at is None or own_seq >= self._active_seq:
+            self._caught_up_at = now
+        self._active_seq = active_seq
+
+    def forget(self) -> None:
+        """No serving peer any more."""
+        self._active_seq = 0
+        self._caught_up_at = None
+
+    def view(self, own_seq: int, now: float) -> tuple[int, float] | None:
+        """(records behind, seconds behind), or None while it follows nobody."""
+        if self._caught_up_at is None:
+            return None
+        records = max(0, self._active_seq - own_seq)
+        return records, (max(0.0, now - self._caught_up_at) if records else 0.0)

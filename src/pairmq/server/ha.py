@@ -20,7 +20,7 @@ from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
-from pairmq.ha.lag import ReplicationLag
+from pairmq.ha.lag import FollowerLag, ReplicationLag
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
 from pairmq.ha.phases import Settings
@@ -73,6 +73,7 @@ class ReplicationDriver:
         self._witness_lock = asyncio.Lock()
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.lag = ReplicationLag()  # the backup's, as this server counts it while active
+        self.following = FollowerLag()  # its own, as this server counts it while a backup
         self._witness_answered: float | None = None  # when the witness last answered
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
@@ -144,7 +145,24 @@ class ReplicationDriver:
             # while it serves with a backup attached (ha/lag.py; records exact)
             "backup_lag": (asdict(self.lag.view(store.appended_seq, now))
                            if m.serving and m.connected else None),
+            # while it follows a serving peer: records it lacks, and since when (no bytes)
+            "lag_behind_active": self._behind(now),
         }
+
+    def _behind(self, now: float) -> dict[str, Any] | None:
+        if self.machine.serving:
+            return None
+        seen = self.following.view(self.server.store.appended_seq, now)
+        return None if seen is None else {"records": seen[0], "bytes": None,
+                                          "seconds": round(seen[1], 3)}
+
+    def _heard(self, hello: PeerHello) -> None:
+        """A backup counts its own lag from the serving peer's heartbeats."""
+        if hello.state.serving and not self.machine.serving:
+            self.following.heard(hello.last_seq, self.server.store.appended_seq,
+                                 time.monotonic())
+        else:
+            self.following.forget()
 
     def _witness_reachable(self, now: float) -> bool:
         """It answered within an activation interval (a renewal is asked every heartbeat)."""
@@ -297,6 +315,8 @@ class ReplicationDriver:
         event = ev.from_channel(kind, message)
         if isinstance(event, ev.BackupAcked):
             self.lag.acked(event.seq)
+        elif isinstance(event, ev.Heartbeat):
+            self._heard(event.hello)
         if event is not None:
             self._feed(event)
         elif kind == ch.HORIZON:

@@ -120,9 +120,7 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
                 servers[1]["lag"] = ha.get("backup_lag")
         elif len(servers) > 1 and State(peer["state"]).serving:
             servers[1]["lag"] = NO_LAG
-            own["lag"] = {"records": max(0, (peer.get("last_seq") or 0)
-                                         - journal["appended_seq"]),
-                          "bytes": None, "seconds": None}
+            own["lag"] = ha.get("lag_behind_active")
         return web.json_response({"policy": status["policy"], "servers": servers,
                                   "witness": ha.get("witness"),
                                   "lease_remaining_ms": ha.get("lease_remaining_ms"),

@@ -14,7 +14,7 @@ LOAD = "/queue/ha-late-load"
 COUNT = 100_000
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_late_backup_syncs_100k_and_a_failover_loses_nothing(pair_factory) -> None:
     # the server's default intervals: a busy active is not mistaken for a dead one

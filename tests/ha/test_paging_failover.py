@@ -28,7 +28,7 @@ def fail_over(pair: Pair) -> None:
     pair.wait_active(15, "backup")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_300_mib_paged_on_the_active_are_drained_in_order_from_the_backup(pair: Pair) -> None:
     count = 300 * MiB // KiB
     started = time.monotonic()

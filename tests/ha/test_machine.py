@@ -337,3 +337,31 @@ def test_no_election_without_the_witness_between_journals_that_forked() -> None:
     out = m.handle(ev.PeerConnected(wire_hello(primary)), 0.1)
     out = m.handle(ev.witness_replied(one(out, ev.AskWitness).purpose, None, 0.1), 0.2)
     assert "only the witness can tell" in one(out, ev.StateChanged).why
+
+
+def test_the_elected_standby_takes_over_from_a_reachable_holder_that_waits() -> None:
+    """Simulator seed 81279: a failback cut short left both servers WAITING with the same
+    journal, the witness naming the backup its last holder (lease ended) and the primary
+    its standby. The backup defers to the election's winner (the primary); the primary
+    waited for the holder, which it can reach: both waited for ever. The winner, named
+    the holder's in-sync standby, asks for the lease (the witness grants it only once the
+    holder's lease has ended). Well after this server's start (seed 31169's rule)."""
+    m, journal = machine()
+    journal.epoch, journal.appended_seq, journal.synced_seq = 4, 133, 133
+    journal.epochs = [(1, 1), (3, 42), (4, 132)]
+    backup = {**BACKUP_WAITING, "epoch": 4, "last_seq": 133,
+              "epochs": [[1, 1], [3, 42], [4, 132]]}
+    out = m.handle(ev.PeerConnected(wire_hello(backup)), 10.1)
+    out = reply(m, out, 10.2, granted=False, holder="backup#1", epoch=4, remaining_ms=0,
+                standby="primary#1")
+    ask = one(out, ev.AskWitness)
+    assert ask.request["op"] == "activate" and ask.request["epoch"] > 4, ask
+    # not named the standby (the holder did not declare it in sync): it waits for the holder
+    m, journal = machine()
+    journal.epoch, journal.appended_seq, journal.synced_seq = 4, 133, 133
+    journal.epochs = [(1, 1), (3, 42), (4, 132)]
+    out = m.handle(ev.PeerConnected(wire_hello(backup)), 10.1)
+    out = reply(m, out, 10.2, granted=False, holder="backup#1", epoch=4, remaining_ms=0,
+                standby=None)
+    assert not [e for e in out if isinstance(e, ev.AskWitness)], out
+    assert m.phase is Phase.WAITING

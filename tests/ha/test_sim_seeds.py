@@ -40,6 +40,9 @@ FIXED = {
     36008: "after a restart the pair elected, without the witness, the journal with the "
            "higher epoch, opened by an election the witness never heard of, over the one "
            "the witness granted a lower epoch later, which held confirmed messages",
+    81279: "a failback cut short left both servers WAITING with one journal: the primary "
+           "waited for the witness's last holder, the backup, which deferred to the "
+           "primary, the election's winner; the pair never formed",
 }
 
 

@@ -239,6 +239,13 @@ class ActivationSteps(MachineState):
             return True  # the last server granted: nobody confirmed anything after it
         if holder is None and witness_epoch == 0:
             return fresh or won  # a new witness: the newest journal (or the new primary)
+        standby_in_sync = standby == self.cfg.identity and witness_epoch >= self.journal.epoch
         if self.connected:
-            return False  # the holder is reachable: it activates, we synchronise from it
-        return standby == self.cfg.identity and witness_epoch >= self.journal.epoch
+            # The holder is reachable: it activates and we synchronise from it, unless this
+            # server won the election against it (its journal is not newer), and the holder
+            # named this server its in-sync standby. Then the holder defers to this server
+            # while this server would wait for the holder (seed 81279, a failback cut short:
+            # both WAITING for ever). Activating then is the standby's rule below with more
+            # grounds, and the witness still grants only once the holder's lease ended.
+            return won and standby_in_sync
+        return standby_in_sync

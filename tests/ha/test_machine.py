@@ -291,6 +291,32 @@ def test_an_elected_server_steps_down_when_its_backup_served_meanwhile() -> None
         assert m.state is State.WAITING
 
 
+def test_a_followed_server_without_lease_steps_down_when_the_channel_ends() -> None:
+    """Simulator seed 98108: the elected primary, paused, read the backup's request to
+    synchronise (with the journal elected over, so it left ELECTED) after the backup had
+    lost that channel, been granted a lower epoch (2) by the witness and confirmed alone.
+    Following lasts one channel: when it ends (closed, or replaced by a new one before
+    any tick), a server with neither lease nor promise steps down at once, before the
+    backup's new journal could be wiped by a full copy."""
+    sync = {"request": True, "epoch": 1, "last_seq": 3, "epochs": [[1, 1]]}
+    for end in ("closed", "replaced"):
+        m, _ = elected()
+        one(m.handle(ev.SyncRequested(sync), 0.4), ev.ServeSync)
+        assert m.phase is Phase.STANDALONE and m.serving
+        if end == "closed":
+            out = m.handle(ev.PeerLost("closed by the peer"), 0.45)
+        else:
+            out = m.handle(ev.PeerConnected(wire_hello(BACKUP_WAITING)), 0.45)
+        one(out, ev.StepDown)
+        assert m.state is State.WAITING and not m.serving
+    # With the witness's lease the channel's end changes nothing: nobody else is granted.
+    m, _ = standalone()
+    m.handle(ev.PeerConnected(wire_hello(BACKUP_WAITING)), 0.1)
+    out = m.handle(ev.PeerLost("closed by the peer"), 0.2)
+    assert not [e for e in out if isinstance(e, ev.StepDown)]
+    assert m.serving
+
+
 def test_an_elected_server_the_witness_renews_serves_alone() -> None:
     """The witness is back and still names this server the holder: it granted the backup
     nothing since, and its lease, not the election, grounds serving now."""

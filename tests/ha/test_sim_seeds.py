@@ -43,6 +43,9 @@ FIXED = {
     81279: "a failback cut short left both servers WAITING with one journal: the primary "
            "waited for the witness's last holder, the backup, which deferred to the "
            "primary, the election's winner; the pair never formed",
+    98108: "an elected server left `elected` on a stale synchronisation request, and "
+           "served on a new channel with neither lease nor promise: its copy wiped the "
+           "epoch the witness had granted the backup meanwhile, with a confirmed message",
 }
 
 

@@ -235,9 +235,32 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         return self.connected and not self.peer_state.serving \
             and self.phase is not Phase.ACTIVE
 
+    def _follower_gone(self, now: float) -> None:
+        """The channel a following peer was on ended: closed (PeerLost), or replaced by a
+        new one (PeerConnected; the listener closes the old one without a PeerLost).
+        `_follower` holds only on one channel: a SYNCING peer that loses it goes WAITING
+        and may be granted the lease by the witness at once (no promise holds it back),
+        and a new channel does not say it did not serve meanwhile. So a server that held
+        neither lease nor promise, serving only because that peer followed it, steps
+        down at this instant, as `_expired` would at the next tick had no new channel
+        come first. Simulator seed 98108: the elected primary, paused, read the backup's
+        synchronisation request (with the journal elected over, so it left ELECTED) after
+        the backup had lost that channel, been granted epoch 10 (below the elected 11)
+        and confirmed alone; the closed channel and a new one came in the same burst,
+        before any tick, and the primary then served the backup a full copy that wiped
+        its epoch 10. ELECTED keeps its own check (`_keep_election`: the peer journals
+        an activation's epoch first, so an unchanged journal means it did not serve)."""
+        if self.serving and self.phase is not Phase.ELECTED and self.cfg.witness \
+                and now >= self._valid_until():
+            self._emit(Log(ERROR, "Lost the HA channel the backup followed this server on, "
+                                  "without the witness lease or the backup's promise: not "
+                                  "serving any more"))
+            self._step_down("lost the following peer without lease or promise")
+
     # ------------------------------------------------------------ the peer
 
     def _on_connected(self, hello: PeerHello) -> None:
+        self._follower_gone(self._now)  # a new channel: the old one, if any, has ended
         self.peer = hello
         self.peer_farewell = False
         self._emit(Log(INFO, f"Connected to remote server {hello.name} over the HA "
@@ -279,6 +302,7 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             # never declared the standby: confirm alone again
             self._enter(Phase.STANDALONE, f"lost the joining backup: {reason}")
             self._emit(ConfirmationsChanged())
+        self._follower_gone(self._now)
 
     def _on_heartbeat(self, hello: PeerHello, now: float) -> None:
         self.peer = hello

@@ -34,7 +34,7 @@ from pairmq.core.queue import Address
 from pairmq.ha.states import State
 from pairmq.server.httpjson import json_object, problem
 from pairmq.server.managed import ManagedServer
-from pairmq.server.status import destination_status, server_status
+from pairmq.server.status import destination_status, server_summary
 
 log = logging.getLogger("pairmq.admin")
 
@@ -97,7 +97,7 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
                             f"nothing{where}", active=active)
 
     async def pair(_request: web.Request) -> web.Response:
-        status = server_status(server)
+        status = server_summary(server)
         ha = status.get("ha") or {}
         journal = status["journal"]
         own = {"name": status["name"], "state": status["state"], "stomp": status["stomp"],

@@ -12,6 +12,20 @@ from pairmq.server.metrics import server_shortages, unacknowledged
 
 
 def server_status(server: ManagedServer) -> dict[str, Any]:
+    """GET /status: the server, its journal and the pair, and every destination."""
+    status = server_summary(server)
+    store = server.store
+    status["destinations"] = {
+        name: destination_status(a, store.paged.by_destination.get(name, 0))
+        for name, a in server.broker.addresses.items()}
+    status["capacity"] = capacity_status(server)
+    status["streams"] = server.broker.stream_status()  # name -> first/next offset, ...
+    return status
+
+
+def server_summary(server: ManagedServer) -> dict[str, Any]:
+    """The server, its journal and the pair, without a walk over the destinations (what
+    the console asks every 2 s: GET /api/pair)."""
     # The pair's view first: it checks the lease at this instant (a lease that ran out
     # ends serving now), and the state below is read after that, never before.
     pair = server.pair.status()
@@ -26,10 +40,6 @@ def server_status(server: ManagedServer) -> dict[str, Any]:
         "journal": {"appended_seq": store.appended_seq, "synced_seq": store.synced_seq,
                     "confirmed_seq": server.confirmed_seq, "epoch": store.epoch,
                     "full": store.full},
-        "destinations": {name: destination_status(a, store.paged.by_destination.get(name, 0))
-                         for name, a in server.broker.addresses.items()},
-        "capacity": capacity_status(server),
-        "streams": server.broker.stream_status(),  # name -> first/next offset, count, bytes
     }
     if pair is not None:
         status["ha"] = pair

@@ -231,8 +231,9 @@ def spark_read(args: argparse.Namespace, pair: Pair, formed: dict[str, int], emi
 
     watcher = threading.Thread(target=watch, daemon=True)
     df = (spark.read.format("pairmq").option("servers", f"failover:({urls})")
-          .option("stream", STREAM).option("startingOffset", "earliest")
-          .option("endingOffset", str(rows)).option("partitions", str(args.read_partitions))
+          .option("stream", STREAM).option("startingOffsets", "earliest")
+          .option("endingOffsets", str(rows)).option("minPartitions", str(args.read_partitions))
+          .option("includeHeaders", "true")  # every column, as the figures in the docs
           .load())
     started = time.monotonic()
     watcher.start()

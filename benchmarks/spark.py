@@ -99,8 +99,10 @@ def client_read(url: str, rows: int, batch: int | None = None) -> float:
 
 def spark_read(spark: Any, url: str, rows: int, partitions: int) -> float:
     df = (spark.read.format("pairmq").option("servers", url).option("stream", STREAM)
-          .option("startingOffset", "earliest").option("endingOffset", str(rows))
-          .option("partitions", str(partitions)).load())
+          .option("startingOffsets", "earliest").option("endingOffsets", str(rows))
+          .option("minPartitions", str(partitions))
+          .option("includeHeaders", "true")  # every column, as the figures in the docs
+          .load())
     started = time.monotonic()
     df.write.format("noop").mode("overwrite").save()
     elapsed = time.monotonic() - started

@@ -45,8 +45,8 @@ def build_session(master: str) -> SparkSession:
 
 def orders(spark: SparkSession, url: str) -> DataFrame:
     raw = (spark.readStream.format("pairmq").option("servers", url)
-           .option("stream", "orders").option("startingOffset", "earliest")
-           .option("maxRecordsPerBatch", "20000").load())
+           .option("stream", "orders").option("startingOffsets", "earliest")
+           .option("maxOffsetsPerTrigger", "20000").load())
     parsed = raw.select(F.from_json(F.col("body").cast("string"), ORDER_SCHEMA).alias("o"))
     return parsed.select("o.*").withColumn("event_time", F.timestamp_millis("event_ms"))
 

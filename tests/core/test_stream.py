@@ -62,7 +62,13 @@ def test_offsets_are_dense_and_stamped_and_nothing_is_consumed():
 @pytest.mark.parametrize(("value", "kind", "number"), [
     (None, StartKind.NEXT, 0), ("first", StartKind.FIRST, 0), ("last", StartKind.LAST, 0),
     ("next", StartKind.NEXT, 0), ("offset=7", StartKind.OFFSET, 7), ("7", StartKind.OFFSET, 7),
-    ("timestamp=123", StartKind.TIMESTAMP, 123), ("group", StartKind.GROUP, 0)])
+    ("group", StartKind.GROUP, 0),
+    # RabbitMQ's seconds below 10^11, pairmq's ms from there on (core/stream.py)
+    ("timestamp=123", StartKind.TIMESTAMP, 123_000),
+    ("timestamp=1619432061", StartKind.TIMESTAMP, 1_619_432_061_000),
+    ("timestamp=99999999999", StartKind.TIMESTAMP, 99_999_999_999_000),
+    ("timestamp=100000000000", StartKind.TIMESTAMP, 100_000_000_000),
+    ("timestamp=1619432061000", StartKind.TIMESTAMP, 1_619_432_061_000)])
 def test_start_values(value, kind, number):
     start = parse_start(value)
     assert (start.kind, start.value) == (kind, number)
@@ -77,13 +83,14 @@ def test_malformed_start_names_the_header_and_value(value):
 
 def test_start_positions_and_an_offset_beyond_next_waits():
     b = broker()
+    t = 10**12  # ms: a timestamp=T below 10^11 would be seconds
     for i in range(5):
-        b.send(1, S, {}, b"x", 1000 + 10 * i)  # stamps 1000, 1010, ..., 1040
+        b.send(1, S, {}, b"x", t + 10 * i)  # stamps t, t + 10, ..., t + 40
     b.subscribe_stream(1, "first", S, {"x-stream-offset": "first"})
     b.subscribe_stream(1, "last", S, {"x-stream-offset": "last"})
     b.subscribe_stream(1, "next", S, {})
     b.subscribe_stream(1, "three", S, {"x-stream-offset": "offset=3"})
-    b.subscribe_stream(1, "time", S, {"x-stream-offset": "timestamp=1015"})
+    b.subscribe_stream(1, "time", S, {"x-stream-offset": f"timestamp={t + 15}"})
     b.subscribe_stream(1, "far", S, {"x-stream-offset": "7"})
     got = delivered(b)
     by_sub: dict[str, list] = {}

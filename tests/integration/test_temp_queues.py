@@ -37,7 +37,9 @@ def test_reply_to_is_rewritten_and_replies_reach_the_owner(server, stomp_client)
     assert reply.headers["correlation-id"] == "c1"
 
 
-def test_reply_waits_in_the_temp_queue_until_the_owner_subscribes(server, stomp_client):
+def test_reply_reaches_the_owner_whether_or_not_it_subscribed_first(server, stomp_client):
+    """The reply comes through the subscription its SEND made (as RabbitMQ); an explicit
+    SUBSCRIBE made later takes that subscription over."""
     service = make_service(server, stomp_client)
     requester = stomp_client(server)
     got = request(requester, service, "/temp-queue/later", "ping")

@@ -33,8 +33,8 @@ def test_reader_reads_each_offset_once_through_a_kill_a_restart_and_a_replay(
 
     def start(**trigger):
         return (spark.readStream.format("pairmq").option("servers", url)
-                .option("stream", "events").option("startingOffset", "earliest")
-                .option("maxRecordsPerBatch", 200).option("partitions", 2)
+                .option("stream", "events").option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", 200).option("minPartitions", 2)
                 .option("prefetch", 50)  # small windows: a kill finds reads under way
                 .load().writeStream.foreachBatch(sink)
                 .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())

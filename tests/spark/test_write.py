@@ -85,7 +85,7 @@ def test_batch_write_to_a_stream_reads_back_in_order(spark, server):
     (df.coalesce(1).write.format("pairmq").option("servers", url)
      .option("destination", "/stream/copy").option("queryId", "copy-1").mode("append").save())
     back = (spark.read.format("pairmq").option("servers", url).option("stream", "copy")
-            .load().orderBy("offset").collect())
+            .option("includeHeaders", "true").load().orderBy("offset").collect())
     assert [r.body for r in back] == [f"s-{i}".encode() for i in range(40)]
     assert [r.headers["i"] for r in back] == [str(i) for i in range(40)]
     # the same write run again with the same queryId: every row is recognised (the same

@@ -13,13 +13,12 @@ core/resume.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from pairmq.core import records as rec
 from pairmq.core.accounts import Accounts
-from pairmq.core.admission import ACCEPTED, Admission, Outcome, refusal
+from pairmq.core.acking import Acknowledgements
 from pairmq.core.browsing import Browse, browse
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
+from pairmq.core.configured import ConfiguredQueues
 from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.follow import Follow
@@ -32,13 +31,16 @@ from pairmq.core.paging import PAGE_LOW, Paging
 from pairmq.core.permissions import Exists
 from pairmq.core.permissions import durable_name as durable_name_of
 from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.queue_args import QueueArgs, args_from_text
 from pairmq.core.replay import Replay
 from pairmq.core.resume import Resume
+from pairmq.core.selective import SelectorIndex
+from pairmq.core.selector import Selector, compile_selector
 from pairmq.core.session import Session, Transaction
 from pairmq.core.settings import CoreSettings
 from pairmq.core.stream import Outgoing, StreamCursor, StreamLog
 from pairmq.core.streaming import Streams
-from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery, Subscription, ack_mode_of
+from pairmq.core.subscription import ACK_AUTO, Delivery, Subscription, ack_mode_of
 
 NOTHING = Exists()
 # Queues sweep_expired looks at per call (every second), at most: an expired message waits
@@ -51,7 +53,8 @@ _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.
 TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
-class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operations):
+class Broker(Intake, Acknowledgements, Follow, Resume, Streams, Paging, IdleDestinations,
+             Operations, ConfiguredQueues):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -63,6 +66,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
         self.sessions: dict[int, Session] = {}
         self.client_ids: dict[str, int] = {}
         self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
+        self.queue_args: dict[str, QueueArgs] = {}  # x- arguments of queues (configured.py)
         self.outbox: dict[int, list[Outgoing]] = {}
         # Sessions whose auto-ack deliveries stopped at the per-turn limit: the server
         # writes what they got, then asks for more (`take_capped`, `set_writable`).
@@ -96,7 +100,9 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
             if destination.startswith(STREAM_PREFIX):
                 self._stream(destination)
             else:
-                self._plain_queue(destination)
+                text = replay.queue_args.get(destination)  # its x- arguments (configured.py)
+                self._plain_queue(destination,
+                                  args_from_text(text, destination) if text else None)
         for key, topic in replay.durables.items():
             address = self._address(topic, TOPIC)
             q = Queue(f"durable:{key}", address, topic[len("/topic/"):])
@@ -200,17 +206,22 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
 
     def subscribe(self, conn_id: int, sub_id: str, destination: str, now: int,
                   ack: str = "auto", prefetch: int | None = None,
-                  durable_name: str | None = None) -> Subscription:
+                  durable_name: str | None = None, selector: str | None = None,
+                  queue_args: QueueArgs | None = None) -> Subscription:
+        """`selector`: a JMS message selector (core/selector.py), parsed here once: a
+        topic subscription keeps only what matches; a queue consumer takes only what
+        matches and leaves the rest for others (core/selective.py)."""
         session = self._session(conn_id)
         session.check_free(sub_id, self.settings.max_subscriptions_per_connection)
         ack_mode = ack_mode_of(ack)
+        chosen = compile_selector(selector) if selector is not None else None
         if prefetch is None or prefetch <= 0:
             prefetch = self.settings.default_prefetch
         kind, name = parse_destination(destination)
         self._may_create(destination, kind)
         durable = False
         if kind == QUEUE:
-            q = self._plain_queue(destination)
+            q = self._plain_queue(destination, queue_args)  # settings if made now
         elif kind == TEMP:
             q = self._temp_queue(session, name)
         elif kind == REPLY:
@@ -226,14 +237,33 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
             if durable_name:
                 durable = True
                 q = self._durable_queue(session, address, name, durable_name)
+                self._reselect(q, chosen)
             else:
                 q = Queue(f"{destination}#{session.token}/{sub_id}", address, name)
+                q.accepts = chosen
                 address.queues.append(q)
-        sub = Subscription(session, sub_id, destination, q, ack_mode, prefetch, durable)
+        index = None
+        if chosen is not None and kind != TOPIC:
+            index = SelectorIndex(chosen)
+            index.fill(q.entries())
+            q.selective.append(index)
+        sub = Subscription(session, sub_id, destination, q, ack_mode, prefetch, durable, index)
         session.subs[sub_id] = sub
         q.consumers.append(sub)
         self._dispatch(q, now)
         return sub
+
+    def _reselect(self, q: Queue, chosen: Selector | None) -> None:
+        """A durable subscription keeps what its subscriber's selector matches. A
+        subscriber coming back with another selector (or after a restart or a failover,
+        where the selector, held in memory, was lost) changes it; what waits and does not
+        match is dropped, as JMS does when a durable subscriber changes its selector."""
+        before = q.accepts
+        q.accepts = chosen
+        if chosen is None or (before is not None and before.text == chosen.text):
+            return
+        for entry in q.remove_where(lambda e: not chosen.matches(e.message.headers)):
+            self._consumed(q, entry)
 
     def browse(self, destination: str, limit: int) -> Browse:
         """The first `limit` messages waiting in a queue, left where they are
@@ -325,6 +355,8 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
         session = sub.session
         if sub in q.consumers:
             q.consumers.remove(sub)
+        if sub.index is not None and sub.index in q.selective:
+            q.selective.remove(sub.index)
         held = list(sub.unacked.items())
         sub.unacked.clear()
         for ack_id, entry in held:
@@ -358,138 +390,6 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
         q.deleted = True
         if q.address.kind == TEMP and address.state is AddressState.FULL:
             self._resumed(address, "deleted")
-
-    # ----------------------------------------------------------------- ACK / NACK
-
-    def ack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
-        session = self._session(conn_id)
-        tx = self._tx(session, transaction) if transaction is not None else None
-        if self._stream_acked(session, ack_id):
-            return
-        sub, entries = self._take_acked(session, ack_id)
-        if tx is not None:
-            tx.acked.extend((sub.queue, e) for e in entries)
-        else:
-            for entry in entries:
-                self._consumed(sub.queue, entry)
-        self.stats["acknowledged"] += len(entries)
-        self._dispatch(sub.queue, now)
-
-    def nack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
-        session = self._session(conn_id)
-        tx = self._tx(session, transaction) if transaction is not None else None
-        if self._stream_acked(session, ack_id):
-            return
-        sub, entries = self._take_acked(session, ack_id)
-        if tx is not None:
-            tx.nacked.extend((sub.queue, e) for e in entries)
-        else:
-            self._return(sub.queue, entries, now)
-        self._dispatch(sub.queue, now)
-
-    def legacy_ack_id(self, conn_id: int, message_id: str, sub_id: str | None) -> str:
-        """STOMP 1.0/1.1 name a delivery by message-id (and subscription): find its ack id."""
-        session = self._session(conn_id)
-        index = session.legacy_index or {}
-        ack_id = index.get((sub_id or "", message_id))
-        if ack_id is None:
-            where = f" on subscription {sub_id!r}" if sub_id else ""
-            raise CoreError(f"no unacknowledged message with message-id {message_id!r}{where}")
-        return ack_id
-
-    def _take_acked(self, session: Session, ack_id: str) -> tuple[Subscription, list[Entry]]:
-        sub = session.acks.get(ack_id)
-        if sub is None:
-            raise CoreError(f"no unacknowledged message with ack id {ack_id!r} on this connection")
-        if sub.ack_mode == ACK_CLIENT:
-            ids: list[str] = []
-            for key in sub.unacked:
-                ids.append(key)
-                if key == ack_id:
-                    break
-        else:
-            ids = [ack_id]
-        entries = []
-        for key in ids:
-            entry = sub.unacked.pop(key)
-            session.acks.pop(key, None)
-            self._forget_legacy(session, sub.id, entry.message.message_id, key)
-            entries.append(entry)
-        return sub, entries
-
-    @staticmethod
-    def _forget_legacy(session: Session, sub_id: str, message_id: str, ack_id: str) -> None:
-        index = session.legacy_index
-        if index is None:
-            return
-        for key in ((sub_id, message_id), ("", message_id)):
-            if index.get(key) == ack_id:
-                del index[key]
-
-    # ----------------------------------------------------------------- transactions
-
-    def begin(self, conn_id: int, transaction: str) -> None:
-        session = self._session(conn_id)
-        if transaction in session.txs:
-            raise CoreError(f"transaction {transaction!r} is already open")
-        session.txs[transaction] = Transaction()
-
-    def commit(self, conn_id: int, transaction: str, now: int,
-               journal_full: str | None = None) -> Outcome:
-        """Apply the transaction's work at once. It is held or refused as a whole when one
-        of its messages would be now; otherwise every message is routed (page and drop
-        still apply to each as it goes), and the destinations may pass their limits."""
-        session = self._session(conn_id)
-        tx = self._tx(session, transaction)
-        for pending in tx.sends:  # check everything before changing anything
-            kind, name = parse_destination(pending.destination)
-            if kind == REPLY and name not in self.reply_queues:
-                raise CoreError(f"temporary queue {pending.destination!r} no longer exists; "
-                                f"transaction {transaction!r} left open")
-        for pending in tx.sends:
-            kind, name = parse_destination(pending.destination)
-            admission, cause, address = self._admission(session, pending.destination, kind,
-                                                         name, pending.headers, journal_full)
-            if admission is Admission.HELD or admission is Admission.FAILED:
-                return refusal(admission, cause, address, self.capacity, journal_full)
-        del session.txs[transaction]
-        self._unstage(tx)
-        for pending in tx.sends:
-            kind, name = parse_destination(pending.destination)
-            self._route(session, pending.destination, kind, name, pending.headers,
-                        pending.body, now, journal_full, admitted=True)
-        touched: list[Queue] = []
-        for q, entry in tx.acked:
-            self._consumed(q, entry)
-            if q not in touched:
-                touched.append(q)
-        self._return_grouped(tx.nacked, now, touched)
-        for q in touched:
-            self._dispatch(q, now)
-        return ACCEPTED
-
-    def abort(self, conn_id: int, transaction: str, now: int) -> None:
-        session = self._session(conn_id)
-        tx = self._tx(session, transaction)
-        del session.txs[transaction]
-        self._undo(tx, now)
-
-    def _undo(self, tx: Transaction, now: int) -> None:
-        self._unstage(tx)
-        touched: list[Queue] = []
-        self._return_grouped(tx.acked + tx.nacked, now, touched)
-        for q in touched:
-            self._dispatch(q, now)
-
-    def _return_grouped(self, items: Iterable[tuple[Queue, Entry]], now: int,
-                        touched: list[Queue]) -> None:
-        grouped: dict[int, tuple[Queue, list[Entry]]] = {}
-        for q, entry in items:
-            grouped.setdefault(id(q), (q, []))[1].append(entry)
-        for q, entries in grouped.values():
-            self._return(q, entries, now)
-            if q not in touched:
-                touched.append(q)
 
     # ----------------------------------------------------------------- expiry
 
@@ -537,9 +437,19 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
                 if idle >= n:
                     break
                 continue
-            entry = q.pop()
-            if entry is None:
-                break
+            index = sub.index
+            if index is None:
+                entry = q.pop()
+                if entry is None:
+                    break
+            else:  # a selector: the first entry it matches, wherever it waits
+                found = index.first()
+                if found is None:
+                    idle += 1
+                    if idle >= n:
+                        break
+                    continue
+                entry = q.take(found)
             expires = entry.message.expires
             if expires and expires <= now:
                 self._expire(q, entry, now)
@@ -624,7 +534,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
         headers.pop("expires", None)
         headers["original-destination"] = old.destination
         headers["dead-letter-reason"] = reason
-        destination = f"/queue/{self.settings.dead_letter_prefix}{q.dead_letter_name}"
+        destination = self._dead_letter_destination(q)  # core/configured.py
         dlq = self._plain_queue(destination)
         self.stats["dead_lettered"] += 1
         self.events.append(BrokerEvent("dead-lettered", dlq.address,
@@ -652,7 +562,9 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
                                                      rule.policy, rule.dup_cache_size)
         return address
 
-    def _plain_queue(self, destination: str) -> Queue:
+    def _plain_queue(self, destination: str, args: QueueArgs | None = None) -> Queue:
+        """The queue, made if new (with the settings `args`, core/configured.py; a queue
+        that exists keeps its own)."""
         q = self.queues.get(destination)
         if q is None:
             address = self._address(destination, QUEUE)
@@ -661,7 +573,7 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
             q.is_dead_letter = name.startswith(self.settings.dead_letter_prefix)
             q.key = destination
             address.queues.append(q)
-            self.records.append((rec.DEST, destination))
+            self.records.append(self._configured(q, args))  # (DEST, destination[, args])
         return q
 
     def _temp_queue(self, session: Session, name: str) -> Queue:
@@ -678,6 +590,29 @@ class Broker(Intake, Follow, Resume, Streams, Paging, IdleDestinations, Operatio
             session.temp_queues[name] = q
             self.reply_queues[token] = q
         return q
+
+    def _reply_temp_queue(self, session: Session, name: str, now: int) -> None:
+        """A SEND's `reply-to:/temp-queue/NAME` makes that temporary queue and, as RabbitMQ
+        does, subscribes its sender to it: id `/temp-queue/NAME`, ack auto, so that replies
+        reach it without a SUBSCRIBE. Not when the sender has a subscription there already
+        (nor when the id is taken or the connection has all the subscriptions it may: a
+        COMMIT applies whole, so this never refuses). An explicit SUBSCRIBE to the temp
+        queue later takes its place (`end_auto_reply`)."""
+        q = self._temp_queue(session, name)
+        sub_id = f"/temp-queue/{name}"
+        most = self.settings.max_subscriptions_per_connection
+        if q.consumers or sub_id in session.subs or sub_id in session.cursors or (
+                most and len(session.subs) + len(session.cursors) >= most):
+            return
+        session.auto_replies[sub_id] = self.subscribe(session.id, sub_id, sub_id, now)
+
+    def end_auto_reply(self, conn_id: int, destination: str, now: int) -> None:
+        """A SUBSCRIBE to `/temp-queue/NAME`: the subscription a reply-to made there, if
+        it is still there, ends first (its replies are not shared with the new one)."""
+        session = self._session(conn_id)
+        sub = session.auto_replies.pop(destination, None)
+        if sub is not None and session.subs.get(destination) is sub:
+            self.unsubscribe(conn_id, destination, now)
 
     def _session(self, conn_id: int) -> Session:
         session = self.sessions.get(conn_id)

@@ -23,6 +23,7 @@ from pairmq.core.message import Entry, Message
 from pairmq.core.paged import PagedLog
 from pairmq.core.producers import Producers
 from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.queue_args import QueueArgs, args_from_text
 from pairmq.core.records import Record
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.core.stream import StreamLog
@@ -48,6 +49,7 @@ class Follow:
 
     if TYPE_CHECKING:  # provided by the Broker
         def _plain_queue(self, destination: str) -> Queue: ...
+        def _configured(self, q: Queue, args: QueueArgs | None) -> Record: ...
         def _delete_destination(self, address: Address) -> None: ...
         def _address(self, name: str, kind: str) -> Address: ...
         def _check_full(self, address: Address) -> None: ...
@@ -217,11 +219,15 @@ class Follow:
             self._unsorted.discard(q)
         return [entry.message for entry in held.values()]
 
-    def follow_destination(self, name: str) -> None:
+    def follow_destination(self, name: str, settings: str = "") -> None:
+        """`settings`: the queue's x- arguments, as its DEST record keeps them
+        (core/configured.py)."""
         if name.startswith(STREAM_PREFIX):
             self._stream(name)
         else:
-            self._plain_queue(name)
+            q = self._plain_queue(name)
+            if settings:
+                self._configured(q, args_from_text(settings, name))
 
     def follow_undestination(self, name: str) -> None:
         """The active server deleted an empty, unused destination (core/idle.py)."""

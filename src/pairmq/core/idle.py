@@ -24,6 +24,7 @@ from pairmq.core import records as rec
 from pairmq.core.destinations import QUEUE, TOPIC
 from pairmq.core.intake import BrokerEvent
 from pairmq.core.queue import Address, Queue
+from pairmq.core.queue_args import QueueArgs
 from pairmq.core.records import Record
 from pairmq.core.settings import CoreSettings
 
@@ -36,6 +37,7 @@ class IdleDestinations:
     settings: CoreSettings
     addresses: dict[str, Address]
     queues: dict[str, Queue]
+    queue_args: dict[str, QueueArgs]
     records: list[Record]
     events: list[BrokerEvent]
     page_wanted: dict[Queue, None]
@@ -87,6 +89,7 @@ class IdleDestinations:
     def _delete_destination(self, address: Address) -> None:
         name = address.name
         del self.addresses[name]
+        self.queue_args.pop(name, None)  # its x- arguments (core/configured.py) go with it
         for q in address.queues:
             q.deleted = True
             self.page_wanted.pop(q, None)

@@ -35,6 +35,7 @@ from pairmq.core.producers import (
     stamp_of,
 )
 from pairmq.core.queue import Address, AddressState, Queue
+from pairmq.core.queue_args import QueueArgs
 from pairmq.core.records import Record
 from pairmq.core.session import BatchRest, PendingSend, Session, Transaction
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
@@ -76,6 +77,7 @@ class Intake:
     sessions: dict[int, Session]
     addresses: dict[str, Address]
     reply_queues: dict[str, Queue]
+    queue_args: dict[str, QueueArgs]  # core/configured.py
     stats: dict[str, int]
     records: list[Record]
     events: list[BrokerEvent]
@@ -90,6 +92,9 @@ class Intake:
         def _may_create(self, destination: str, kind: str) -> None: ...
         def _plain_queue(self, destination: str) -> Queue: ...
         def _temp_queue(self, session: Session, name: str) -> Queue: ...
+        def _reply_temp_queue(self, session: Session, name: str, now: int) -> None: ...
+        def _queue_expires(self, destination: str, expires: int, now: int) -> int: ...
+        def _bound(self, q: Queue, now: int) -> None: ...
         def _address(self, name: str, kind: str) -> Address: ...
         def _dispatch(self, q: Queue, now: int) -> None: ...
         def _stream_route(self, destination: str, stored: dict[str, str], body: bytes,
@@ -333,8 +338,8 @@ class Intake:
         reply_to = stored.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             temp_name = reply_to[len("/temp-queue/"):]
-            if temp_name:
-                self._temp_queue(session, temp_name)
+            if temp_name:  # made, and its sender subscribed to it (as RabbitMQ does)
+                self._reply_temp_queue(session, temp_name, now)
                 stored["reply-to"] = f"/reply-queue/{session.token}.{temp_name}"
         if kind == STREAM:  # core/streaming.py
             return self._stream_route(destination, stored, body, now)
@@ -364,11 +369,16 @@ class Intake:
             size += 9 + len(stamp)
         priority = int(stored.get("priority", DEFAULT_PRIORITY))
         expires = int(stored.get("expires", 0) or 0)
+        if kind == QUEUE and self.queue_args:  # x-message-ttl (core/configured.py)
+            expires = self._queue_expires(destination, expires, now)
         message = Message(message_id, destination, stored, body,
                           stored.get("persistent") == "true", priority, expires, size,
                           self._order_seq)
         self.stats["received"] += 1
         address.enqueued += 1
+        if kind == TOPIC and targets and any(q.accepts is not None for q in targets):
+            # subscriptions with a selector keep only what matches (core/selector.py)
+            targets = [q for q in targets if q.accepts is None or q.accepts.matches(stored)]
         if not targets:
             self.stats["unroutable_topic"] += 1
             return ACCEPTED
@@ -476,6 +486,8 @@ class Intake:
         q.push(entry)
         if q.consumers:
             self._dispatch(q, now)
+        if self.queue_args:  # drop-head past x-max-length (core/configured.py)
+            self._bound(q, now)
 
     def _resumed(self, address: Address, detail: str) -> None:
         address.state = AddressState.OPEN

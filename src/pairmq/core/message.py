@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pairmq.core.paged import PagedLog
 
 DEFAULT_PRIORITY = 4
+PRIORITY_LEVELS = 10  # 0 to 9, as JMS
 
 
 @dataclass(slots=True, eq=False)
@@ -51,3 +52,7 @@ class Entry:
 
     message: Message
     deliveries: int = 0  # how many times this entry was handed to a consumer
+    # In its queue's levels and not handed out. A selective consumer takes an entry from
+    # the middle of a queue by clearing it (the queue drops it when it reaches it: an
+    # O(1) take, core/selective.py); indexes skip entries no longer waiting.
+    waiting: bool = False

@@ -37,7 +37,8 @@ class Permission(StrEnum):
 # What the management API's requests are checked on: `manage` for changes, `browse` for
 # reads (Artemis checks its management address the same way).
 MANAGEMENT = "pairmq.management"
-PREFIXES = ("/queue/", "/topic/", "/stream/", "/temp-queue/")
+# /amq/queue/NAME is RabbitMQ's name for the queue or stream NAME (core/rabbitmq.py)
+PREFIXES = ("/queue/", "/topic/", "/stream/", "/temp-queue/", "/amq/queue/")
 # A connection's own temporary queues: making one (SUBSCRIBE /temp-queue/NAME) needs
 # createNonDurableQueue on NAME; sending to one, or to its /reply-queue/ name, needs nothing.
 PRIVATE = ("/temp-queue/", "/reply-queue/")

@@ -7,15 +7,15 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pairmq.core.message import Entry
+from pairmq.core.message import PRIORITY_LEVELS, Entry
 from pairmq.core.paged import PagedLog
 from pairmq.core.producers import Producers
+from pairmq.core.selective import SelectorIndex
+from pairmq.core.selector import Selector
 from pairmq.core.settings import AddressFullPolicy
 
 if TYPE_CHECKING:
     from pairmq.core.subscription import Subscription
-
-PRIORITY_LEVELS = 10
 
 
 class AddressState(StrEnum):
@@ -65,6 +65,7 @@ class Queue:
     __slots__ = (
         "_levels",
         "_top",
+        "accepts",
         "address",
         "consumers",
         "count",
@@ -77,6 +78,8 @@ class Queue:
         "name",
         "owner",
         "rr",
+        "selective",
+        "taken",
     )
 
     def __init__(self, name: str, address: Address, dead_letter_name: str) -> None:
@@ -97,6 +100,13 @@ class Queue:
         self.durable_key: str | None = None
         self.owner: int | None = None  # connection id owning a temp queue
         self.key: str | None = None  # journal name when durable ("/queue/x", "durable:k")
+        # a topic subscription's queue: the selector of what it keeps (None: everything)
+        self.accepts: Selector | None = None
+        # the indexes of its consumers with a selector, fed with every entry that comes
+        # (core/selective.py); and how many entries they took out of the middle, still in
+        # the levels until `pop` or a compaction reaches them
+        self.selective: list[SelectorIndex] = []
+        self.taken = 0
 
     def _level(self, p: int) -> deque[Entry]:
         level = self._levels[p]
@@ -110,11 +120,16 @@ class Queue:
         if level is None:
             level = self._levels[p] = deque()
         level.append(entry)
+        entry.waiting = True
         if p > self._top:
             self._top = p
         self.count += 1
         if entry.message.expires:
             self.expiring += 1
+        if self.selective:
+            for index in self.selective:
+                index.offer(entry)
+                index.compact(self.count)
 
     def extend(self, entries: list[Entry]) -> int:
         """push() for many entries at once (recovery); returns the bytes they hold."""
@@ -128,6 +143,7 @@ class Queue:
             if level is None:
                 level = levels[p] = deque()
             level.append(entry)
+            entry.waiting = True
             if p > top:
                 top = p
             if message.expires:
@@ -136,6 +152,9 @@ class Queue:
         self._top = top
         self.count += len(entries)
         self.expiring += expiring
+        for index in self.selective:
+            for entry in entries:
+                index.offer(entry)
         return size
 
     def push_in_order(self, entry: Entry) -> bool:
@@ -156,12 +175,13 @@ class Queue:
         """Take out one waiting entry (found by identity, from the head: what is acked is
         usually near it); False when it is not waiting here."""
         level = self._levels[entry.message.priority]
-        if level is None:
+        if level is None or not entry.waiting:
             return False
         try:
             level.remove(entry)
         except ValueError:
             return False
+        entry.waiting = False
         self.count -= 1
         if entry.message.expires:
             self.expiring -= 1
@@ -172,19 +192,28 @@ class Queue:
         for entry in reversed(entries):
             p = entry.message.priority
             self._level(p).appendleft(entry)
+            entry.waiting = True
             if p > self._top:
                 self._top = p
             self.count += 1
             if entry.message.expires:
                 self.expiring += 1
+        for index in self.selective:
+            index.offer_front(entries)
 
     def pop(self) -> Entry | None:
+        """The first waiting entry, highest priority first (what selective consumers took
+        from the middle is dropped on the way)."""
         levels = self._levels
         top = self._top
         while top >= 0:
             level = levels[top]
-            if level:
+            while level:
                 entry = level.popleft()
+                if not entry.waiting:
+                    self.taken -= 1
+                    continue
+                entry.waiting = False
                 self._top = top
                 self.count -= 1
                 if entry.message.expires:
@@ -194,21 +223,41 @@ class Queue:
         self._top = -1
         return None
 
+    def take(self, entry: Entry) -> Entry:
+        """A selective consumer takes a waiting entry wherever it is: it stays in its level,
+        cleared, until `pop` or a compaction drops it; the consumer gets a new entry for the
+        message (so that, returned, it is never in a level twice)."""
+        entry.waiting = False
+        self.count -= 1
+        if entry.message.expires:
+            self.expiring -= 1
+        self.taken += 1
+        if self.taken > 1024 and self.taken > self.count:
+            self.remove_where(lambda _e: False)  # drops what was taken: amortised O(1)
+        return Entry(entry.message, entry.deliveries)
+
     def entries(self) -> Iterator[Entry]:
         for level in reversed(self._levels):
             if level:
-                yield from level
+                for entry in level:
+                    if entry.waiting:
+                        yield entry
 
     def remove_where(self, predicate: Callable[[Entry], bool]) -> list[Entry]:
-        """Take out every waiting entry for which predicate(entry) holds."""
+        """Take out every waiting entry for which predicate(entry) holds (and drop what
+        selective consumers took)."""
         removed: list[Entry] = []
         for i, level in enumerate(self._levels):
             if not level:
                 continue
             keep: deque[Entry] = deque()
             for entry in level:
-                (removed if predicate(entry) else keep).append(entry)
+                if entry.waiting:
+                    (removed if predicate(entry) else keep).append(entry)
             self._levels[i] = keep
+        for entry in removed:
+            entry.waiting = False
+        self.taken = 0
         self.count -= len(removed)
         self.expiring -= sum(1 for e in removed if e.message.expires)
         return removed

@@ -13,7 +13,8 @@ DEL = 2  # (DEL, queue key, message)                 it leaves one of them
 DELIVERED = 3  # (DELIVERED, queue key, message, n)  handed out for the n-th time, not yet acked
 DURABLE = 4  # (DURABLE, key, topic)                 a durable subscription is created
 UNDURABLE = 5  # (UNDURABLE, key)                     ... or deleted
-DEST = 6  # (DEST, destination)                       a queue is created
+DEST = 6  # (DEST, destination[, settings])            a queue is created (settings: its x-
+#           arguments as header lines, core/configured.py)
 DUP = 7  # (DUP, destination, dup id)                 a duplicate id is remembered
 DUP_EVICT = 8  # (DUP_EVICT, destination, dup id)    ... and forgotten (bookkeeping, not written)
 GROUP = 9  # (GROUP, stream, group, offset)            a stream's consumer group processed < offset

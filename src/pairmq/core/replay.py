@@ -36,6 +36,8 @@ class Replay:
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
     accounts: Accounts = field(default_factory=Accounts)  # users changed at run time
     destinations: dict[str, None] = field(default_factory=dict)
+    # queue -> the x- arguments it was made with (core/configured.py), as journaled
+    queue_args: dict[str, str] = field(default_factory=dict)
     dups: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset
     # destination -> producer -> (epoch, highest seq taken, ms): core/producers.py
@@ -338,12 +340,15 @@ class Replay:
         for entry in (held or {}).values():
             self._counted(entry.message, -1)
 
-    def destination(self, name: str) -> None:
+    def destination(self, name: str, settings: str = "") -> None:
         self.destinations[name] = None
+        if settings:
+            self.queue_args[name] = settings
 
     def undestination(self, name: str) -> None:
         """An empty, unused destination was deleted (core/idle.py)."""
         self.destinations.pop(name, None)
+        self.queue_args.pop(name, None)
 
     def dup(self, destination: str, dup_id: str) -> None:
         cache = self.dups.get(destination)

@@ -43,12 +43,13 @@ class Transaction:
     sends: list[PendingSend] = field(default_factory=list)
     acked: list[tuple[Queue, Entry]] = field(default_factory=list)
     nacked: list[tuple[Queue, Entry]] = field(default_factory=list)
+    rejected: list[tuple[Queue, Entry]] = field(default_factory=list)  # NACK requeue:false
     bytes: int = 0  # of its sends, counted in the server's memory until COMMIT or ABORT
 
 
 class Session:
-    __slots__ = ("ack_seq", "acks", "batch", "client_id", "cursors", "id", "legacy_index",
-                 "subs", "temp_queues", "token", "txs", "version", "writable")
+    __slots__ = ("ack_seq", "acks", "auto_replies", "batch", "client_id", "cursors", "id",
+                 "legacy_index", "subs", "temp_queues", "token", "txs", "version", "writable")
 
     def __init__(self, conn_id: int, token: str, version: str, client_id: str | None) -> None:
         self.id = conn_id
@@ -63,6 +64,8 @@ class Session:
         self.legacy_index: dict[tuple[str, str], str] | None = None if version == "1.2" else {}
         self.txs: dict[str, Transaction] = {}
         self.temp_queues: dict[str, Queue] = {}
+        # subscriptions a SEND's reply-to:/temp-queue/NAME made (id /temp-queue/NAME)
+        self.auto_replies: dict[str, Subscription] = {}
         self.ack_seq = 0
         self.batch: BatchRest | None = None  # a batched SEND still being routed
 

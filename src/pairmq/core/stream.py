@@ -12,6 +12,7 @@ only, and always keeps the newest, so `next` survives a restart without another 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import islice
@@ -42,14 +43,21 @@ class StartKind(StrEnum):
     LAST = "last"  # the newest message (or what comes next, if none)
     NEXT = "next"  # only what is appended from now on (the default)
     OFFSET = "offset"  # offset=N, or a bare N
-    TIMESTAMP = "timestamp"  # the first message appended at or after MS
+    TIMESTAMP = "timestamp"  # the first message appended at or after MS (or seconds)
     GROUP = "group"  # where the consumer group (x-stream-group) stopped
 
 
 @dataclass(frozen=True, slots=True)
 class Start:
     kind: StartKind
-    value: int = 0  # the offset or the time, for OFFSET and TIMESTAMP
+    value: int = 0  # the offset or the time (ms), for OFFSET and TIMESTAMP
+
+
+# x-stream-offset timestamp=T: RabbitMQ's T is in seconds since the epoch, pairmq's own in
+# ms (every other time on the wire is). A value below this is read as seconds, one at or
+# above as ms: 10^11 s is the year 5138, 10^11 ms is 1973-03-03, so neither form of a time
+# this side of those is read as the other (pairmq's Spark source relies on it too).
+SECONDS_BELOW = 10**11
 
 
 def parse_count(header: str, value: str) -> int:
@@ -69,11 +77,14 @@ def parse_start(value: str | None) -> Start:
             return Start(kind)
     name, sep, number = word.partition("=")
     if sep and name in (StartKind.OFFSET.value, StartKind.TIMESTAMP.value):
-        return Start(StartKind(name), parse_count(f"x-stream-offset {name}", number))
+        found = parse_count(f"x-stream-offset {name}", number)
+        if name == StartKind.TIMESTAMP.value and found < SECONDS_BELOW:
+            found *= 1000  # seconds, as RabbitMQ writes it
+        return Start(StartKind(name), found)
     if word.isdigit() and word.isascii():
         return Start(StartKind.OFFSET, parse_count("x-stream-offset", word))
     raise CoreError(f"x-stream-offset must be first, last, next, group, offset=N, N or "
-                    f"timestamp=MS, got {value!r}")
+                    f"timestamp=T (seconds, or ms from 10^11 on), got {value!r}")
 
 
 def parse_batch(value: str | None) -> int | None:
@@ -337,8 +348,9 @@ class CursorState(StrEnum):
 
 
 class StreamBatch(NamedTuple):
-    """K consecutive records for one batched MESSAGE (x-stream-batch): an outbox item beside
-    the plain Delivery; the server encodes it (server/wire.py)."""
+    """K records for one batched MESSAGE (x-stream-batch), in offset order, consecutive
+    unless the cursor filters: an outbox item beside the plain Delivery; the server
+    encodes it (server/wire.py), each record with its own offset."""
 
     subscription: StreamCursor
     messages: list[Message]
@@ -353,12 +365,13 @@ class StreamCursor:
     """One subscription's position in a stream. Consuming removes nothing: ACK/NACK only
     give back window (prefetch) credit, counted in records (a batch of K takes K)."""
 
-    __slots__ = ("ack_mode", "batch", "destination", "end", "id", "outstanding", "position",
-                 "prefetch", "session", "state", "stream", "unacked")
+    __slots__ = ("ack_mode", "batch", "destination", "end", "id", "match", "outstanding",
+                 "position", "prefetch", "session", "state", "stream", "unacked")
 
     def __init__(self, session: Session, sub_id: str, stream: StreamLog, position: int,
                  end: int | None, ack_mode: int, prefetch: int,
-                 batch: int | None = None) -> None:
+                 batch: int | None = None,
+                 match: Callable[[Mapping[str, str]], bool] | None = None) -> None:
         self.session = session
         self.id = sub_id
         self.destination = stream.name
@@ -368,6 +381,9 @@ class StreamCursor:
         self.ack_mode = ack_mode
         self.prefetch = prefetch
         self.batch = batch  # records per MESSAGE (None: plain, one record per MESSAGE)
+        # the records it keeps (a selector, x-stream-filter: core/selective.py); None: all.
+        # The others are passed over: they take no credit and no MESSAGE.
+        self.match = match
         self.state = CursorState.READING
         # ack id -> (first offset, records in that MESSAGE), in delivery order
         self.unacked: dict[str, tuple[int, int]] = {}

@@ -22,6 +22,7 @@ from pairmq.core.paged import PagedLog
 from pairmq.core.queue import Address
 from pairmq.core.records import Record
 from pairmq.core.replay import Replay
+from pairmq.core.selective import stream_match
 from pairmq.core.session import Session
 from pairmq.core.settings import AddressFullPolicy, CoreSettings
 from pairmq.core.stream import (
@@ -210,6 +211,7 @@ class Streams:
         end_value = headers.get("x-stream-end-offset")
         end = parse_count("x-stream-end-offset", end_value) if end_value is not None else None
         batch = parse_batch(headers.get(BATCH_HEADER))
+        match = stream_match(headers)  # a selector, x-stream-filter (core/selective.py)
         group = headers.get("x-stream-group")
         if start.kind is StartKind.GROUP and not group:
             raise CoreError("x-stream-offset:group needs an x-stream-group header")
@@ -229,7 +231,7 @@ class Streams:
         if not prefetch or prefetch <= 0:
             prefetch = self.settings.default_prefetch
         cursor = StreamCursor(session, sub_id, stream, position, end, ack_mode, prefetch,
-                              batch)
+                              batch, match)
         session.cursors[sub_id] = cursor
         stream.cursors.append(cursor)
         info = (stream.first, stream.next)
@@ -320,13 +322,11 @@ class Streams:
                 if not run:
                     return  # waits for appends
                 self._deliver_batch(cursor, run)
-                cursor.position += len(run)
                 continue
             message = stream.at(cursor.position)
             if message is None:
                 return  # waits for appends
-            self._deliver_cursor(cursor, message, cursor.position)
-            cursor.position += 1
+            self._deliver_record(cursor, message)
 
     def take_stream_reads(self, most: int, cut: bool = True
                           ) -> list[tuple[StreamCursor, list[int]]]:
@@ -368,21 +368,29 @@ class Streams:
             return
         if cursor.batch is not None:
             self._deliver_batch(cursor, messages)
-            cursor.position += len(messages)
         else:
             for message in messages:
-                self._deliver_cursor(cursor, message, cursor.position)
-                cursor.position += 1
+                self._deliver_record(cursor, message)
         self._feed(cursor)
 
     def _deliver_batch(self, cursor: StreamCursor, run: list[Message]) -> None:
+        """The records from the cursor's position on, in one MESSAGE; the cursor moves past
+        them all, and a filtering cursor sends only those it keeps (nothing if none)."""
+        offset = cursor.position
+        cursor.position += len(run)
+        match = cursor.match
+        if match is not None:
+            run = [m for m in run if match(m.headers)]
+            if not run:
+                return
+            offset = int(run[0].headers[OFFSET_HEADER])
         session = cursor.session
         ack_id = None
         first = run[0]
         if cursor.ack_mode != ACK_AUTO:
             session.ack_seq += 1
             ack_id = str(session.ack_seq)
-            cursor.delivered(ack_id, cursor.position, len(run))
+            cursor.delivered(ack_id, offset, len(run))
             index = session.legacy_index
             if index is not None:
                 index[(cursor.id, first.message_id)] = ack_id
@@ -391,7 +399,15 @@ class Streams:
         box = self.outbox.get(session.id)
         if box is None:
             box = self.outbox[session.id] = []
-        box.append(StreamBatch(cursor, run, cursor.position, ack_id))
+        box.append(StreamBatch(cursor, run, offset, ack_id))
+
+    def _deliver_record(self, cursor: StreamCursor, message: Message) -> None:
+        """The record at the cursor's position, unless the cursor filters it out; the
+        cursor moves past it either way."""
+        offset = cursor.position
+        cursor.position = offset + 1
+        if cursor.match is None or cursor.match(message.headers):
+            self._deliver_cursor(cursor, message, offset)
 
     def _deliver_cursor(self, cursor: StreamCursor, message: Message, offset: int) -> None:
         session = cursor.session

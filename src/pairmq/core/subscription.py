@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
+from pairmq.core.selective import SelectorIndex
 
 if TYPE_CHECKING:
     from pairmq.core.queue import Queue
@@ -27,11 +28,12 @@ def ack_mode_of(ack: str) -> int:
 
 
 class Subscription:
-    __slots__ = ("ack_mode", "destination", "durable", "id", "prefetch", "queue", "session",
-                 "unacked")
+    __slots__ = ("ack_mode", "destination", "durable", "id", "index", "prefetch", "queue",
+                 "session", "unacked")
 
     def __init__(self, session: Session, sub_id: str, destination: str, queue: Queue,
-                 ack_mode: int, prefetch: int, durable: bool) -> None:
+                 ack_mode: int, prefetch: int, durable: bool,
+                 index: SelectorIndex | None = None) -> None:
         self.session = session
         self.id = sub_id
         self.destination = destination
@@ -39,6 +41,8 @@ class Subscription:
         self.ack_mode = ack_mode
         self.prefetch = prefetch
         self.durable = durable
+        # a consumer of a shared queue with a selector: what it may take (core/selective.py)
+        self.index = index
         # ack id -> entry, in delivery order (client mode acks cumulatively along it)
         self.unacked: dict[str, Entry] = {}
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from pairmq.core import Broker, CoreError
 from pairmq.core.browsing import is_browser
 from pairmq.core.destinations import STREAM_PREFIX
+from pairmq.core.queue_args import parse_queue_args
+from pairmq.core.rabbitmq import amq_target, requeue_of
 from pairmq.protocol import Frame
 from pairmq.server import wire
 from pairmq.server.config import ServerConfig
@@ -45,6 +47,8 @@ class Commands:
             if self.session.version != "1.0":
                 raise CoreError("SUBSCRIBE requires an id header")
             sub_id = destination
+        # RabbitMQ's /amq/queue/NAME: the stream NAME or the queue NAME (core/rabbitmq.py)
+        destination = amq_target(destination, h, self.broker.streams, subscribe=True)
         if is_browser(h):
             self._browse(sub_id, destination)
             return None
@@ -59,9 +63,13 @@ class Commands:
         durable_name = h.get("activemq.subscriptionName")
         if durable_name is None and (h.get("durable") == "true" or h.get("persistent") == "true"):
             durable_name = sub_id
+        queue_args = parse_queue_args(h, destination)  # RabbitMQ's x- arguments, checked
+        if destination.startswith("/temp-queue/"):  # replaces the one a reply-to made
+            self.broker.end_auto_reply(self.conn_id, destination, now_ms())
         self.broker.subscribe(self.conn_id, sub_id, destination, now_ms(),
                               ack=h.get("ack", "auto"), prefetch=prefetch,
-                              durable_name=durable_name)
+                              durable_name=durable_name, selector=h.get("selector"),
+                              queue_args=queue_args)
         return None
 
     def _browse(self, sub_id: str, destination: str) -> None:
@@ -112,7 +120,7 @@ class Commands:
 
     def on_nack(self, frame: Frame) -> None:
         self.broker.nack(self.conn_id, self._ack_id(frame), now_ms(),
-                         frame.headers.get("transaction"))
+                         frame.headers.get("transaction"), requeue=requeue_of(frame.headers))
 
     def _transaction(self, frame: Frame) -> str:
         tx = frame.headers.get("transaction")

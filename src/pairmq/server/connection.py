@@ -26,6 +26,7 @@ from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.intake import TRANSPORT_HEADERS as NOT_KEPT
 from pairmq.core.permissions import Exists
 from pairmq.core.queue import Address
+from pairmq.core.rabbitmq import AMQ_QUEUE_PREFIX, amq_target
 from pairmq.core.stream import Outgoing, StreamBatch
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
 from pairmq.protocol.batch import SEND_BATCH_HEADER, decode_send_records, parse_send_batch
@@ -419,6 +420,8 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         destination = h.get("destination")
         if destination is None:
             raise CoreError("SEND requires a destination header")
+        if destination.startswith(AMQ_QUEUE_PREFIX):  # RabbitMQ's name (core/rabbitmq.py)
+            destination = amq_target(destination, h, self.broker.streams)
         count = parse_send_batch(h.get(SEND_BATCH_HEADER))
         if count is not None:  # docs/stomp.md: its messages are taken or held as a whole
             messages = decode_send_records(frame.body, count)

@@ -104,17 +104,16 @@ def browse_end(destination: str, version: str, sub_line: bytes) -> bytes:
 def encode_batch(batch: StreamBatch, version: str, sub_line: bytes,
                  read_bodies: Callable[[list[Message]], list[bytes | memoryview]]) -> bytes:
     """A batched stream MESSAGE (x-stream-batch): the frame's headers name the first
-    record; the body packs all of them (protocol/batch.py)."""
+    record; the body packs all of them (protocol/batch.py), each with its own offset (a
+    filtering subscription's are not consecutive)."""
     messages = batch.messages
     parts: list[bytes | memoryview] = [b""]  # the frame's head goes first, once sized
-    offset = batch.offset
     skip = _NOT_IN_RECORD
     for message, body in zip(messages, read_bodies(messages), strict=True):
-        headers = message.headers
+        headers = message.headers  # a stream record's headers carry its offset
         block = header_block([(k, v) for k, v in headers.items() if k not in skip])
-        append_record(parts, offset, int(headers.get("timestamp", "0")), message.message_id,
-                      block, body)
-        offset += 1
+        append_record(parts, int(headers[OFFSET_HEADER]), int(headers.get("timestamp", "0")),
+                      message.message_id, block, body)
     size = sum(len(p) for p in parts)
     first = messages[0]
     ack = b"" if batch.ack_id is None else b"ack:%s\n" % batch.ack_id.encode()

@@ -14,6 +14,9 @@ import pyarrow as pa
 
 SCHEMA_DDL = ("stream string, offset bigint, timestamp timestamp, message_id string, "
               "headers map<string,string>, body binary")
+# without option includeHeaders (as Kafka's source, the default): no headers column
+SCHEMA_DDL_NO_HEADERS = ("stream string, offset bigint, timestamp timestamp, "
+                         "message_id string, body binary")
 
 ARROW_SCHEMA = pa.schema([
     ("stream", pa.string()),
@@ -23,6 +26,13 @@ ARROW_SCHEMA = pa.schema([
     ("headers", pa.map_(pa.string(), pa.string())),
     ("body", pa.binary()),
 ])
+ARROW_SCHEMA_NO_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))
+
+
+def schema_ddl(include_headers: bool) -> str:
+    """The reader's schema: the headers column only with option includeHeaders."""
+    return SCHEMA_DDL if include_headers else SCHEMA_DDL_NO_HEADERS
+
 
 # headers that are columns of their own, or belong to one delivery rather than the message
 NOT_IN_HEADERS = frozenset({"x-stream-offset", "timestamp", "message-id", "destination",
@@ -41,17 +51,22 @@ def record_of(headers: Mapping[str, str], body: bytes) -> Record:
             body)
 
 
-def record_batch(stream: str, records: list[Record]) -> pa.RecordBatch:
-    """Rows of one stream as one Arrow record batch of ARROW_SCHEMA."""
-    return pa.RecordBatch.from_arrays([
+def record_batch(stream: str, records: list[Record], include_headers: bool = True
+                 ) -> pa.RecordBatch:
+    """Rows of one stream as one Arrow record batch of ARROW_SCHEMA (without the headers
+    column, ARROW_SCHEMA_NO_HEADERS, unless `include_headers`)."""
+    columns = [
         pa.array([stream] * len(records), pa.string()),
         pa.array([r[0] for r in records], pa.int64()),
         pa.array([None if r[1] is None else r[1] * 1000 for r in records],
                  pa.timestamp("us", tz="UTC")),
         pa.array([r[2] for r in records], pa.string()),
-        _headers_column(records),
-        pa.array([r[4] for r in records], pa.binary()),
-    ], schema=ARROW_SCHEMA)
+    ]
+    if include_headers:
+        columns.append(_headers_column(records))
+    columns.append(pa.array([r[4] for r in records], pa.binary()))
+    return pa.RecordBatch.from_arrays(
+        columns, schema=ARROW_SCHEMA if include_headers else ARROW_SCHEMA_NO_HEADERS)
 
 
 def _headers_column(records: list[Record]) -> pa.Array:

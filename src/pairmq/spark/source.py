@@ -16,9 +16,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pairmq.spark.options import PairmqOptionError, parse
+from pairmq.spark.options import PairmqOptionError, include_headers, parse
 from pairmq.spark.reader import PairmqBatchReader, PairmqStreamReader, check_reader_options
-from pairmq.spark.rows import SCHEMA_DDL, InputSchemaError, check_input
+from pairmq.spark.rows import InputSchemaError, check_input, schema_ddl
 from pairmq.spark.writer import PairmqBatchWriter, PairmqStreamWriter
 
 
@@ -30,16 +30,17 @@ class PairmqDataSource(DataSource):
         return "pairmq"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        """The columns read: `headers` only with option includeHeaders, as Kafka's source."""
+        return schema_ddl(include_headers(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse(self.options)
-        check_reader_options(options)
+        check_reader_options(options, streaming=True)
         return PairmqStreamReader(options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse(self.options, batch=True)
-        check_reader_options(options)
+        check_reader_options(options, streaming=False)
         return PairmqBatchReader(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

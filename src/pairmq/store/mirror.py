@@ -187,7 +187,7 @@ class Mirroring:
                 self._release_each(broker.follow_undurable(entry[1]), f"durable:{entry[1]}")
                 forget.append(("durable", entry[1]))
             elif kind == disk.DEST:
-                broker.follow_destination(entry[1])
+                broker.follow_destination(*entry[1:])  # (destination[, settings])
                 keys.append(("dest", entry[1]))
             elif kind == disk.UNDEST:
                 broker.follow_undestination(entry[1])

@@ -267,7 +267,7 @@ class JournalReading:
                 replay.undurable(entry[1])
                 where.pop(("durable", entry[1]), None)
             elif kind == disk.DEST:
-                replay.destination(entry[1])
+                replay.destination(*entry[1:])  # (destination[, settings])
                 where[("dest", entry[1])] = segment_id
             elif kind == disk.UNDEST:
                 replay.undestination(entry[1])

@@ -55,6 +55,8 @@ UNUSER = 15  # ... or removed: (UNUSER, name)
 RULE = 16  # a permission rule set at run time: (RULE, pattern, ((permission, roles), ...))
 UNRULE = 17  # ... or removed: (UNRULE, pattern)
 UNDEST = 18  # an empty, unused destination is deleted: (UNDEST, destination)
+DEST_ARGS = 19  # a queue made with x- arguments (core/configured.py): decoded as
+#                 (DEST, destination, settings), a plain DEST as (DEST, destination)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -215,7 +217,9 @@ def encode_unrule(pattern: str) -> bytes:
     return _U8.pack(UNRULE) + _s(pattern)
 
 
-def encode_dest(destination: str) -> bytes:
+def encode_dest(destination: str, settings: str = "") -> bytes:
+    if settings:
+        return _U8.pack(DEST_ARGS) + _s(destination) + _s(settings)
     return _U8.pack(DEST) + _s(destination)
 
 
@@ -434,6 +438,10 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
             elif etype == DEST:
                 pos += 1
                 out.append((DEST, string()))
+            elif etype == DEST_ARGS:
+                pos += 1
+                destination = string()
+                out.append((DEST, destination, string()))
             elif etype == USER:
                 pos += 1
                 name = string()

@@ -370,7 +370,7 @@ class Store(Mirroring):
                 entry = encode_undurable(record[1])
                 self._forget(("durable", record[1]))
             elif kind == rec.DEST:
-                entry = encode_dest(record[1])
+                entry = encode_dest(*record[1:])  # (destination[, settings])
                 keys.append(("dest", record[1]))
             elif kind == rec.UNDEST:
                 entry = encode_undest(record[1])
@@ -673,7 +673,7 @@ class Store(Mirroring):
                         if queue_key in obj.journal_queues:
                             records.append((rec.DELIVERED, queue_key, obj, count))
             elif obj[0] == "dest":
-                records.append((rec.DEST, obj[1]))
+                records.append(broker.dest_record(obj[1]))  # with its settings, if any
             elif obj[0] == "epoch":
                 records.append((EPOCH_RECORD, obj[1]))
             elif obj[0] == "group":

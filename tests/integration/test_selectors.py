@@ -172,3 +172,13 @@ def _filtered_range(raw_client, server, stream: str) -> list[int]:
         assert all(r[4] == b"%d" % r[0] for r in records)
         found.extend(r[0] for r in records)
         reader.request("ACK", {"id": h["ack"]})
+
+
+def test_temporary_queue_consumer_with_a_selector(server, stomp_client):
+    """A connection's own temporary queue (RabbitMQ's /temp-queue/) filters as a queue."""
+    owner = stomp_client(server)
+    owner.subscribe("/temp-queue/replies", id="picky", headers={"selector": "ok = TRUE"})
+    for body, ok in (("no", "false"), ("yes", "true"), ("none", None)):
+        headers = {} if ok is None else {"ok": ok}
+        owner.send("/temp-queue/replies", body, **headers)
+    assert settle(owner, 1) == ["yes"]

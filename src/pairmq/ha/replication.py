@@ -3,7 +3,9 @@
 `ReplicationMachine.handle(event, now)` takes one input (ha/events.py) and returns the
 effects to carry out, in order; `tick(now)` is called every heartbeat and at
 `deadline()`. No clock, socket or task lives here: the driver (server/ha.py) does
-the I/O. The rules (docs/ha.md has the argument):
+the I/O. What each phase answers to is its step function (`STEPS`, at the end; the steps
+are in ha/steps.py and ha/serving_steps.py): an input the current phase does not take is
+logged at debug level and dropped. The rules (docs/ha.md has the argument):
 
 - A server confirms writes only while serving and while it holds the witness's lease
   or its in-sync backup's promise not to take over (no witness configured: always,
@@ -24,37 +26,22 @@ their step as a value (`Activation.step`, `HandOver.step`), never flags.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.activation import ActivationSteps
 from pairmq.ha.events import (
-    BackupAcked,
     BecomePassive,
     ConfirmationsChanged,
     Effect,
     Event,
-    FailbackMessage,
-    Force,
-    Heartbeat,
     Log,
-    MirrorProgress,
-    PeerConnected,
-    PeerLost,
     PeerStateChanged,
-    Recovered,
     Send,
     ServeSync,
-    Shutdown,
     StepDown,
-    SteppedDown,
-    SyncDone,
-    SyncOffered,
-    SyncRequested,
-    SyncServed,
     WipeJournal,
-    WitnessReplied,
 )
 from pairmq.ha.handover import HandOverSteps
 from pairmq.ha.messages import (
@@ -62,12 +49,30 @@ from pairmq.ha.messages import (
     PeerHello,
 )
 from pairmq.ha.phases import (
-    IN_SYNC,
     SERVING,
     Phase,
     SteppingDown,
 )
+from pairmq.ha.serving_steps import (
+    step_active,
+    step_alone,
+    step_elected,
+    step_handing_over,
+    step_joining,
+)
 from pairmq.ha.states import State
+from pairmq.ha.steps import (
+    step_activating,
+    step_deferring,
+    step_in_sync,
+    step_orphaned,
+    step_stepping_down,
+    step_stopped,
+    step_stopping,
+    step_syncing,
+    step_taking_over,
+    step_undecided,
+)
 from pairmq.ha.witnessing import WitnessRequests
 
 SERVING_STATES = (State.ACTIVE, State.STANDALONE)
@@ -75,7 +80,7 @@ SERVING_STATES = (State.ACTIVE, State.STANDALONE)
 # heartbeat (WAITING) or the channel's end is heard first.
 FAREWELL_HEARD = ("the active server stopped cleanly and failover_on_shutdown is off: "
                   "not taking over")
-DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
 
 class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
@@ -142,44 +147,11 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
     # ------------------------------------------------------------ inputs
 
     def handle(self, event: Event, now: float) -> list[Effect]:
+        """One input: the current phase's step function (`STEPS`) takes it, or drops it with
+        a debug line. `_decide` then runs after every input, taken or dropped: it reads the
+        situation, not the input."""
         self._now = now
-        match event:
-            case Heartbeat(hello):
-                self._on_heartbeat(hello, now)
-            case BackupAcked(seq):
-                self._on_ack(seq, now)
-            case MirrorProgress(appended, synced):
-                self._on_mirror(appended, synced, now)
-            case PeerConnected(hello):
-                self._on_connected(hello)
-            case PeerLost(reason):
-                self._on_lost(reason)
-            case SyncRequested(request) as asked:
-                self._on_sync_requested(request, asked.journal)
-            case SyncServed(seq):
-                if self.serving and self.connected:
-                    self.sync_done_seq = seq
-            case SyncOffered(mode, first):
-                self._on_sync_offered(mode, first)
-            case SyncDone(seq):
-                self.sync_done_seq = seq
-                self._check_in_sync(now)
-            case FailbackMessage(step, seq):
-                self._on_failback(step, seq, now)
-            case WitnessReplied(purpose, reply, requested_at):
-                self._on_witness(purpose, reply, requested_at, now)
-            case Recovered(epoch):
-                self._on_recovered(epoch)
-            case SteppedDown():
-                self._on_stepped_down()
-            case Force():
-                if self.force_refused() is None and not self.serving:
-                    self.order = True
-            case Shutdown():
-                self._on_shutdown(now)
-            case _:
-                self._emit(Log(DEBUG, f"{type(event).__name__} is not an input of the "
-                                      f"replication machine ({self.phase.value}): dropped"))
+        STEPS[self.phase](self, event, now)
         self._decide(now)
         return self._drain()
 
@@ -248,97 +220,86 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         the backup had lost that channel, been granted epoch 10 (below the elected 11)
         and confirmed alone; the closed channel and a new one came in the same burst,
         before any tick, and the primary then served the backup a full copy that wiped
-        its epoch 10. ELECTED keeps its own check (`_keep_election`: the peer journals
-        an activation's epoch first, so an unchanged journal means it did not serve)."""
-        if self.serving and self.phase is not Phase.ELECTED and self.cfg.witness \
-                and now >= self._valid_until():
+        its epoch 10. The serving phases' steps call it, all but ELECTED's, which keeps
+        its own check (`_keep_election`: the peer journals an activation's epoch first, so
+        an unchanged journal means it did not serve)."""
+        if self.cfg.witness and now >= self._valid_until():
             self._emit(Log(ERROR, "Lost the HA channel the backup followed this server on, "
                                   "without the witness lease or the backup's promise: not "
                                   "serving any more"))
             self._step_down("lost the following peer without lease or promise")
 
     # ------------------------------------------------------------ the peer
+    # What every phase records of the peer; what a phase does about it is its step's.
 
-    def _on_connected(self, hello: PeerHello) -> None:
-        self._follower_gone(self._now)  # a new channel: the old one, if any, has ended
+    def _heard(self, hello: PeerHello) -> bool:
+        """A heartbeat: the peer's hello and state. True: the peer stopped serving."""
+        self.peer = hello
+        return self._set_peer_state(hello.state)
+
+    def _connected(self, hello: PeerHello) -> bool:
+        """A new channel (an old one, if any, has ended). True: the peer stopped serving."""
         self.peer = hello
         self.peer_farewell = False
         self._emit(Log(INFO, f"Connected to remote server {hello.name} over the HA "
                              "channel"))
-        self._set_peer_state(hello.state)
-        if self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.ORPHANED):
-            # A new channel: synchronise again over it, or, if the peer does not serve,
-            # be a backup of nobody (a peer that sees PASSIVE would wait for us forever).
-            if self.peer_state.serving:
-                self._enter(Phase.ORPHANED, "a new HA channel: synchronising again over it")
-            else:
-                self._enter(Phase.WAITING, f"{hello.name} is back and does not serve")
-        elif self.activation is not None and self.activation.back_to in IN_SYNC:
-            # An activation started from PASSIVE: if it is refused, the stream it was in
-            # sync over is gone with the old channel (simulator seed 9881).
-            self._revise(replace(self.activation, back_to=Phase.ORPHANED), "a new HA channel")
-        self._keep_election((hello.epoch, hello.last_seq))
-        self._newer_peer_seen()
-        self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
+        return self._set_peer_state(hello.state)
 
-    def _on_lost(self, reason: str) -> None:
+    def _channel_lost(self, reason: str) -> None:
         self._emit(Log(INFO, f"Lost the HA channel to {self.peer.name}: {reason}"))
         self._set_peer_state(State.DEAD)
         self.sync_done_seq = None
-        if self.phase in (Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER):
-            # Still eligible (per the witness) but no longer receiving: not in sync.
-            self._enter(Phase.ORPHANED, f"lost the active server: {reason}")
-        elif self.phase is Phase.DEFERRING:
-            self._enter(Phase.WAITING, f"lost the peer it handed over to: {reason}")
-        elif self.phase is Phase.SYNCING:
-            self._enter(Phase.WAITING, "lost the active server before being in sync")
-        elif self.phase is Phase.HANDING_OVER:
-            self._emit(Log(WARNING, "Hand-over abandoned: the HA channel closed"))
-            self._enter(Phase.ACTIVE, "hand-over abandoned: the HA channel closed")
-            self._backup_lost()
-        elif self.phase is Phase.ACTIVE:
-            self._backup_lost()
-        elif self.phase is Phase.JOINING:
-            # never declared the standby: confirm alone again
-            self._enter(Phase.STANDALONE, f"lost the joining backup: {reason}")
-            self._emit(ConfirmationsChanged())
-        self._follower_gone(self._now)
 
-    def _on_heartbeat(self, hello: PeerHello, now: float) -> None:
-        self.peer = hello
-        self._set_peer_state(hello.state)
-        peer_serving = self.peer_state.serving
-        if peer_serving and self.phase is Phase.DEFERRING:
-            self._enter(Phase.WAITING, f"{hello.name} serves")
-        if not self.serving and peer_serving:
+    def _say_hello(self) -> None:
+        """This server's hello at once (a new channel, a new phase the peer waits for)."""
+        self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
+
+    def _set_peer_state(self, state: State) -> bool:
+        """True: the peer served and now says it does not (nor is it gone): a backup that
+        followed it is a backup of nobody (`_peer_stopped_serving`)."""
+        if state == self.peer_state:
+            return False
+        self._emit(PeerStateChanged(self.peer_state.value, state.value))
+        stopped = self.peer_state.serving and state not in (State.DEAD, *SERVING_STATES)
+        self.peer_state = state
+        return stopped
+
+    def _peer_stopped_serving(self) -> None:
+        """A backup of nobody: say so (a peer that sees PASSIVE waits for us to follow it),
+        and decide again with the peer. A SYNCING request may have arrived after it stopped
+        serving (it is then ignored): ask again."""
+        self._enter(Phase.WAITING, FAREWELL_HEARD if self.peer_farewell
+                    else f"{self.peer.name} stopped serving")
+
+    def _follow_again(self, hello: PeerHello) -> None:
+        """A backup on a new channel: synchronise again over it, or, if the peer does not
+        serve, be a backup of nobody (a peer that sees PASSIVE would wait for us forever)."""
+        if self.peer_state.serving:
+            self._enter(Phase.ORPHANED, "a new HA channel: synchronising again over it")
+        else:
+            self._enter(Phase.WAITING, f"{hello.name} is back and does not serve")
+
+    def _echo(self, hello: PeerHello) -> None:
+        """A server that does not serve echoes the serving peer's heartbeat time back: the
+        time its promise counts from, on the peer's clock."""
+        if self.peer_state.serving:
             self.peer_echo = hello.ts
-            if self.phase in (Phase.PASSIVE, Phase.FAILBACK_ASKED):
-                # My promise: I will not take over for an activation interval from now.
-                self.promise_until = max(self.promise_until, now + self.cfg.activation)
-        if self.serving and hello.in_sync:
-            # Its promise, whatever this server's phase: ACTIVE counts on it to confirm,
-            # and JOINING or STANDALONE to know the peer still follows (`_follower`).
-            echo = hello.echo
-            if echo:
-                self.peer_lease.granted(echo, self.cfg.activation_ms)
-                self._promote(now)
-        if self.serving and peer_serving:
-            self._split_brain_seen()
-        self._keep_election((hello.epoch, hello.last_seq))
-        self._newer_peer_seen()
 
-    def _set_peer_state(self, state: State) -> None:
-        if state != self.peer_state:
-            self._emit(PeerStateChanged(self.peer_state.value, state.value))
-            if self.peer_state.serving and state not in (State.DEAD, *SERVING_STATES) \
-                    and self.phase in (
-                    Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
-                # A backup of nobody: say so (a peer that sees PASSIVE waits for us to
-                # follow it), and decide again with the peer. A SYNCING request may have
-                # arrived after it stopped serving (it is then ignored): ask again.
-                self._enter(Phase.WAITING, FAREWELL_HEARD if self.peer_farewell
-                            else f"{self.peer.name} stopped serving")
-            self.peer_state = state
+    def _peer_promised(self, hello: PeerHello) -> bool:
+        """Serving: the in-sync peer's promise, whatever this server's phase: ACTIVE counts
+        on it to confirm, and JOINING or STANDALONE to know the peer still follows
+        (`_follower`). True: it promised."""
+        if hello.in_sync and hello.echo:
+            self.peer_lease.granted(hello.echo, self.cfg.activation_ms)
+            return True
+        return False
+
+    def _outranked(self) -> None:
+        """Serving, after the peer's hello: step down if it serves too and holds more, or if
+        its journal went on without this server."""
+        if self.peer_state.serving:
+            self._split_brain_seen()
+        self._newer_peer_seen()
 
     def _split_brain_seen(self) -> None:
         """Both serving (a partition healed, or no witness): the server holding the witness's
@@ -362,7 +323,8 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         since that this journal lacks: it must not serve them its older history (a peer
         that synchronised from it would lose them). Seen after a pause or a partition that
         outlasted this server's lease while a peer still looked attached. Step down; the
-        pair elects the newest journal (docs/ha.md, Epochs)."""
+        pair elects the newest journal (docs/ha.md, Epochs). (Called by serving phases'
+        steps; `self.serving`: a rule of the same input may have stepped down already.)"""
         if self.serving and self.peer.epoch > self.journal.epoch \
                 and not self.witness_lease.valid(self._now):  # a lease: the peer's is older
             self._emit(Log(ERROR, f"{self.peer.name} has epoch {self.peer.epoch}, "
@@ -443,10 +405,10 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self._emit(StepDown(why))
         self._enter(Phase.STEPPING_DOWN, why, stepping_down=SteppingDown(why, then))
 
-    def _on_stepped_down(self) -> None:
+    def _stepped_down(self) -> None:
+        """STEPPING_DOWN: the journal is read back."""
         done = self.stepping_down
-        if self.phase is not Phase.STEPPING_DOWN or done is None:
-            return  # stopped meanwhile
+        assert done is not None
         self._emit(Log(INFO, "Journal read back after stepping down: a standby again"))
         self._enter(done.then, done.why)
 
@@ -459,21 +421,14 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
             self._renew()
         self._emit(ConfirmationsChanged())
 
-    def _on_ack(self, seq: int, now: float) -> None:
-        self.backup_acked = max(self.backup_acked, seq)
-        if self.phase in (Phase.STANDALONE, Phase.DROPPING_BACKUP) \
-                and self.sync_done_seq is not None and seq >= self.sync_done_seq:
-            # From now on receipts wait for the backup; it is in sync (and may be declared
-            # the standby, eligible to take over) only once it also holds every record
-            # confirmed alone before this instant (simulator seed 417).
-            self.join_target = self.journal.synced_seq
-            self._enter(Phase.JOINING, f"backup {self.peer.name} caught up at seq "
-                                       f"{seq}; in sync once it holds seq {self.join_target}")
-        if self.phase is Phase.JOINING:
-            self._promote(now)
-        elif self.hand_over is not None:
-            self._hand_over_progress(now)
-        self._emit(ConfirmationsChanged())
+    def _join(self, seq: int) -> None:
+        """The backup caught up with its synchronisation. From now on receipts wait for the
+        backup; it is in sync (and may be declared the standby, eligible to take over) only
+        once it also holds every record confirmed alone before this instant (simulator
+        seed 417)."""
+        self.join_target = self.journal.synced_seq
+        self._enter(Phase.JOINING, f"backup {self.peer.name} caught up at seq "
+                                   f"{seq}; in sync once it holds seq {self.join_target}")
 
     def _promote(self, now: float) -> None:
         """JOINING becomes ACTIVE once the backup holds everything confirmed alone before,
@@ -491,21 +446,9 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         self._renew()
         self._emit(ConfirmationsChanged())
 
-    def _on_sync_requested(self, request: dict[str, Any], says: tuple[int, int]) -> None:
+    def _serve_sync(self, request: dict[str, Any]) -> None:
         """Serve the backup what it lacks (a full copy replaces a journal that is not a
-        prefix of ours). Elected with the peer, only on the journal elected over (`Elected`):
-        a different one may hold confirmed records the copy would wipe (seed 10715)."""
-        if not self.serving or self.phase is Phase.HANDING_OVER:
-            return
-        if self.phase is Phase.ELECTED:
-            if not self._keep_election(says):
-                return
-            self._enter(Phase.STANDALONE, f"{self.peer.name} follows this server: it "
-                                          "synchronises from it")
-        elif self.phase is Phase.ACTIVE:
-            self._backup_lost()  # a new synchronisation: the backup is not in sync
-        elif self.phase is Phase.JOINING:
-            self._enter(Phase.STANDALONE, "the backup synchronises again")
+        prefix of ours)."""
         self.sync_done_seq = None
         self._emit(ServeSync(request))
 
@@ -530,15 +473,15 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
         else:
             self._emit(Log(INFO, f"Incremental synchronisation from {name} from seq {first}"))
 
-    def _on_mirror(self, appended: int, synced: int, now: float) -> None:
+    def _ack_mirror(self, appended: int, synced: int) -> None:
         if self.connected:
             self._emit(Send(ch.ACK, {"seq": synced if self.cfg.backup_ack_fsync
                                      else appended}))
-        self._check_in_sync(now)
 
     def _check_in_sync(self, now: float) -> None:
+        """SYNCING: in sync once the mirror holds what the active said it sent."""
         target = self.sync_done_seq
-        if target is None or self.phase is not Phase.SYNCING:
+        if target is None:
             return
         journal = self.journal
         have = journal.synced_seq if self.cfg.backup_ack_fsync else journal.appended_seq
@@ -548,24 +491,46 @@ class ReplicationMachine(ActivationSteps, HandOverSteps, WitnessRequests):
                                            f"{self.peer.name} at seq {target}")
             self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
 
-    def _on_failback(self, step: FailbackStep, seq: int | None, now: float) -> None:
-        if step is FailbackStep.REQUEST and self.phase in (Phase.ACTIVE, Phase.JOINING):
-            self._start_hand_over(f"failing back to {self.peer.name}", now,
-                                  stopping=False)
-        elif step is FailbackStep.GO and not self.serving and self.phase is not Phase.STEPPING_DOWN:
-            self._emit(Log(INFO, f"{self.peer.name} handed over at seq {seq}: "
-                                 "taking over"))
-            self.promise_until = 0.0
-            self.peer_farewell = False
-            why = f"{self.peer.name} handed over"
-            if self.activation is not None:
-                self._revise(replace(self.activation, back_to=Phase.TAKING_OVER), why)
-            else:
-                self._enter(Phase.TAKING_OVER, why)  # retried until the witness grants it
-            # "go" is the peer's last word as active (heard after taking over: a backup
-            # that lost its active would say WAITING for an instant)
-            self._set_peer_state(State.WAITING)
-        elif step is FailbackStep.SHUTDOWN:
-            self.peer_farewell = True
+    def _go_heard(self, seq: int | None) -> str:
+        """The active handed over at `seq` ("go"): no promise holds this server back, and a
+        farewell heard before is over. Returns why, for the step's transition (then
+        `_after_go`)."""
+        self._emit(Log(INFO, f"{self.peer.name} handed over at seq {seq}: "
+                             "taking over"))
+        self.promise_until = 0.0
+        self.peer_farewell = False
+        return f"{self.peer.name} handed over"
 
-    # ------------------------------------------------------------ output
+    def _after_go(self) -> None:
+        # "go" is the peer's last word as active (heard after taking over: a backup
+        # that lost its active would say WAITING for an instant)
+        self._set_peer_state(State.WAITING)
+
+    def _take_over(self, seq: int | None) -> None:
+        """A standby that is not activating heard "go": TAKING_OVER, which activates until
+        the witness grants the lease."""
+        self._enter(Phase.TAKING_OVER, self._go_heard(seq))  # retried until the witness grants it
+        self._after_go()
+
+
+P = Phase
+# What each phase answers to: its step function (ha/steps.py, ha/serving_steps.py), one per
+# phase or per group of phases that answer alike. tests/ha/test_phase_steps.py checks that
+# every phase has one.
+STEPS: dict[Phase, Callable[[ReplicationMachine, Event, float], None]] = {
+    P.STARTING: step_undecided, P.WAITING: step_undecided,
+    P.DEFERRING: step_deferring,
+    P.SYNCING: step_syncing,
+    P.PASSIVE: step_in_sync, P.FAILBACK_ASKED: step_in_sync,
+    P.TAKING_OVER: step_taking_over,
+    P.ORPHANED: step_orphaned,
+    P.ACTIVATING: step_activating,
+    P.ELECTED: step_elected,
+    P.STANDALONE: step_alone, P.DROPPING_BACKUP: step_alone,
+    P.JOINING: step_joining,
+    P.ACTIVE: step_active,
+    P.HANDING_OVER: step_handing_over,
+    P.STEPPING_DOWN: step_stepping_down,
+    P.STOPPING: step_stopping,
+    P.STOPPED: step_stopped,
+}

@@ -125,3 +125,19 @@ def test_an_input_not_of_the_machine_is_dropped_in_any_phase(phase: Phase) -> No
     assert ev.Log(logging.DEBUG, f"Tick is not an input of phase {phase.value}: "
                                  "dropped") in out
     assert m.phase is phase
+
+
+@pytest.mark.parametrize("recipe,event", [(starting, GO), (stopping, GO), (stopped, GO),
+                                          (stopped, ev.Shutdown())],
+                         ids=["go-starting", "go-stopping", "go-stopped", "shutdown-stopped"])
+def test_a_go_or_shutdown_nobody_expects_is_dropped_not_raised(recipe, event) -> None:
+    """A "go" reaches only a standby (the peer hands over to an in-sync backup), and a
+    stopped machine has no way out: such an input (a stale message, a second SIGTERM) is
+    dropped with its debug line; it used to raise IllegalTransition in the driver."""
+    m = recipe()
+    m._drain()
+    phase = m.phase
+    out = m.handle(event, m._now)
+    assert ev.Log(logging.DEBUG, f"{type(event).__name__} is not an input of phase "
+                                 f"{phase.value}: dropped") in out
+    assert m.phase is phase or phase is P.STARTING

@@ -3,8 +3,6 @@ others, and says how a step function reads)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pairmq.ha.events import (
     BackupAcked,
     ConfirmationsChanged,
@@ -24,10 +22,8 @@ from pairmq.ha.events import (
 )
 from pairmq.ha.messages import FailbackStep, WitnessPurpose
 from pairmq.ha.phases import Phase
+from pairmq.ha.rules import ReplicationRules as Machine
 from pairmq.ha.steps import WARNING, as_every_phase, dropped
-
-if TYPE_CHECKING:
-    from pairmq.ha.replication import ReplicationMachine as Machine
 
 # Every serving phase takes the in-sync peer's promise (`_peer_promised`) and steps down
 # for a peer that outranks it (`_outranked`; ELECTED checks its election in between). An

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from pairmq.ha.events import (
     BackupAcked,
@@ -41,9 +40,7 @@ from pairmq.ha.events import (
 )
 from pairmq.ha.messages import FailbackStep, WitnessPurpose
 from pairmq.ha.phases import IN_SYNC, Activation, Phase
-
-if TYPE_CHECKING:
-    from pairmq.ha.replication import ReplicationMachine as Machine
+from pairmq.ha.rules import ReplicationRules as Machine
 
 DEBUG, WARNING = logging.DEBUG, logging.WARNING
 
@@ -95,8 +92,8 @@ def step_undecided(m: Machine, event: Event, now: float) -> None:
             m._say_hello()
         case PeerLost(reason):
             m._channel_lost(reason)
-        case FailbackMessage(FailbackStep.GO, seq):
-            m._take_over(seq)  # STARTING: IllegalTransition, TRANSITIONS has no way there
+        case FailbackMessage(FailbackStep.GO, seq) if m.phase is Phase.WAITING:
+            m._take_over(seq)  # a server still STARTING is nobody's standby: dropped
         case Force():
             m.order = True  # until this server serves or sees a server (`_decide`)
         case Shutdown():
@@ -338,8 +335,6 @@ def step_stopping(m: Machine, event: Event, now: float) -> None:
             m._channel_lost(reason)
         case WitnessReplied(WitnessPurpose.STOP) as replied:
             m._witness_replied(replied, m._lease_given_back)
-        case FailbackMessage(FailbackStep.GO, seq):
-            m._take_over(seq)  # IllegalTransition: TRANSITIONS has no way there
         case Force():
             m.order = True
         case Shutdown():
@@ -353,8 +348,7 @@ def step_stopping(m: Machine, event: Event, now: float) -> None:
 
 def step_stopped(m: Machine, event: Event, now: float) -> None:
     """STOPPED: the end (`tick` does nothing any more). The peer is still recorded while the
-    channel drains. "go" and a shutdown are taken as by the other standby phases, and
-    `_enter` raises IllegalTransition for them: STOPPED has no way out."""
+    channel drains; "go" and another shutdown are dropped: STOPPED has no way out."""
     match event:
         case Heartbeat(hello):
             m._heard(hello)
@@ -364,12 +358,8 @@ def step_stopped(m: Machine, event: Event, now: float) -> None:
             m._say_hello()
         case PeerLost(reason):
             m._channel_lost(reason)
-        case FailbackMessage(FailbackStep.GO, seq):
-            m._take_over(seq)  # IllegalTransition
         case Force():
             m.order = True
-        case Shutdown():
-            m._enter(Phase.STOPPED, "stopping")  # IllegalTransition
         case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
               | FailbackMessage(FailbackStep.SHUTDOWN)):
             as_every_phase(m, event)

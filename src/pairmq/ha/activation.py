@@ -159,8 +159,11 @@ class ActivationSteps(MachineState):
             self._serve(act)
 
     def _on_recovered(self, epoch: int) -> None:
+        """ACTIVATING: the journal is open for serving (its step RECOVER; at another step,
+        the answer to an earlier attempt: ignored)."""
         act = self.activation
-        if act is None or act.step is not Step.RECOVER:
+        assert act is not None
+        if act.step is not Step.RECOVER:
             return
         if act.with_peer:
             if not self._peer_agrees() or not self._election_stands(

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pairmq.ha import channel as ch
 from pairmq.ha.events import CloseClients, ConfirmationsChanged, Log, Persist, Send
 from pairmq.ha.machine_state import MachineState
-from pairmq.ha.messages import FailbackStep, WitnessPurpose
+from pairmq.ha.messages import FailbackStep, WitnessPurpose, WitnessReply
 from pairmq.ha.phases import HandOver, HandOverStep, Phase
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
@@ -64,21 +64,26 @@ class HandOverSteps(MachineState):
             return
         self._step_down(ho.why, then=Phase.DEFERRING)
 
-    def _on_shutdown(self, now: float) -> None:
-        if self.serving and self.connected and self.cfg.failover_on_shutdown \
-                and self.phase is Phase.ACTIVE:
-            self._start_hand_over("shutting down (failover_on_shutdown = true)", now,
-                                  stopping=True)
-            return
-        if self.phase is Phase.HANDING_OVER and self.hand_over is not None:
-            self.hand_over = replace(self.hand_over, stopping=True)
-            return
-        if self.serving:
-            if self.connected:
-                self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.SHUTDOWN.value}))
-            self._stop_serving()
-        else:
-            self._enter(Phase.STOPPED, "stopping")
+    def _released(self, reply: WitnessReply | None, requested_at: float) -> None:
+        """HANDING_OVER: the witness answered the release (or could not be reached): say
+        "go"."""
+        self._handed_over()
+
+    def _lease_given_back(self, reply: WitnessReply | None, requested_at: float) -> None:
+        """STOPPING: the witness answered the release (or could not be reached): stop."""
+        self._enter(Phase.STOPPED, "the lease is given back")
+
+    def _shut_down_serving(self) -> None:
+        """Shutdown while serving, without a hand-over: the peer hears the farewell, and does
+        not take this server's silence for a failure (FAREWELL_HEARD)."""
+        if self.connected:
+            self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.SHUTDOWN.value}))
+        self._stop_serving()
+
+    def _stop_after_hand_over(self) -> None:
+        """Shutdown while handing over: the process ends once it is handed over."""
+        assert self.hand_over is not None
+        self.hand_over = replace(self.hand_over, stopping=True)
 
     def _stop_serving(self) -> None:
         """Give the lease back (the backup waits for this server: no standby kept)."""

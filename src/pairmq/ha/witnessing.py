@@ -8,15 +8,18 @@ that asked: lease renewals, and adoption by a witness that was away.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from pairmq.ha.events import BeginEpoch, ConfirmationsChanged, Log
+from pairmq.ha.events import BeginEpoch, ConfirmationsChanged, Log, WitnessReplied
 from pairmq.ha.machine_state import MachineState
 from pairmq.ha.messages import WitnessPurpose, WitnessReply
 from pairmq.ha.phases import Phase
 
 INFO, ERROR = logging.INFO, logging.ERROR
 RENEW = WitnessPurpose.RENEW
+# What a phase does with the witness's answer to its request: (reply, requested_at).
+Reaction = Callable[[WitnessReply | None, float], None]
 
 
 class WitnessRequests(MachineState):
@@ -39,23 +42,17 @@ class WitnessRequests(MachineState):
         if self.cfg.witness:
             self._ask(RENEW, {})
 
-    def _on_witness(self, purpose: WitnessPurpose, reply: WitnessReply | None,
-                    requested_at: float,
-                    now: float) -> None:
-        if not self.witness.answered(purpose):
+    def _witness_replied(self, replied: WitnessReplied, use: Reaction | None = None) -> None:
+        """Every phase takes the witness's reply to the request out (any other one is late:
+        ignored): it is recorded, `use`d by the step that asked for it (the phase's step
+        names it), and the next request goes out."""
+        if not self.witness.answered(replied.purpose):
             return
+        reply = replied.reply
         if reply is not None:
             self.witness_info = reply
-        if purpose is WitnessPurpose.ACTIVATION and self.activation is not None:
-            self._on_activation_reply(reply, requested_at)
-        elif purpose is RENEW and self.serving and self.phase is not Phase.HANDING_OVER:
-            self._on_renewed(reply, requested_at)
-        elif purpose is WitnessPurpose.ADOPT and self.serving:
-            self._on_adopted(reply, requested_at)
-        elif purpose is WitnessPurpose.RELEASE and self.hand_over is not None:
-            self._handed_over()
-        elif purpose is WitnessPurpose.STOP and self.phase is Phase.STOPPING:
-            self._enter(Phase.STOPPED, "the lease is given back")
+        if use is not None:
+            use(reply, replied.requested_at)
         self._next_request()
 
     def _on_renewed(self, reply: WitnessReply | None, requested_at: float) -> None:

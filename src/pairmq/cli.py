@@ -127,7 +127,7 @@ def activate(admin: str, user: str | None, password: str | None) -> None:
     with the admin role)."""
     credentials = admin_credentials(user, password, (admin,))
     try:
-        click.echo(admin_call(admin, "/activate", credentials, method="POST"))
+        echo_json(admin_call(admin, "/activate", credentials, method="POST"))
     except AdminRefused as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:

@@ -3,6 +3,8 @@ start order; a server alone with an older journal waits until an operator forces
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pairmq.client.plain import BlockingConnection, StompError
@@ -56,7 +58,7 @@ def test_alone_with_an_older_journal_waits_until_forced(pair: Pair, older: str) 
 
     result = pair.activate(older)
     assert result.returncode == 0, result.stderr
-    assert "forced" in result.stdout
+    assert json.loads(result.stdout)["forced"] is True, result.stdout  # JSON, as --json
     pair.wait_state(older, "STANDALONE", 10)
     assert "An operator forced this server to activate" in pair.logs(older)
     # it serves what it has: the messages from before the split, not the newer ones

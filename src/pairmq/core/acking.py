@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome, refusal
 from pairmq.core.capacity import Capacity
+from pairmq.core.committing import COMMIT_SLICE
 from pairmq.core.destinations import REPLY, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
@@ -38,9 +39,11 @@ class Acknowledgements:
         def _admission(self, session: Session, destination: str, kind: str, name: str,
                        headers: dict[str, str], journal_full: str | None
                        ) -> tuple[Admission, Cause, Address | None]: ...
-        def _route(self, session: Session, destination: str, kind: str, name: str,
+        def _route(self, session: Session | None, destination: str, kind: str, name: str,
                    headers: dict[str, str], body: bytes, now: int,
                    journal_full: str | None = None, admitted: bool = False) -> Outcome: ...
+        def _begin_run(self, conn_id: int, transaction: str, tx: Transaction, now: int
+                       ) -> Outcome: ...  # core/committing.py
 
     # ----------------------------------------------------------------- ACK / NACK
 
@@ -136,9 +139,12 @@ class Acknowledgements:
                journal_full: str | None = None) -> Outcome:
         """Apply the transaction's work at once. It is held or refused as a whole when one
         of its messages would be now; otherwise every message is routed (page and drop
-        still apply to each as it goes), and the destinations may pass their limits."""
+        still apply to each as it goes), and the destinations may pass their limits. One
+        of more than COMMIT_SLICE sends is applied in slices (core/committing.py)."""
         session = self._session(conn_id)
         tx = self._tx(session, transaction)
+        if len(tx.sends) > COMMIT_SLICE:  # too long for one turn: core/committing.py
+            return self._begin_run(conn_id, transaction, tx, now)
         for pending in tx.sends:  # check everything before changing anything
             kind, name = parse_destination(pending.destination)
             if kind == REPLY and name not in self.reply_queues:
@@ -156,6 +162,11 @@ class Acknowledgements:
             kind, name = parse_destination(pending.destination)
             self._route(session, pending.destination, kind, name, pending.headers,
                         pending.body, now, journal_full, admitted=True)
+        self._settle_transaction(tx, now)
+        return ACCEPTED
+
+    def _settle_transaction(self, tx: Transaction, now: int) -> None:
+        """What a COMMIT does with the deliveries acked and nacked in its transaction."""
         touched: list[Queue] = []
         for q, entry in tx.acked:
             self._consumed(q, entry)
@@ -166,7 +177,6 @@ class Acknowledgements:
             self._reject(q, [entry], now)
         for q in touched:
             self._dispatch(q, now)
-        return ACCEPTED
 
     def abort(self, conn_id: int, transaction: str, now: int) -> None:
         session = self._session(conn_id)

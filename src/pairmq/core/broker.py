@@ -18,6 +18,7 @@ from pairmq.core.accounts import Accounts
 from pairmq.core.acking import Acknowledgements
 from pairmq.core.browsing import Browse, browse
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
+from pairmq.core.committing import CommitLedger, Committing
 from pairmq.core.configured import ConfiguredQueues
 from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
@@ -53,8 +54,8 @@ _FULL = AddressState.FULL  # tested for every message consumed (see core/intake.
 TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
-class Broker(Intake, Acknowledgements, Follow, Resume, Streams, Paging, IdleDestinations,
-             Operations, ConfiguredQueues):
+class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Paging,
+             IdleDestinations, Operations, ConfiguredQueues):
     def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
         self.settings = settings or CoreSettings()
         self.id_prefix = id_prefix
@@ -89,6 +90,7 @@ class Broker(Intake, Acknowledgements, Follow, Resume, Streams, Paging, IdleDest
         self._idle_since: dict[str, int] = {}  # core/idle.py
         self._idle_round: list[str] = []
         self._sweep_round: list[Queue] = []  # queues sweep_expired has still to look at
+        self.commits = CommitLedger()  # COMMITs applied in slices (core/committing.py)
 
     # ----------------------------------------------------------------- recovery
 
@@ -138,6 +140,8 @@ class Broker(Intake, Acknowledgements, Follow, Resume, Streams, Paging, IdleDest
         self._order_seq = max(self._order_seq, top)
         for address in self.addresses.values():
             self._check_full(address)
+        self.commits = replay.commits
+        self._settle_commits()
         self.records.clear()  # restoring writes nothing new
 
     # ----------------------------------------------------------------- sessions
@@ -159,6 +163,7 @@ class Broker(Intake, Acknowledgements, Follow, Resume, Streams, Paging, IdleDest
         session = self.sessions.pop(conn_id, None)
         if session is None:
             return
+        self._orphan_run(conn_id)
         for tx in session.txs.values():
             self._undo(tx, now)
         session.txs.clear()

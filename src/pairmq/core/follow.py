@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.committing import CommitLedger
 from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
 from pairmq.core.intake import BrokerEvent
 from pairmq.core.message import Entry, Message
@@ -42,12 +43,14 @@ class Follow:
     records: list[Record]
     events: list[BrokerEvent]
     capacity: Capacity
+    commits: CommitLedger
     _order_seq: int
     moved_logs: dict[PagedLog, None]
     _index: dict[str, dict[str, Entry]] | None
     _unsorted: set[Queue]
 
-    if TYPE_CHECKING:  # provided by the Broker
+    if TYPE_CHECKING:
+        def _settle_commits(self) -> None: ...  # core/committing.py  # provided by the Broker
         def _plain_queue(self, destination: str) -> Queue: ...
         def _configured(self, q: Queue, args: QueueArgs | None) -> Record: ...
         def _delete_destination(self, address: Address) -> None: ...
@@ -98,6 +101,7 @@ class Follow:
                 address.producers.order_by_time()
         self._index = None
         self._unsorted = set()
+        self._settle_commits()
         self.records.clear()
         return orphans
 
@@ -108,6 +112,7 @@ class Follow:
         self.durables.clear()
         self.streams.clear()
         self.capacity = Capacity(self.settings)
+        self.commits = CommitLedger(top=self.commits.top)
         self.records.clear()
         self.events.clear()
         self._index = {}

@@ -24,6 +24,7 @@ from pairmq.core.admission import (
     refusal,
 )
 from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
+from pairmq.core.committing import staged_bytes
 from pairmq.core.destinations import QUEUE, REPLY, STREAM, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
@@ -215,8 +216,7 @@ class Intake:
             raise CoreError(f"transaction {name!r} would hold more than "
                             f"max_transaction_messages ({settings.max_transaction_messages}) "
                             "messages: COMMIT it before sending more")
-        size = sum(64 + len(s.body) + sum(map(len, s.headers))
-                   + sum(map(len, s.headers.values())) for s in sends)
+        size = sum(map(staged_bytes, sends))
         if tx.bytes + size > settings.max_transaction_bytes:
             raise CoreError(f"transaction {name!r} would hold more than "
                             f"max_transaction_bytes ({settings.max_transaction_bytes}) bytes: "
@@ -278,7 +278,7 @@ class Intake:
                            for hdrs, _ in rest.messages[start:end]))
         return end >= len(rest.messages)
 
-    def _admission(self, session: Session, destination: str, kind: str, name: str,
+    def _admission(self, session: Session | None, destination: str, kind: str, name: str,
                    headers: dict[str, str], journal_full: str | None
                    ) -> tuple[Admission, Cause, Address | None]:
         """What decide() says of this message now; changes nothing."""
@@ -301,7 +301,7 @@ class Intake:
             full_policy=self.settings.full_policy)
         return admission, cause, address
 
-    def _route(self, session: Session, destination: str, kind: str, name: str,
+    def _route(self, session: Session | None, destination: str, kind: str, name: str,
                headers: dict[str, str], body: bytes, now: int, journal_full: str | None = None,
                admitted: bool = False) -> Outcome:
         """Decide, then route. `admitted`: a COMMIT already decided it is not held or
@@ -336,7 +336,7 @@ class Intake:
                 stored[k] = v
                 size += len(k) + len(v)
         reply_to = stored.get("reply-to")
-        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+        if reply_to is not None and session is not None and reply_to.startswith("/temp-queue/"):
             temp_name = reply_to[len("/temp-queue/"):]
             if temp_name:  # made, and its sender subscribed to it (as RabbitMQ does)
                 self._reply_temp_queue(session, temp_name, now)
@@ -350,6 +350,7 @@ class Intake:
             if kind == QUEUE:
                 q = self._plain_queue(destination)
             elif kind == TEMP:
+                assert session is not None, "a temporary queue needs its connection"
                 q = self._temp_queue(session, name)
             else:
                 reply = self.reply_queues.get(name)
@@ -406,11 +407,14 @@ class Intake:
             self.events.append(BrokerEvent("address-full", address,
                                            f"{address.size} bytes, limit {address.limit}"))
 
-    def _existing_address(self, session: Session, destination: str, kind: str,
+    def _existing_address(self, session: Session | None, destination: str, kind: str,
                           name: str) -> Address | None:
         if kind in _NAMED:
             return self.addresses.get(destination)
-        q = session.temp_queues.get(name) if kind == TEMP else self.reply_queues.get(name)
+        if kind == TEMP:
+            q = session.temp_queues.get(name) if session is not None else None
+        else:
+            q = self.reply_queues.get(name)
         return q.address if q is not None else None
 
     def _remember_dup(self, address: Address, dup_id: str) -> None:

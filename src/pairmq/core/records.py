@@ -26,3 +26,9 @@ UNUSER = 13  # (UNUSER, name)                          ... or removed (core/acco
 RULE = 14  # (RULE, pattern, ((permission, roles), ...))  a permission rule set at run time
 UNRULE = 15  # (UNRULE, pattern)                       ... or removed
 UNDEST = 16  # (UNDEST, destination)                   an empty, unused queue is deleted
+# A COMMIT applied in slices (core/committing.py): its sends journaled, then decided,
+# then routed a slice at a time; recovery routes the rest of a decided one.
+TX_SEND = 17  # (TX_SEND, run, pending send)          one of its sends, before the decision
+TX_END = 18  # (TX_END, run)                           decided: every send is journaled
+TX_DONE = 19  # (TX_DONE, run, routed)                  its first `routed` sends are routed
+TX_DROP = 20  # (TX_DROP, run)                          never decided: its sends mean nothing

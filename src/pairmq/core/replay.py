@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pairmq.core.accounts import Accounts
+from pairmq.core.committing import CommitLedger
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged import PagedLog
 
@@ -50,6 +51,7 @@ class Replay:
     _caps: dict[str, int] = field(default_factory=dict)  # paged_beyond, asked once each
     top_order: int = 0  # the newest enqueue order an ADD brought: a newer one is no copy
     legacy_miss: bool = False  # a removal by id only missed: it may have been in a log
+    commits: CommitLedger = field(default_factory=CommitLedger)  # COMMITs in slices
     # stream -> [its log by offset, first offset held, bytes held, newest append time]
     streams: dict[str, list[Any]] = field(default_factory=dict)
     # stream -> offset -> (segment, offset, length, order, size, stamp): records that came

@@ -120,9 +120,10 @@ class CoreSettings:
     # an empty, unused queue or topic is deleted once idle this long (core/idle.py); -1: never
     auto_delete_delay_ms: int = 60_000
     # What one transaction may hold until its COMMIT (issue 20): its messages count in
-    # the server's memory meanwhile, and its COMMIT routes them all in one turn, journaled
-    # as one atomic record (about 15 us a message: 2,000 keep the turn near 30 ms).
-    max_transaction_messages: int = 2_000
+    # the server's memory meanwhile. A COMMIT of at most 1,000 is applied in one turn, as
+    # one atomic record; a larger one a slice per turn, atomic by a commit marker in the
+    # journal (core/committing.py).
+    max_transaction_messages: int = 100_000
     max_transaction_bytes: int = 64 * 1024 * 1024
     resume_ratio: float = 0.9  # a full destination (or server) resumes below this share
     address_full_policy: AddressFullPolicy = AddressFullPolicy.PAGE

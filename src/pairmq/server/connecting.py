@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pairmq import __version__
 from pairmq.core import Broker, CoreError
+from pairmq.core.committing import CommitRun
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing
 from pairmq.protocol import (
@@ -86,6 +87,7 @@ class Connecting:
         def unblock(self, address: Address) -> None: ...
         def throttle(self, paused: bool) -> None: ...
         def describe(self) -> dict[str, object]: ...
+        def commit_finished(self, run: CommitRun, ticket: Ticket | None) -> None: ...
 
     def _park(self) -> None:
         session = self.session

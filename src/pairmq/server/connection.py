@@ -22,6 +22,7 @@ from typing import cast
 
 from pairmq.core import CoreError
 from pairmq.core.admission import Admission, Cause, Outcome
+from pairmq.core.committing import CommitPhase, CommitRun
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.intake import TRANSPORT_HEADERS as NOT_KEPT
 from pairmq.core.permissions import Exists
@@ -92,6 +93,7 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self.opened = time.time()  # for the operator's connection list
         self.session = ServerSession()  # phase, why frames wait, what may be applied
         self.last_ticket: Ticket | None = None  # the newest record this connection wrote
+        self._committing: Frame | None = None  # a COMMIT applied a slice per turn
         self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
         self._stalls: set[Stall] = set()  # the broker delivers only while this is empty
         # Persistent messages go out once their record is confirmed ([server]
@@ -480,7 +482,38 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
     def on_commit(self, frame: Frame) -> object:
         outcome = self.broker.commit(self.conn_id, self._transaction(frame), now_ms(),
                                      self.role.journal_full_reason())
+        if self.broker.commit_open(self.conn_id):
+            # Applied a slice per turn by the role (core/committing.py): the frames after
+            # it wait, and its RECEIPT comes once its last slice is confirmed.
+            self.session.wait = Wait.COMMIT
+            self._committing = frame
+            if self.transport is not None:
+                self.transport.pause_reading()
+            self.role.flush()
+            return HELD
         return self._no_room(frame, outcome)
+
+    def commit_finished(self, run: CommitRun, ticket: Ticket | None) -> None:
+        """The role applied this connection's COMMIT (DONE), or could not decide it
+        (DROPPED: held or refused as a one-turn COMMIT would be; its transaction is open)."""
+        frame, self._committing = self._committing, None
+        if frame is None or self.session.closed:
+            return
+        if run.phase is CommitPhase.DONE:
+            self.session.frames += 1
+            if ticket is not None:
+                self.last_ticket = ticket
+            receipt = frame.headers.get("receipt")
+            if receipt is not None:
+                self.drain_deliveries()
+                self.confirm(self.last_ticket, wire.receipt(receipt, self.session.version))
+            self.release_backlog()
+            return
+        try:
+            self._no_room(frame, run.outcome)  # held: COMMIT decided again once released
+        except CoreError as e:
+            self.fail(str(e), frame)
+        self.role.flush()
 
     def _no_room(self, frame: Frame, outcome: Outcome) -> object:
         """Carry out what the broker decided (core/admission.py): hold the frame, or ERROR

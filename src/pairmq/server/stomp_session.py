@@ -42,6 +42,7 @@ class Wait(StrEnum):
     ADDRESS = "address"  # a destination is full (address_full_policy block)
     CONFIRM = "confirm"  # an ERROR waits for the records of earlier output to be confirmed
     BATCH = "batch"  # a batched SEND is routed a slice per turn
+    COMMIT = "commit"  # a large COMMIT is applied a slice per turn (core/committing.py)
 
 
 _A, _L, _C, _D, _X = (Phase.AWAITING_CONNECT, Phase.LOGGING_IN, Phase.CONNECTED,

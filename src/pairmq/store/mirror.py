@@ -23,7 +23,7 @@ from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.store import records as disk
 from pairmq.store.pages import PagedEntries
 from pairmq.store.paging import PagedBytes
-from pairmq.store.reading import message_of
+from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
 from pairmq.store.records import RECORD_HEADER, decode_entries
 from pairmq.store.segments import list_segments
 from pairmq.store.summary import Added, SummaryBuilder, remove_all_summaries
@@ -218,6 +218,8 @@ class Mirroring:
                 keys.append(("group", entry[1], entry[2]))
             elif kind == disk.EPOCH:
                 keys.append(("epoch", entry[1]))
+            elif kind in COMMIT_ENTRIES:
+                follow_commit(broker.commits, entry, info.segment_id)
             elif kind == disk.PRODUCER:
                 evicted = broker.follow_producer(*entry[1:])
                 keys.append(("producer", entry[1], entry[2]))

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pairmq.core import Message
+from pairmq.core.committing import CommitLedger
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
+from pairmq.core.session import PendingSend
 from pairmq.core.stream import OFFSET_HEADER
 from pairmq.store import records as disk
 from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
@@ -299,6 +301,24 @@ class JournalReading:
             elif kind == disk.PRODUCER:
                 replay.producer(entry[1], entry[2], entry[3], entry[4], entry[5])
                 where[("producer", entry[1], entry[2])] = segment_id
+            elif kind in COMMIT_ENTRIES:
+                follow_commit(replay.commits, entry, segment_id)
+
+
+COMMIT_ENTRIES = (disk.TX_SEND, disk.TX_END, disk.TX_DONE, disk.TX_DROP)
+
+
+def follow_commit(commits: CommitLedger, entry: tuple, segment_id: int) -> None:
+    """A COMMIT in slices (core/committing.py), as recovery and a backup read it."""
+    kind = entry[0]
+    if kind == disk.TX_SEND:
+        commits.staged(entry[1], PendingSend(entry[2], entry[3], entry[4]), segment_id)
+    elif kind == disk.TX_END:
+        commits.decided(entry[1], entry[2])
+    elif kind == disk.TX_DONE:
+        commits.done(entry[1], entry[2])
+    else:
+        commits.dropped(entry[1])
 
 
 def message_of(e: disk.AddEntry) -> Message:

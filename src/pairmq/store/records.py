@@ -57,6 +57,11 @@ UNRULE = 17  # ... or removed: (UNRULE, pattern)
 UNDEST = 18  # an empty, unused destination is deleted: (UNDEST, destination)
 DEST_ARGS = 19  # a queue made with x- arguments (core/configured.py): decoded as
 #                 (DEST, destination, settings), a plain DEST as (DEST, destination)
+# A COMMIT applied in slices (core/committing.py), named by its key (u64):
+TX_SEND = 20  # one of its sends: (TX_SEND, key, destination, headers, body)
+TX_END = 21  # decided, every send above journaled: (TX_END, key, sends)
+TX_DONE = 22  # its first `routed` sends are routed: (TX_DONE, key, routed)
+TX_DROP = 23  # never decided; its sends mean nothing: (TX_DROP, key)
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -247,6 +252,32 @@ def encode_producer(destination: str, producer: str, epoch: int, seq: int, seen:
 
 def encode_epoch(epoch: int) -> bytes:
     return _U8.pack(EPOCH) + _U32.pack(epoch)
+
+
+_KEY_COUNT = struct.Struct("<BQI")  # entry type, commit key, a count
+
+
+def encode_tx_send(key: int, destination: str, headers: Mapping[str, str], body: bytes
+                   ) -> bytes:
+    parts = [_U8.pack(TX_SEND), _U64.pack(key), _s(destination), _U32.pack(len(headers))]
+    for name, value in headers.items():
+        parts.append(_s(name))
+        parts.append(_s(value))
+    parts.append(_U32.pack(len(body)))
+    parts.append(body)
+    return b"".join(parts)
+
+
+def encode_tx_end(key: int, sends: int) -> bytes:
+    return _KEY_COUNT.pack(TX_END, key, sends)
+
+
+def encode_tx_done(key: int, routed: int) -> bytes:
+    return _KEY_COUNT.pack(TX_DONE, key, routed)
+
+
+def encode_tx_drop(key: int) -> bytes:
+    return _U8.pack(TX_DROP) + _U64.pack(key)
 
 
 def frame_record(seq: int, epoch: int, payload: bytes, kind: int = KIND_BATCH) -> bytes:
@@ -493,6 +524,30 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
                 out.append((EPOCH, epoch))
             elif etype == PRODUCER:
                 pos = _decode_producer(buf, pos, out)
+            elif etype == TX_SEND:
+                (key,) = _U64.unpack_from(buf, pos + 1)
+                pos += 9
+                destination = string()
+                (count,) = u32(buf, pos)
+                pos += 4
+                headers = {}
+                for _ in range(count):
+                    name = string()
+                    headers[name] = string()
+                (n,) = u32(buf, pos)
+                pos += 4
+                if pos + n > end:
+                    raise CorruptRecord("body runs past the end of its record")
+                out.append((TX_SEND, key, destination, headers, bytes(buf[pos:pos + n])))
+                pos += n
+            elif etype in (TX_END, TX_DONE):
+                _, key, count = _KEY_COUNT.unpack_from(buf, pos)
+                pos += _KEY_COUNT.size
+                out.append((etype, key, count))
+            elif etype == TX_DROP:
+                (key,) = _U64.unpack_from(buf, pos + 1)
+                pos += 9
+                out.append((TX_DROP, key))
             else:
                 raise CorruptRecord(f"unknown entry type {etype}")
     except BAD_BYTES as e:

@@ -37,6 +37,10 @@ from pairmq.store.records import (
     encode_group,
     encode_producer,
     encode_rule,
+    encode_tx_done,
+    encode_tx_drop,
+    encode_tx_end,
+    encode_tx_send,
     encode_undest,
     encode_undurable,
     encode_unrule,
@@ -320,6 +324,7 @@ class Store(Mirroring):
         paged: list[tuple[Message, int, int]] = []  # paged messages: entry at, its length
         summarised: list[Added] | None = []  # new messages, while nothing else comes
         dups: list[tuple[str, str]] = []  # ... and their dup-ids
+        runs_begun: list = []  # COMMITs in slices whose first TX_SEND this is
         for record in records:
             kind = record[0]
             if kind == rec.PRODUCER:
@@ -406,6 +411,17 @@ class Store(Mirroring):
             elif kind == DUPS_RECORD:
                 entry = encode_dups(record[1], record[2])
                 keys.extend(("dup", record[1], dup_id) for dup_id in record[2])
+            elif kind == rec.TX_SEND:  # a COMMIT in slices (core/committing.py)
+                run, send = record[1], record[2]
+                entry = encode_tx_send(run.key, send.destination, send.headers, send.body)
+                if run.segment is None:
+                    runs_begun.append(run)
+            elif kind == rec.TX_END:
+                entry = encode_tx_end(record[1].key, len(record[1].sends))
+            elif kind == rec.TX_DONE:
+                entry = encode_tx_done(record[1].key, record[2])
+            elif kind == rec.TX_DROP:
+                entry = encode_tx_drop(record[1].key)
             else:
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
@@ -423,6 +439,8 @@ class Store(Mirroring):
         else:
             self.summaries.opaque(seq, self.epoch, segment_id, offset, offset + len(payload))
         info = writer.segments[segment_id]
+        for run in runs_begun:  # kept until the run is done (core/committing.py)
+            run.segment = segment_id
         for message, at, length in paged:
             self.pages.written(seq, message, segment_id, offset + at, length)
             message.journal_seq = seq  # a stream's newest are delivered from memory
@@ -628,6 +646,8 @@ class Store(Mirroring):
             oldest = writer.segments[min(writer.segments)]
             if oldest is writer.current or oldest.last_seq > writer.synced_seq:
                 return
+            if self.broker is not None and self.broker.commits.holds(oldest.segment_id):
+                return  # a COMMIT under way began there: core/committing.py says why
             if not oldest.live and not oldest.paged:
                 self._drop_segment(oldest.segment_id)
                 continue

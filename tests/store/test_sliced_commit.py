@@ -1,0 +1,146 @@
+"""A COMMIT applied in slices, on real journal files (core/committing.py): stopped after
+any slice, recovery holds none of it (not decided yet) or routes the rest (decided), so
+the queue ends with all of it exactly once; compaction keeps what a run under way needs;
+a backup following the records takes over a run where the active left it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from pairmq.core import Broker
+from pairmq.core.committing import COMMIT_SLICE, STAGE_SLICE
+from pairmq.store.segments import list_segments
+from pairmq.store.store import Store
+from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
+from tests.store.test_mirror import Backup
+
+N = STAGE_SLICE + 2 * COMMIT_SLICE + 7  # two slices to stage, four to route
+STEPS = 2 + 4
+
+
+async def reopen(directory: Path, boot: int, **settings) -> tuple[Broker, Store]:
+    """A restart: message ids are unique per boot, as the server makes them."""
+    broker, store = await open_broker(directory, **settings)
+    broker.id_prefix = f"ID:boot{boot}-"
+    return broker, store
+
+
+def begin(broker: Broker, n: int = N, body: bytes = b"x") -> None:
+    broker.open_session(1, "1.2")
+    broker.begin(1, "tx")
+    for i in range(n):
+        broker.send(1, "/queue/q", {**PERSISTENT, "n": str(i)}, body, NOW, "tx")
+    broker.commit(1, "tx", NOW)
+
+
+def numbers(broker: Broker) -> list[int]:
+    q = broker.queues.get("/queue/q")
+    return [int(e.message.headers["n"]) for e in q.entries()] if q else []
+
+
+@pytest.mark.parametrize("stopped_after", range(STEPS + 1))
+def test_stopped_after_any_slice_recovery_keeps_none_or_finishes_it(
+        tmp_path: Path, stopped_after: int) -> None:
+    async def main() -> None:
+        broker, store = await reopen(tmp_path, 2)
+        begin(broker)
+        for _ in range(stopped_after):
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        await close(store)
+
+        broker, store = await reopen(tmp_path, 3)
+        decided = stopped_after >= 2
+        routed = max(0, stopped_after - 2) * COMMIT_SLICE
+        assert numbers(broker) == list(range(min(routed, N))), "what was routed, only"
+        assert bool(broker.commits.runs) == (decided and routed < N)
+        while broker.commits.runs:
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        await close(store)
+
+        broker, store = await reopen(tmp_path, 4)
+        assert numbers(broker) == (list(range(N)) if decided else []), \
+            "all of it exactly once, in order, or none of it"
+        assert not broker.commits.runs
+        await close(store)
+
+    asyncio.run(main())
+
+
+def test_compaction_keeps_the_segment_a_run_began_in(tmp_path: Path) -> None:
+    """Segments of 64 KiB, half-empty ones compacted: a run's TX_SEND entries outlive the
+    traffic that would compact their segment away, until the run is done."""
+    async def main() -> None:
+        settings = {"segment_bytes": 64 * 1024, "compact_ratio": 0.9}
+        broker, store = await reopen(tmp_path, 5, **settings)
+        begin(broker, body=b"b" * 60)
+        for _ in range(3):  # decided, one slice routed
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        await synced(store)
+        first = min(segment_id for segment_id, _ in list_segments(tmp_path))
+        broker.open_session(2, "1.2")
+        broker.subscribe(2, "s", "/queue/churn", NOW)
+        for i in range(3000):  # churn: each acked at once (auto), its segments empty
+            broker.send(2, "/queue/churn", PERSISTENT, b"c" * 200, NOW)
+            persist(broker, store)
+            broker.take_outbox()
+            if i % 100 == 0:
+                await synced(store)
+                await asyncio.sleep(0.002)
+        await synced(store)
+        await asyncio.sleep(0.05)
+        assert min(segment_id for segment_id, _ in list_segments(tmp_path)) == first, \
+            "the segment of its first TX_SEND stays"
+        await close(store)
+
+        broker, store = await reopen(tmp_path, 6, **settings)
+        while broker.commits.runs:
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        assert numbers(broker) == list(range(N))
+        for _ in range(20):  # done: compaction may take it now
+            broker.send(2 if 2 in broker.sessions else broker.open_session(2, "1.2").id,
+                        "/queue/churn2", PERSISTENT, b"c" * 200, NOW)
+            persist(broker, store)
+        await synced(store)
+        await close(store)
+        broker, store = await reopen(tmp_path, 7, **settings)
+        assert numbers(broker) == list(range(N)) and not broker.commits.runs
+        await close(store)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("stopped_after", [1, 2, 4])
+def test_a_backup_takes_over_a_run_where_the_active_left_it(tmp_path: Path,
+                                                            stopped_after: int) -> None:
+    async def main() -> None:
+        broker, store = await reopen(tmp_path / "active", 8)
+        backup = Backup(tmp_path / "backup", 1000)
+        await backup.attach(store)
+        begin(broker)
+        for _ in range(stopped_after):
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        await synced(store)
+        await close(store)  # the active is gone; the backup takes over
+        await synced(backup.store)
+        backup.store.serve_mirrored()
+        taken = backup.broker
+        decided = stopped_after >= 2
+        assert bool(taken.commits.runs) == decided
+        while taken.commits.runs:
+            taken.step_commits(NOW, None)
+            persist(taken, backup.store)
+        await close(backup.store)
+        # (read back without paging: the backup's settings page /queue/q past 60 KB)
+        recovered, store = await reopen(tmp_path / "backup", 9)
+        assert numbers(recovered) == (list(range(N)) if decided else [])
+        await close(store)
+
+    asyncio.run(main())

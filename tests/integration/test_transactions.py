@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from pairmq.client.plain import BlockingConnection
+from pairmq.protocol import Frame, serialize
 from tests.integration.rawstomp import unique
+from tests.serverproc import free_port
+from tests.support.admin import admin_request, admin_status, admin_user_flags, status_when_up
 
 
 def sync(client) -> None:
@@ -209,3 +213,48 @@ def test_consume_transform_produce_is_atomic(server, stomp_client):
     sink.send(target, "end")
     sink.wait_body("end")
     assert sink.bodies() == ["M0", "end"], "exactly one result"
+
+
+def test_a_large_commit_is_applied_in_slices_reported_and_answered_in_order(server_factory):
+    """A COMMIT of 30,000 (core/committing.py): GET /status and /metrics report it while
+    it is applied; a frame the connection sent after it is answered after it; every
+    message is there once, in order."""
+    admin = f"127.0.0.1:{free_port()}"
+    srv = server_factory("--admin", admin, *admin_user_flags())
+    status_when_up(admin)
+    queue, count = f"/queue/{unique('big')}", 30_000
+    conn = BlockingConnection(srv.host, srv.port)
+    try:
+        conn.request(Frame("BEGIN", {"transaction": "t"}))
+        for first in range(0, count, 5_000):
+            conn.sock.sendall(b"".join(serialize(Frame(
+                "SEND", {"destination": queue, "transaction": "t", "persistent": "true",
+                         "n": str(i)}, b"m" * 100), "1.2") for i in range(first, first + 5_000)))
+            conn.request(Frame("SEND", {"destination": f"/queue/{unique('sync')}"}, b"s"))
+        conn.sock.sendall(serialize(Frame("COMMIT", {"transaction": "t", "receipt": "c"}),
+                                    "1.2") + serialize(Frame("SEND", {
+                                        "destination": queue, "n": "after", "persistent": "true",
+                                        "receipt": "after"}, b"after"), "1.2"))
+        seen = []
+        while (status := admin_status(admin)) is not None and not seen:
+            if status["commits"]["under_way"]:
+                seen.append(status["commits"])
+        assert seen and 0 < seen[0]["messages_to_route"] <= count, \
+            "GET /status reports the COMMIT under way"
+        receipts = [conn.read_frame(30).headers.get("receipt-id") for _ in range(2)]
+        assert receipts == ["c", "after"], "the frame after the COMMIT waits for it"
+        status = admin_status(admin)
+        assert status is not None and status["commits"] == {
+            "under_way": 0, "staging": 0, "messages_to_route": 0}
+        _, _, metrics = admin_request(admin, "/metrics")
+        assert "pairmq_commits_under_way 0.0" in metrics
+        early = conn.request(Frame("SUBSCRIBE", {"destination": queue, "id": "1",
+                                                 "ack": "auto"}))
+        got = [f.headers["n"] for f in early if f.command == "MESSAGE"]
+        while len(got) < count + 1:
+            frame = conn.read_frame(30)
+            if frame.command == "MESSAGE":
+                got.append(frame.headers["n"])
+        assert got == [str(i) for i in range(count)] + ["after"]
+    finally:
+        conn.close()

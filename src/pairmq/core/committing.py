@@ -161,6 +161,13 @@ class Committing:
         self.commits.runs[run.key] = run
         return ACCEPTED
 
+    def commit_status(self) -> dict[str, int]:
+        """The COMMITs under way, for the operator (GET /api/status, /metrics)."""
+        runs = self.commits.runs.values()
+        return {"under_way": len(runs),
+                "staging": sum(1 for r in runs if r.phase is CommitPhase.STAGING),
+                "messages_to_route": sum(len(r.sends) - r.routed for r in runs)}
+
     def commit_open(self, conn_id: int) -> bool:
         """A COMMIT of this connection is being applied (its later frames wait)."""
         return any(run.conn_id == conn_id for run in self.commits.runs.values())

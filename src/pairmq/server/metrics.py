@@ -87,6 +87,11 @@ class Collector:
         yield from self._pair(server.pair.status())
         yield _gauge("pairmq_destinations", "destinations held",
                      len(server.broker.addresses))
+        commits = server.broker.commit_status()
+        yield _gauge("pairmq_commits_under_way", "COMMITs of more than 1,000 messages being "
+                     "applied a slice per turn", commits["under_way"])
+        yield _gauge("pairmq_commit_messages_to_route", "messages of those COMMITs not "
+                     "routed yet", commits["messages_to_route"])
         yield from self._capacity()
         yield _gauge("pairmq_serving", "1 when this server serves clients",
                      1 if server.serving else 0)

@@ -37,6 +37,7 @@ def server_summary(server: ManagedServer) -> dict[str, Any]:
         "policy": server.config.policy,
         "role_generation": server.role.generation,
         "connections": len(server.role.connections),
+        "commits": server.broker.commit_status(),  # large COMMITs under way, in slices
         "journal": {"appended_seq": store.appended_seq, "synced_seq": store.synced_seq,
                     "confirmed_seq": server.confirmed_seq, "epoch": store.epoch,
                     "full": store.full},

@@ -22,7 +22,6 @@ from typing import cast
 
 from pairmq.core import CoreError
 from pairmq.core.admission import Admission, Cause, Outcome
-from pairmq.core.committing import CommitPhase, CommitRun
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.intake import TRANSPORT_HEADERS as NOT_KEPT
 from pairmq.core.permissions import Exists
@@ -40,6 +39,7 @@ from pairmq.server.guards import Guards
 from pairmq.server.held import HeldOutput
 from pairmq.server.parking import SessionRequest
 from pairmq.server.role import Role, RolePhase, Ticket
+from pairmq.server.sliced import BATCH_SLICE, HELD, SlicedFrames
 from pairmq.server.stomp_session import OWN_RECEIPTS, Phase, ServerSession, Wait
 from pairmq.server.unfinished import UnfinishedFrame
 
@@ -49,7 +49,6 @@ AGREED = (Phase.CONNECTED, Phase.DISCONNECTING)  # phases with a STOMP version a
 
 PRE_LOGIN_FRAMES = 4  # frames held behind a delayed login before reading pauses
 TURN_BUDGET_S = 0.01  # frames of all connections applied per turn of the loop, at most
-BATCH_SLICE = 256  # messages of a batched SEND routed per turn
 CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
 WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
@@ -62,7 +61,7 @@ class Stall(StrEnum):
     HELD = "held"  # too many bytes wait for their records to be confirmed
 
 
-class StompConnection(Connecting, Commands, asyncio.Protocol):
+class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     def __init__(self, config: ServerConfig, role: Role, conn_id: int,
@@ -442,79 +441,6 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
                                    h.get("transaction"), journal_full)
         return self._no_room(frame, outcome)
 
-    def _route_later(self, frame: Frame) -> object:
-        """A big batch was admitted and its first slice routed: the rest goes a slice per
-        turn (a turn stays short), frames after it waiting, and its RECEIPT after the
-        last slice."""
-        self.session.wait = Wait.BATCH
-        if self.transport is not None:
-            self.transport.pause_reading()
-        self.loop.call_soon(self._next_slice, frame)
-        return HELD
-
-    def _next_slice(self, frame: Frame) -> None:
-        if self.session.closed or not self.broker.batch_open(self.conn_id):
-            return
-        role = self.role
-        mark = role.frame_mark()
-        try:
-            done = self.broker.continue_batch(self.conn_id, BATCH_SLICE, now_ms())
-        except Exception:
-            log.exception("Internal error while routing a batch of connection %d",
-                          self.conn_id)
-            self.fail("internal server error (logged on the server)", frame)
-            role.flush()
-            return
-        if not done:
-            role.flush()
-            self.loop.call_soon(self._next_slice, frame)
-            return
-        self.session.frames += 1
-        ticket = role.ticket_since(mark)
-        if ticket is not None:
-            self.last_ticket = ticket
-        receipt = frame.headers.get("receipt")
-        if receipt is not None:
-            self.drain_deliveries()
-            self.confirm(self.last_ticket, wire.receipt(receipt, self.session.version))
-        self.release_backlog()  # the frames that came meanwhile, and reading again
-
-    def on_commit(self, frame: Frame) -> object:
-        outcome = self.broker.commit(self.conn_id, self._transaction(frame), now_ms(),
-                                     self.role.journal_full_reason())
-        if self.broker.commit_open(self.conn_id):
-            # Applied a slice per turn by the role (core/committing.py): the frames after
-            # it wait, and its RECEIPT comes once its last slice is confirmed.
-            self.session.wait = Wait.COMMIT
-            self._committing = frame
-            if self.transport is not None:
-                self.transport.pause_reading()
-            self.role.flush()
-            return HELD
-        return self._no_room(frame, outcome)
-
-    def commit_finished(self, run: CommitRun, ticket: Ticket | None) -> None:
-        """The role applied this connection's COMMIT (DONE), or could not decide it
-        (DROPPED: held or refused as a one-turn COMMIT would be; its transaction is open)."""
-        frame, self._committing = self._committing, None
-        if frame is None or self.session.closed:
-            return
-        if run.phase is CommitPhase.DONE:
-            self.session.frames += 1
-            if ticket is not None:
-                self.last_ticket = ticket
-            receipt = frame.headers.get("receipt")
-            if receipt is not None:
-                self.drain_deliveries()
-                self.confirm(self.last_ticket, wire.receipt(receipt, self.session.version))
-            self.release_backlog()
-            return
-        try:
-            self._no_room(frame, run.outcome)  # held: COMMIT decided again once released
-        except CoreError as e:
-            self.fail(str(e), frame)
-        self.role.flush()
-
     def _no_room(self, frame: Frame, outcome: Outcome) -> object:
         """Carry out what the broker decided (core/admission.py): hold the frame, or ERROR
         and close; everything else (taken, paged, dropped, duplicate) is answered."""
@@ -674,7 +600,6 @@ class StompConnection(Connecting, Commands, asyncio.Protocol):
         self._timers["watch"] = self.loop.call_later(max(due - now, 0.01), self._watch)
 
 
-HELD = object()  # a handler's answer when it kept the frame for later
 _HELD, _FAILED = Admission.HELD, Admission.FAILED  # for every SEND: no class lookups
 _NOTHING = Exists()
 BATCH_NOT_KEPT = NOT_KEPT | {SEND_BATCH_HEADER}  # a batched SEND's own header stays with it

@@ -5,6 +5,7 @@ Run from the repository root:
 
     .venv/bin/python benchmarks/hostile.py
     .venv/bin/python benchmarks/hostile.py --queues 240000
+    .venv/bin/python benchmarks/hostile.py --only commit --commit-messages 100000
 
 A standalone server with its management port. A canary client sends a persistent message
 with a receipt every 20 ms and receives it back; each line gives the canary's worst and
@@ -18,7 +19,11 @@ figures:
 - `unfinished_connects`: 30 sockets each send a CONNECT without its NUL and 15 MiB;
 - `login_timing`: 20 wrong passwords for an existing user and 20 unknown users, over
   STOMP, alternated (medians, and their ratio);
-- `commit`: one transaction of max_transaction_messages (2,000) SENDs, then its COMMIT.
+- `commit`: one transaction of --commit-messages SENDs (100,000 by default, the default
+  max_transaction_messages; 100-byte persistent bodies, pipelined, a receipt every 5,000),
+  then its COMMIT, applied in slices over many turns: the seconds to stage it and from
+  the COMMIT to its RECEIPT, and the messages then in the queue (the canary's worst
+  round is the one during the COMMIT: the canary starts 0.5 s before it).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import time  # noqa: E402
 from tests.serverproc import free_port, start_server  # noqa: E402
 from tests.support.admin import admin_request, admin_user_flags  # noqa: E402
 from tests.support.canary import Canary  # noqa: E402
+from tests.support.commits import stage  # noqa: E402
 
 from pairmq.client.plain import BlockingConnection  # noqa: E402
 from pairmq.protocol import Frame, serialize  # noqa: E402
@@ -130,35 +136,60 @@ def login_timing(srv) -> dict[str, object]:
             "ratio": round(u / w, 2)}
 
 
-def commit(srv, messages: int) -> dict[str, object]:
-    conn = BlockingConnection(srv.host, srv.port)
+def commit(admin: str, messages: int, conn: BlockingConnection, staged_s: float
+           ) -> dict[str, object]:
+    """COMMIT the transaction `prepare_commit` staged on `conn`; its RECEIPT waited for."""
     try:
-        conn.request(Frame("BEGIN", {"transaction": "t"}))
-        conn.sock.sendall(b"".join(serialize(Frame(
-            "SEND", {"destination": "/queue/committed", "transaction": "t",
-                     "persistent": "true"}, b"m" * 100), "1.2") for _ in range(messages)))
         started = time.monotonic()
-        conn.request(Frame("COMMIT", {"transaction": "t"}), timeout=60)
-        return {"messages": messages, "commit_s": round(time.monotonic() - started, 3)}
+        conn.request(Frame("COMMIT", {"transaction": "t"}), timeout=600)
+        took = time.monotonic() - started
     finally:
         conn.close()
+    _, _, status = admin_request(admin, "/status", timeout=60)
+    queued = status["destinations"].get("/queue/committed", {}).get("messages", 0)
+    return {"messages": messages, "stage_s": round(staged_s, 3), "commit_s": round(took, 3),
+            "queued": queued}
+
+
+def prepare_commit(srv, messages: int) -> tuple[BlockingConnection, float]:
+    """A connection with transaction "t" of `messages` SENDs staged (before the canary
+    starts: the staging is not the COMMIT), and the seconds that took."""
+    conn = BlockingConnection(srv.host, srv.port, timeout=60)
+    started = time.monotonic()
+    stage(conn, "t", "/queue/committed", messages, timeout=60)
+    return conn, time.monotonic() - started
+
+
+ATTACKS = ("junk_queues", "unfinished_connects", "login_timing", "commit")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queues", type=int, default=100_000)
+    parser.add_argument("--commit-messages", type=int, default=100_000,
+                        help="SENDs in the committed transaction (default 100,000)")
+    parser.add_argument("--only", action="append", choices=ATTACKS,
+                        help="run this attack only (repeatable; default: all of them)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="pairmq-hostile-"))
     admin = f"127.0.0.1:{free_port()}"
     srv = start_server(workdir, "--admin", admin, *admin_user_flags(),
                        "--max-destinations", str(args.queues + 1000),
-                       "--auto-delete-delay-ms", "600000", config_text=CONFIG, name="hostile")
+                       "--auto-delete-delay-ms", "600000",
+                       "--max-transaction-messages", str(max(args.commit_messages, 1)),
+                       config_text=CONFIG, name="hostile")
+    staged: dict[str, tuple[BlockingConnection, float]] = {}
     attacks = [("junk_queues", lambda: junk_queues(srv, admin, args.queues)),
                ("unfinished_connects", lambda: unfinished_connects(srv)),
                ("login_timing", lambda: login_timing(srv)),
-               ("commit", lambda: commit(srv, 2000))]
+               ("commit", lambda: commit(admin, args.commit_messages, *staged["commit"]))]
+    preparations = {"commit": lambda: prepare_commit(srv, args.commit_messages)}
     try:
         for name, attack in attacks:
+            if args.only and name not in args.only:
+                continue
+            if name in preparations:
+                staged[name] = preparations[name]()
             before = srv.rss()
             with Canary(srv, interval=0.02) as canary:
                 time.sleep(0.5)

@@ -36,17 +36,18 @@ def test_a_large_commit_is_staged_decided_then_routed_a_slice_per_step() -> None
     assert broker.commit_open(1) and "tx" in broker.sessions[1].txs
     assert broker.queues.get("/queue/q") is None, "nothing routed at COMMIT"
     for _ in range(2):
-        assert broker.step_commits(NOW, None) == []
+        assert broker.step_commits(NOW, None) == ([], STAGE_SLICE, 0)
         assert kinds(broker) == [rec.TX_SEND] * STAGE_SLICE
-    assert broker.step_commits(NOW, None) == []
+    assert broker.step_commits(NOW, None) == ([], 10, 0)
     assert kinds(broker) == [rec.TX_SEND] * 10 + [rec.TX_END], "decided with its last slice"
     assert "tx" not in broker.sessions[1].txs
     q = broker.queues.get("/queue/q")
     assert q is None or q.count == 0, "nothing visible before it is routed"
     steps = 0
     while broker.commit_open(1):
-        finished = broker.step_commits(NOW, None)
+        finished, _, routed = broker.step_commits(NOW, None)
         records = kinds(broker)
+        assert routed == min(COMMIT_SLICE, N - COMMIT_SLICE * steps)
         steps += 1
         assert records.count(rec.ADD) <= COMMIT_SLICE and records[-1] == rec.TX_DONE
     assert steps == -(-N // COMMIT_SLICE)
@@ -82,10 +83,10 @@ def test_acks_of_the_transaction_are_applied_with_its_decision() -> None:
 def test_a_commit_held_while_staging_is_dropped_and_its_transaction_stays_open() -> None:
     broker2 = staged(STAGE_SLICE + 1, full_policy="block")
     broker2.commit(1, "tx", NOW)
-    assert broker2.step_commits(NOW, None) == []
+    assert broker2.step_commits(NOW, None).finished == []
     broker2.take_records()
     broker2.set_disk_usage(99.0)  # the server is full now: persistent messages are held
-    (run,) = broker2.step_commits(NOW, None)
+    (run,) = broker2.step_commits(NOW, None).finished
     assert run.phase is CommitPhase.DROPPED and run.outcome.admission is Admission.HELD
     assert [r[0] for r in broker2.take_records()] == [rec.TX_DROP]
     assert "tx" in broker2.sessions[1].txs and not broker2.commit_open(1)

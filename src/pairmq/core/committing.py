@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome, refusal
@@ -126,6 +126,14 @@ class CommitLedger:
         return any(run.segment == segment_id for run in self.runs.values())
 
 
+class CommitStep(NamedTuple):
+    """What one `step_commits` did."""
+
+    finished: list[CommitRun]  # the runs it finished: DONE, or DROPPED with their outcome
+    staged: int  # sends it journaled (TX_SEND)
+    routed: int  # sends it routed
+
+
 def staged_bytes(send: PendingSend) -> int:
     """What a send waiting for its COMMIT counts in the server's memory."""
     return 64 + len(send.body) + sum(map(len, send.headers)) \
@@ -173,22 +181,24 @@ class Committing:
         return any(run.conn_id == conn_id for run in self.commits.runs.values())
 
     def step_commits(self, now: int, journal_full: str | None, most: int = COMMIT_SLICE,
-                     stage: int = STAGE_SLICE) -> list[CommitRun]:
+                     stage: int = STAGE_SLICE) -> CommitStep:
         """Advance the oldest run by one slice (`stage` sends staged, or `most` routed),
-        the next call the next run, in turn. Returns the runs this finished: DONE, or
-        DROPPED with their outcome."""
+        the next call the next run, in turn."""
         runs = self.commits.runs
         if not runs:
-            return []
+            return CommitStep([], 0, 0)
         run = runs.pop(next(iter(runs)))
+        staged, routed = run.staged, run.routed
         if run.phase is CommitPhase.STAGING:
             self._stage_slice(run, stage, now, journal_full)
         else:
             self._route_slice_of(run, most, now, journal_full)
+        step = CommitStep([], run.staged - staged, run.routed - routed)
         if run.phase is CommitPhase.DONE or run.phase is CommitPhase.DROPPED:
-            return [run]
-        runs[run.key] = run  # behind the others: one slice each, in turn
-        return []
+            step.finished.append(run)
+        else:
+            runs[run.key] = run  # behind the others: one slice each, in turn
+        return step
 
     def _stage_slice(self, run: CommitRun, most: int, now: int, journal_full: str | None
                      ) -> None:

@@ -26,10 +26,11 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from pairmq.core import Broker, BrokerEvent, CoreError, Message
-from pairmq.core.committing import CommitRun
+from pairmq.core.committing import CommitRun, CommitStep
 from pairmq.core.queue import Address
 from pairmq.core.stream import Outgoing
 from pairmq.protocol import Frame
+from pairmq.server.commits import CommitDriver
 from pairmq.server.parking import Parking, now_ms
 from pairmq.server.policy import PairPolicy
 from pairmq.server.tickets import Ticket
@@ -139,7 +140,7 @@ class Role:
         # sessions kept for clients whose connection broke (connection TTL)
         self.parking = Parking(broker, self.flush)
         self._reads = ReadBudget(READS_TURN_S, READS_FLOOR)  # reading back, per loop turn
-        self._commit_turn: asyncio.Handle | None = None  # the next slice of a COMMIT, if any
+        self.commit_driver = CommitDriver(self)  # COMMITs applied in slices (server/commits.py)
 
     def __repr__(self) -> str:
         return f"<Role {self.generation} {self.kind} {self.phase}>"
@@ -157,9 +158,7 @@ class Role:
         writer.on_append(self._policy.on_append)
         store.on_full_change(self._store_full_changed)
         self.confirmed_seq = store.synced_seq
-        if self.kind is RoleKind.SERVING and self.broker.commits.runs:
-            # COMMITs decided before a crash or a takeover: routed from the next turn on
-            self._commit_turn = loop.call_soon(self._step_commits)
+        self.commit_driver.wake()  # COMMITs decided before a crash or a takeover
 
     def watch_mirror(self) -> None:
         """A standby mirroring the peer: tell the policy when the copy reaches the disk."""
@@ -440,24 +439,30 @@ class Role:
             for event in broker.take_events():
                 self._on_event(event)
         self._write_dirty()
-        if broker.commits.runs and self._commit_turn is None and self.kind is RoleKind.SERVING:
-            self._commit_turn = asyncio.get_running_loop().call_soon(self._step_commits)
+        if broker.commits.runs:
+            self.commit_driver.wake()
 
-    def _step_commits(self) -> None:
-        """One slice of the COMMITs under way (core/committing.py) per turn of the loop,
-        journaled as its own record; tell each connection whose COMMIT is done or dropped."""
-        self._commit_turn = None
+    # ------------------------------------------------------------ COMMITs in slices
+
+    def commits_to_drive(self) -> bool:
         store = self.store
-        if self.phase is RolePhase.RETIRED or store.writer is None or store.mirror:
-            return  # the next serving role goes on from the journal
+        return bool(self.broker.commits.runs) and self.kind is RoleKind.SERVING \
+            and self.phase is not RolePhase.RETIRED and store.writer is not None \
+            and not store.mirror
+
+    def step_commit_slice(self, stage: int, route: int) -> tuple[CommitStep, Ticket | None]:
+        """One slice of the COMMITs under way (core/committing.py), journaled as its own
+        record; returns what it did and the ticket of that record."""
         mark = self.frame_mark()
-        finished = self.broker.step_commits(now_ms(), self.journal_full_reason())
+        step = self.broker.step_commits(now_ms(), self.journal_full_reason(), route, stage)
         ticket = self.ticket_since(mark)
-        self.flush()  # and the next slice, at the next turn
-        for run in finished:
-            conn = self.connections.get(run.conn_id) if run.conn_id is not None else None
-            if conn is not None:
-                conn.commit_finished(run, ticket)
+        self.flush()
+        return step, ticket
+
+    def commit_finished(self, run: CommitRun, ticket: Ticket | None) -> None:
+        conn = self.connections.get(run.conn_id) if run.conn_id is not None else None
+        if conn is not None:
+            conn.commit_finished(run, ticket)
 
     def _serve_pages(self, now: float) -> int:
         """Read back the windows paging queues asked for (core/paging.py) and the records

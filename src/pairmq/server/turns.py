@@ -74,3 +74,20 @@ class ReadBudget:
 
     def _next_turn(self) -> None:
         self._started = None
+
+
+class SliceSize:
+    """How many items of one kind fit in `budget_s` of a turn, at what the last slices took
+    each (smoothed as ReadBudget's cost is); at least `floor`, so every slice progresses."""
+
+    def __init__(self, budget_s: float, floor: int, per_item_s: float) -> None:
+        self.budget_s = budget_s
+        self.floor = floor
+        self.per_item_s = per_item_s
+
+    def size(self) -> int:
+        return max(self.floor, int(self.budget_s / self.per_item_s))
+
+    def took(self, items: int, seconds: float) -> None:
+        if items:
+            self.per_item_s = (self.per_item_s + seconds / items) / 2

@@ -2,8 +2,9 @@
 commits under way that the journal, recovery and a backup agree on.
 
 A COMMIT of more than COMMIT_SLICE sends would hold the server for its whole length
-(about 27 µs a message: 2.7 s for 100,000), so it is a `CommitRun` the server advances
-one slice per turn of its event loop (`step_commits`), through explicit phases:
+(about 11-27 µs a message: over a second for 100,000, which lost a pair its lease), so it
+is a `CommitRun` the server advances one slice per turn of its event loop
+(`step_commits`; server/commits.py sizes and paces the slices), through explicit phases:
 
     STAGING  each slice of its sends is checked (held or refused as a whole, as a one-turn
              COMMIT is) and journaled as TX_SEND entries, which mean nothing yet;
@@ -48,9 +49,10 @@ from pairmq.core.session import PendingSend, Session, Transaction
 
 log = logging.getLogger("pairmq.core")
 
-COMMIT_SLICE = 1_000  # sends routed per turn (about 27 ms); a COMMIT of at most this many
-#                       is applied in one turn, in one record
-STAGE_SLICE = 5_000  # sends checked and journaled per turn (about 5 µs each)
+COMMIT_SLICE = 1_000  # a COMMIT of at most this many is applied in one turn, in one record
+#                       (about 27 ms); and a slice's routed sends, unless told (the server
+#                       sizes its slices by time: server/commits.py)
+STAGE_SLICE = 5_000  # sends checked and journaled in a slice, unless told (about 5 µs each)
 
 
 class CommitPhase(StrEnum):

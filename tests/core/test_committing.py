@@ -132,3 +132,18 @@ def test_the_ledger_reads_a_journal_as_recovery_does() -> None:
     ledger.decided(12, 2)  # a first TX_SEND gone: done long ago
     assert not ledger.runs
     assert ledger.next_key(0) == 13 and ledger.next_key(100) == 100
+
+
+def test_sends_to_a_temporary_queue_gone_with_its_connection_are_dropped_and_counted() -> None:
+    broker = Broker(CoreSettings())
+    broker.open_session(1, "1.2")
+    broker.begin(1, "tx")
+    for i in range(COMMIT_SLICE + 1):
+        broker.send(1, "/queue/q" if i % 2 else "/temp-queue/mine", PERSISTENT, b"x", NOW, "tx")
+    broker.commit(1, "tx", NOW)
+    broker.step_commits(NOW, None)  # decided
+    broker.close_session(1, NOW)  # its temporary queue goes with it
+    while broker.commits.runs:
+        broker.step_commits(NOW, None)
+    assert broker.queues["/queue/q"].count == COMMIT_SLICE // 2
+    assert broker.stats["dropped"] == COMMIT_SLICE // 2 + 1, "counted, not lost silently"

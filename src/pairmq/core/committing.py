@@ -243,16 +243,20 @@ class Committing:
         session = self.sessions.get(run.conn_id) if run.conn_id is not None else None
         start = run.routed
         chunk = run.sends[start:start + most]
-        released = 0
+        released = unroutable = 0
         for pending in chunk:
             released += staged_bytes(pending)
             kind, name = parse_destination(pending.destination)
             if (kind == TEMP and session is None) or (kind == REPLY
                                                       and name not in self.reply_queues):
-                self.stats["commit_unroutable"] = self.stats.get("commit_unroutable", 0) + 1
-                continue  # a temporary queue died with its connection: nobody can read it
+                unroutable += 1  # a temporary queue died with its connection: no reader
+                continue
             self._route(session, pending.destination, kind, name, pending.headers,
                         pending.body, now, journal_full, admitted=True)
+        if unroutable:
+            self.stats["dropped"] += unroutable
+            log.info("%d messages of a COMMIT were dropped: their temporary queues were "
+                     "gone with their connections before the COMMIT reached them", unroutable)
         run.routed = start + len(chunk)
         self.records.append((rec.TX_DONE, run, run.routed))
         released = min(released, run.bytes)

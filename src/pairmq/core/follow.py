@@ -49,8 +49,8 @@ class Follow:
     _index: dict[str, dict[str, Entry]] | None
     _unsorted: set[Queue]
 
-    if TYPE_CHECKING:
-        def _settle_commits(self) -> None: ...  # core/committing.py  # provided by the Broker
+    if TYPE_CHECKING:  # provided by the Broker
+        def _settle_commits(self) -> None: ...  # core/committing.py
         def _plain_queue(self, destination: str) -> Queue: ...
         def _configured(self, q: Queue, args: QueueArgs | None) -> Record: ...
         def _delete_destination(self, address: Address) -> None: ...

@@ -37,6 +37,7 @@ class Backup:
         self.broker = Broker(self.settings, id_prefix="ID:b-")
         self.broker.restore(replay)
         self.store.open_mirror(asyncio.get_running_loop(), self.broker)
+        self.stopped = False
 
     async def attach(self, active: Store) -> None:
         """What the active's journal holds past ours (on disk), then its live stream."""
@@ -48,6 +49,8 @@ class Backup:
         active.writer.on_append(self.take)
 
     def take(self, seq: int, record: bytes) -> None:
+        if self.stopped:
+            return  # a backup that stopped: the active's stream no longer reaches it
         epoch = RECORD_HEADER.unpack_from(record, 0)[3]
         self.store.append_mirrored(seq, epoch, record)
 

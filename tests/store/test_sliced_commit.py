@@ -22,9 +22,11 @@ STEPS = 2 + 4
 
 
 async def reopen(directory: Path, boot: int, **settings) -> tuple[Broker, Store]:
-    """A restart: message ids are unique per boot, as the server makes them."""
+    """A restart to serve: message ids unique per boot, as the server makes them, and the
+    COMMITs under way settled."""
     broker, store = await open_broker(directory, **settings)
     broker.id_prefix = f"ID:boot{boot}-"
+    broker.settle_commits()  # as the serving role does when it opens
     return broker, store
 
 
@@ -132,6 +134,7 @@ def test_a_backup_takes_over_a_run_where_the_active_left_it(tmp_path: Path,
         await synced(backup.store)
         backup.store.serve_mirrored()
         taken = backup.broker
+        taken.settle_commits()
         decided = stopped_after >= 2
         assert bool(taken.commits.runs) == decided
         while taken.commits.runs:
@@ -141,6 +144,46 @@ def test_a_backup_takes_over_a_run_where_the_active_left_it(tmp_path: Path,
         # (read back without paging: the backup's settings page /queue/q past 60 KB)
         recovered, store = await reopen(tmp_path / "backup", 9)
         assert numbers(recovered) == (list(range(N)) if decided else [])
+        await close(store)
+
+    asyncio.run(main())
+
+
+def test_a_backup_restarted_in_the_middle_of_a_commit_follows_the_rest_of_it(
+        tmp_path: Path) -> None:
+    """The backup stops while the active stages a COMMIT and comes back: its journal
+    holds the first TX_SEND entries, the active sends the rest, and when the active dies
+    after deciding, the backup finishes it (it must not take the run for abandoned when
+    it restarts)."""
+    async def main() -> None:
+        broker, store = await reopen(tmp_path / "active", 10)
+        backup = Backup(tmp_path / "backup", 1000)
+        await backup.attach(store)
+        begin(broker)
+        broker.step_commits(NOW, None)  # staged in part
+        persist(broker, store)
+        await synced(store)
+        await synced(backup.store)
+        backup.stopped = True
+        await close(backup.store)
+        backup = Backup(tmp_path / "backup", 1000)  # restarted: restores a STAGING run
+        assert [r.staged for r in backup.broker.commits.runs.values()] == [STAGE_SLICE]
+        for _ in range(3):  # the rest staged, decided, one slice routed
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        await backup.attach(store)
+        await synced(store)
+        await close(store)
+        await synced(backup.store)
+        backup.store.serve_mirrored()
+        taken = backup.broker
+        taken.settle_commits()
+        while taken.commits.runs:
+            taken.step_commits(NOW, None)
+            persist(taken, backup.store)
+        await close(backup.store)
+        recovered, store = await reopen(tmp_path / "backup", 11)
+        assert numbers(recovered) == list(range(N))
         await close(store)
 
     asyncio.run(main())

@@ -140,8 +140,7 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
         self._order_seq = max(self._order_seq, top)
         for address in self.addresses.values():
             self._check_full(address)
-        self.commits = replay.commits
-        self._settle_commits()
+        self.commits = replay.commits  # settled when this server serves (settle_commits)
         self.records.clear()  # restoring writes nothing new
 
     # ----------------------------------------------------------------- sessions

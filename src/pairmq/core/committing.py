@@ -17,8 +17,9 @@ is a `CommitRun` the server advances one slice per turn of its event loop
 
 Why a crash keeps all of it or none (Artemis' model: the sends are journaled before the
 commit record, and the commit record decides):
-- Before TX_END nothing of it is routed, so nothing of it was delivered; recovery and a
-  backup ignore TX_SEND entries that no TX_END follows.
+- Before TX_END nothing of it is routed, so nothing of it was delivered; a server that
+  starts serving from its journal forgets TX_SEND entries that no TX_END follows (not
+  before it serves: a backup restarted in the middle of a COMMIT follows the rest).
 - After TX_END, recovery (and a backup taking over) finds the sends not routed yet (those
   after the last TX_DONE) and the server routes them when it serves: every record of a
   routed slice is in the same atomic record as its TX_DONE, so none is routed twice.
@@ -115,8 +116,8 @@ class CommitLedger:
         self.runs.pop(key, None)
 
     def settle(self) -> list[CommitRun]:
-        """The journal is read: forget the undecided runs (their clients had no RECEIPT);
-        returns those."""
+        """This server serves now: forget the undecided runs (their clients had no
+        RECEIPT); returns those."""
         undecided = [r for r in self.runs.values() if r.phase is CommitPhase.STAGING]
         for run in undecided:
             del self.runs[run.key]
@@ -285,15 +286,17 @@ class Committing:
                                         "connection closed"))
             run.conn_id = None
 
-    def _settle_commits(self) -> None:
-        """The journal is read (recovery), or following the active ends (taking over):
-        undecided runs are forgotten, decided ones are routed from the next
-        `step_commits` on (their sends are not counted in the server's memory: a
-        recovery's leftovers, gone within seconds)."""
+    def settle_commits(self) -> None:
+        """This server serves from here on, with what its journal holds (recovered, or
+        followed from the active): undecided runs are forgotten (their server, which alone
+        could decide them, is gone), decided ones routed from the next `step_commits` on
+        (their sends not counted in the server's memory: a recovery's leftovers, gone
+        within seconds). Not before: a backup that restarts in the middle of a COMMIT
+        follows the rest of it from the active."""
         for run in self.commits.settle():
             log.info("A COMMIT of %d messages was not decided when its server stopped: "
                      "nothing of it is applied (its client had no RECEIPT)", len(run.sends))
         for run in self.commits.runs.values():
             log.info("A COMMIT of %d messages was decided before its server stopped, %d of "
-                     "them routed: the other %d are routed when this server serves",
-                     len(run.sends), run.routed, len(run.sends) - run.routed)
+                     "them routed: the other %d are routed now", len(run.sends), run.routed,
+                     len(run.sends) - run.routed)

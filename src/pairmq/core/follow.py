@@ -50,7 +50,6 @@ class Follow:
     _unsorted: set[Queue]
 
     if TYPE_CHECKING:  # provided by the Broker
-        def _settle_commits(self) -> None: ...  # core/committing.py
         def _plain_queue(self, destination: str) -> Queue: ...
         def _configured(self, q: Queue, args: QueueArgs | None) -> Record: ...
         def _delete_destination(self, address: Address) -> None: ...
@@ -101,7 +100,6 @@ class Follow:
                 address.producers.order_by_time()
         self._index = None
         self._unsorted = set()
-        self._settle_commits()
         self.records.clear()
         return orphans
 

@@ -158,7 +158,9 @@ class Role:
         writer.on_append(self._policy.on_append)
         store.on_full_change(self._store_full_changed)
         self.confirmed_seq = store.synced_seq
-        self.commit_driver.wake()  # COMMITs decided before a crash or a takeover
+        if self.kind is RoleKind.SERVING:
+            self.broker.settle_commits()  # COMMITs left by a crash or a takeover
+            self.commit_driver.wake()
 
     def watch_mirror(self) -> None:
         """A standby mirroring the peer: tell the policy when the copy reaches the disk."""

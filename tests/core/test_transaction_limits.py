@@ -63,3 +63,29 @@ def test_staged_messages_trip_the_memory_guard() -> None:
     assert "memory" in {s.value for s in broker.capacity.shortages}
     events = [e.kind for e in broker.take_events()]
     assert "server-full" in events
+
+
+def test_acknowledgements_count_in_max_transaction_messages_with_the_sends() -> None:
+    """An ACK in a transaction gives its subscription credit back at once, so without a
+    bound a transacted consumer could settle any number before its COMMIT applies them
+    all in one turn."""
+    broker = make(max_transaction_messages=5)
+    for i in range(8):
+        broker.send(1, "/queue/in", {}, b"%d" % i, NOW)
+    broker.subscribe(1, "s", "/queue/in", NOW, ack="client-individual", prefetch=2)
+    broker.send(1, "/queue/out", {}, b"sent", NOW, "tx")
+    settled = 0
+    with pytest.raises(CoreError, match=r"transaction 'tx' holds max_transaction_messages "
+                                        r"\(5\) messages, sent or acknowledged"):
+        while True:
+            for delivery in broker.take_outbox().get(1, []):
+                if settled % 2:
+                    broker.ack(1, delivery.ack_id, NOW, "tx")
+                else:
+                    broker.nack(1, delivery.ack_id, NOW, "tx", requeue=False)
+                settled += 1
+    assert settled == 4, "one send and four settled: five"
+    with pytest.raises(CoreError, match="max_transaction_messages"):
+        broker.send(1, "/queue/out", {}, b"one more", NOW, "tx")
+    broker.commit(1, "tx", NOW)
+    assert broker.queues["/queue/out"].count == 1

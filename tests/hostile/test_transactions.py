@@ -89,3 +89,43 @@ def test_one_send_past_max_transaction_messages_is_refused(server_factory) -> No
             probe.read_frame(10)
     finally:
         probe.sock.close()
+
+
+def test_acknowledgements_in_a_transaction_are_bounded_too(server_factory) -> None:
+    """A transacted consumer's ACKs give its credit back at once: they count in
+    max_transaction_messages, and the one past it gets an ERROR naming the limit."""
+    srv = server_factory("--max-transaction-messages", "20")
+    producer = BlockingConnection(srv.host, srv.port)
+    consumer = BlockingConnection(srv.host, srv.port)
+    try:
+        for i in range(30):
+            producer.send("/queue/acked", b"%d" % i, {"persistent": "true"})
+        consumer.request(Frame("BEGIN", {"transaction": "t"}))
+        early = consumer.request(Frame("SUBSCRIBE", {"destination": "/queue/acked", "id": "s",
+                                                     "ack": "client-individual",
+                                                     "prefetch-count": "5"}))
+        pending = [f for f in early if f.command == "MESSAGE"]
+        acked = 0
+        with pytest.raises(StompError, match=r"transaction 't' holds max_transaction_messages "
+                                             r"\(20\) messages, sent or acknowledged"):
+            while True:  # each ACK receipted: the one refused gets the ERROR
+                frame = pending.pop(0) if pending else consumer.read_frame(10)
+                if frame.command == "MESSAGE":
+                    pending.extend(f for f in consumer.request(Frame(
+                        "ACK", {"id": frame.headers["ack"], "transaction": "t"}))
+                        if f.command == "MESSAGE")
+                    acked += 1
+        assert acked == 20, "twenty taken, the next refused"
+        consumer.sock.close()
+        # the transaction is discarded with its connection: every message is back
+        again = BlockingConnection(srv.host, srv.port)
+        got = [f for f in again.request(Frame("SUBSCRIBE", {"destination": "/queue/acked",
+                                                           "id": "a"}))
+               if f.command == "MESSAGE"]
+        while len(got) < 30:
+            got.append(again.read_frame(10))
+        assert sorted(int(f.body) for f in got) == list(range(30))
+        again.close()
+    finally:
+        producer.close()
+        consumer.sock.close()

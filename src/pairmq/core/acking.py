@@ -15,6 +15,7 @@ from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
 from pairmq.core.queue import Address, Queue
 from pairmq.core.session import Session, Transaction
+from pairmq.core.settings import CoreSettings
 from pairmq.core.subscription import ACK_CLIENT, Subscription
 
 
@@ -25,6 +26,7 @@ class Acknowledgements:
     stats: dict[str, int]
     reply_queues: dict[str, Queue]
     capacity: Capacity
+    settings: CoreSettings
 
     if TYPE_CHECKING:  # provided by the Broker
         def _session(self, conn_id: int) -> Session: ...
@@ -52,6 +54,8 @@ class Acknowledgements:
         tx = self._tx(session, transaction) if transaction is not None else None
         if self._stream_acked(session, ack_id):
             return
+        if tx is not None:
+            self._room_for_settling(tx, transaction)
         sub, entries = self._take_acked(session, ack_id)
         if tx is not None:
             tx.acked.extend((sub.queue, e) for e in entries)
@@ -69,6 +73,8 @@ class Acknowledgements:
         tx = self._tx(session, transaction) if transaction is not None else None
         if self._stream_acked(session, ack_id):
             return
+        if tx is not None:
+            self._room_for_settling(tx, transaction)
         sub, entries = self._take_acked(session, ack_id)
         if tx is not None:
             (tx.nacked if requeue else tx.rejected).extend((sub.queue, e) for e in entries)
@@ -77,6 +83,16 @@ class Acknowledgements:
         else:
             self._reject(sub.queue, entries, now)
         self._dispatch(sub.queue, now)
+
+    def _room_for_settling(self, tx: Transaction, transaction: str | None) -> None:
+        """An ACK or NACK may go in the transaction while it holds fewer than
+        max_transaction_messages, sent or settled: its COMMIT applies them in one turn
+        (about 2.3 µs each; its sends in slices, core/committing.py)."""
+        most = self.settings.max_transaction_messages
+        if tx.held() >= most:
+            raise CoreError(f"transaction {transaction!r} holds max_transaction_messages "
+                            f"({most}) messages, sent or acknowledged: COMMIT it before "
+                            "acknowledging more")
 
     def _reject(self, q: Queue, entries: list[Entry], now: int) -> None:
         """NACKed with requeue:false: dead-lettered (`dead-letter-reason: rejected`); from

@@ -212,7 +212,7 @@ class Intake:
         """Keep sends for the transaction's COMMIT, within its limits; their bytes count
         in the server's memory until then (`_unstage`)."""
         settings = self.settings
-        if len(tx.sends) + len(sends) > settings.max_transaction_messages:
+        if tx.held() + len(sends) > settings.max_transaction_messages:
             raise CoreError(f"transaction {name!r} would hold more than "
                             f"max_transaction_messages ({settings.max_transaction_messages}) "
                             "messages: COMMIT it before sending more")

@@ -46,6 +46,10 @@ class Transaction:
     rejected: list[tuple[Queue, Entry]] = field(default_factory=list)  # NACK requeue:false
     bytes: int = 0  # of its sends, counted in the server's memory until COMMIT or ABORT
 
+    def held(self) -> int:
+        """Messages it holds, sent or settled (max_transaction_messages bounds them)."""
+        return len(self.sends) + len(self.acked) + len(self.nacked) + len(self.rejected)
+
 
 class Session:
     __slots__ = ("ack_seq", "acks", "auto_replies", "batch", "client_id", "cursors", "id",

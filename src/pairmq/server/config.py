@@ -158,8 +158,9 @@ KEYS: tuple[Key, ...] = (
     Key("destinations", "auto_delete_delay_ms", int, 60_000,
         "how long a destination is empty and unused before it is deleted", _at_least(0)),
     Key("destinations", "max_transaction_messages", int, 100_000,
-        "messages one transaction may hold until its COMMIT (one of more than 1,000 is "
-        "applied in slices of about 10 ms, a slice per turn of the server)", _at_least(1)),
+        "messages one transaction may hold until its COMMIT, sent or acknowledged (one "
+        "of more than 1,000 SENDs is applied in slices of about 10 ms, a slice per turn of "
+        "the server)", _at_least(1)),
     Key("destinations", "max_transaction_bytes", int, 64 * 1024 * 1024,
         "bytes of messages one transaction may hold until its COMMIT (they count in "
         "global_max_size_bytes meanwhile)", _at_least(1024)),

@@ -50,13 +50,10 @@ class Acknowledgements:
     # ----------------------------------------------------------------- ACK / NACK
 
     def ack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
-        session = self._session(conn_id)
-        tx = self._tx(session, transaction) if transaction is not None else None
-        if self._stream_acked(session, ack_id):
+        settled = self._settled(conn_id, ack_id, transaction)
+        if settled is None:
             return
-        if tx is not None:
-            self._room_for_settling(tx, transaction)
-        sub, entries = self._take_acked(session, ack_id)
+        tx, sub, entries = settled
         if tx is not None:
             tx.acked.extend((sub.queue, e) for e in entries)
         else:
@@ -69,13 +66,10 @@ class Acknowledgements:
              requeue: bool = True) -> None:
         """`requeue=False` (RabbitMQ's `requeue:false`): to the dead-letter destination
         (`_reject`) rather than back to the queue; a stream's NACK gives back credit only."""
-        session = self._session(conn_id)
-        tx = self._tx(session, transaction) if transaction is not None else None
-        if self._stream_acked(session, ack_id):
+        settled = self._settled(conn_id, ack_id, transaction)
+        if settled is None:
             return
-        if tx is not None:
-            self._room_for_settling(tx, transaction)
-        sub, entries = self._take_acked(session, ack_id)
+        tx, sub, entries = settled
         if tx is not None:
             (tx.nacked if requeue else tx.rejected).extend((sub.queue, e) for e in entries)
         elif requeue:
@@ -84,15 +78,24 @@ class Acknowledgements:
             self._reject(sub.queue, entries, now)
         self._dispatch(sub.queue, now)
 
-    def _room_for_settling(self, tx: Transaction, transaction: str | None) -> None:
-        """An ACK or NACK may go in the transaction while it holds fewer than
-        max_transaction_messages, sent or settled: its COMMIT applies them in one turn
-        (about 2.3 µs each; its sends in slices, core/committing.py)."""
+    def _settled(self, conn_id: int, ack_id: str, transaction: str | None
+                 ) -> tuple[Transaction | None, Subscription, list[Entry]] | None:
+        """What an ACK or NACK settles: its transaction (None: at once), subscription and
+        deliveries; None for a stream's (it gives credit back only). In a transaction,
+        only while that holds fewer than max_transaction_messages, sent or settled: its
+        COMMIT applies them in one turn (about 2.3 µs each; its sends in slices,
+        core/committing.py)."""
+        session = self._session(conn_id)
+        tx = self._tx(session, transaction) if transaction is not None else None
+        if self._stream_acked(session, ack_id):
+            return None
         most = self.settings.max_transaction_messages
-        if tx.held() >= most:
+        if tx is not None and tx.held() >= most:
             raise CoreError(f"transaction {transaction!r} holds max_transaction_messages "
                             f"({most}) messages, sent or acknowledged: COMMIT it before "
                             "acknowledging more")
+        sub, entries = self._take_acked(session, ack_id)
+        return tx, sub, entries
 
     def _reject(self, q: Queue, entries: list[Entry], now: int) -> None:
         """NACKed with requeue:false: dead-lettered (`dead-letter-reason: rejected`); from

@@ -56,17 +56,25 @@ class Wire:
             raise AssertionError(f"expected CONNECTED, got {frame!r}")
 
     def fill(self) -> None:
+        if not self.read_more(self.timeout):
+            raise AssertionError(f"nothing arrived from the server in {self.timeout} s")
+
+    def read_more(self, timeout: float) -> bool:
+        """Read what arrives within `timeout` s into the buffer; False if nothing did."""
         if self.pos:
             del self.buf[:self.pos]
             self.pos = 0
+        self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(RECV_BYTES)
         except TimeoutError:
-            raise AssertionError(f"nothing arrived from the server in {self.timeout} s") \
-                from None
+            return False
+        finally:
+            self.sock.settimeout(self.timeout)
         if not data:
             raise AssertionError("the server closed the connection" + self._error_text())
         self.buf += data
+        return True
 
     def buffered(self) -> Frame | None:
         """The next complete frame already read, or None."""

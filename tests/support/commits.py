@@ -24,7 +24,7 @@ from typing import Any
 
 from pairmq.client.plain import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
-from tests.support.bulk import RECV_BYTES, Address, Wire
+from tests.support.bulk import Address, Wire
 
 BODY_SIZE = 100
 
@@ -152,21 +152,11 @@ def drain(address: Address, destination: str, *, idle: float = 1.0,
                 raise AssertionError(f"{destination}: still draining after {timeout} s "
                                      f"({len(ns)} messages)")
             quiet = expect is None or len(ns) >= expect
-            wire.sock.settimeout(idle if quiet else min(30.0, timeout))
-            if wire.pos:
-                del wire.buf[:wire.pos]
-                wire.pos = 0
-            try:
-                data = wire.sock.recv(RECV_BYTES)
-            except TimeoutError:
+            if not wire.read_more(idle if quiet else min(30.0, timeout)):
                 if quiet:
                     break
                 raise AssertionError(f"{destination}: {len(ns)} of {expect} messages, then "
-                                     "nothing") from None
-            if not data:
-                raise AssertionError(f"the server closed the connection while {destination} "
-                                     f"was drained ({len(ns)} messages)")
-            wire.buf += data
+                                     "nothing")
     finally:
         wire.close()
     return ns

@@ -9,7 +9,13 @@ from __future__ import annotations
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
 from pairmq.core.admission import Admission
-from pairmq.core.committing import COMMIT_SLICE, STAGE_SLICE, CommitLedger, CommitPhase
+from pairmq.core.committing import (
+    COMMIT_SLICE,
+    ROUTED,
+    STAGE_SLICE,
+    CommitLedger,
+    CommitPhase,
+)
 from pairmq.core.session import PendingSend
 
 NOW = 1_000_000
@@ -51,6 +57,7 @@ def test_a_large_commit_is_staged_decided_then_routed_a_slice_per_step() -> None
         steps += 1
         assert records.count(rec.ADD) <= COMMIT_SLICE and records[-1] == rec.TX_DONE
     assert steps == -(-N // COMMIT_SLICE)
+    assert all(send is ROUTED for send in finished[0].sends), "routed sends' bodies freed"
     assert [run.phase for run in finished] == [CommitPhase.DONE]
     bodies = [e.message.headers["n"] for e in broker.queues["/queue/q"].entries()]
     assert bodies == [str(i) for i in range(N)], "all of it, once, in order"

@@ -13,7 +13,7 @@ import pytest
 from pairmq.core import Broker
 from pairmq.core.committing import COMMIT_SLICE, STAGE_SLICE
 from pairmq.store.segments import list_segments
-from pairmq.store.store import Store
+from pairmq.store.store import Store, StoreSettings
 from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
 from tests.store.test_mirror import Backup
 
@@ -27,6 +27,7 @@ async def reopen(directory: Path, boot: int, **settings) -> tuple[Broker, Store]
     broker, store = await open_broker(directory, **settings)
     broker.id_prefix = f"ID:boot{boot}-"
     broker.settle_commits()  # as the serving role does when it opens
+    persist(broker, store)  # (a TX_DROP for each undecided one)
     return broker, store
 
 
@@ -69,6 +70,8 @@ def test_stopped_after_any_slice_recovery_keeps_none_or_finishes_it(
             "all of it exactly once, in order, or none of it"
         assert not broker.commits.runs
         await close(store)
+        replay, _ = Store(tmp_path, StoreSettings()).recover()
+        assert not replay.commits.runs, "an undecided one was marked dropped when settled"
 
     asyncio.run(main())
 
@@ -184,6 +187,33 @@ def test_a_backup_restarted_in_the_middle_of_a_commit_follows_the_rest_of_it(
         await close(backup.store)
         recovered, store = await reopen(tmp_path / "backup", 11)
         assert numbers(recovered) == list(range(N))
+        await close(store)
+
+    asyncio.run(main())
+
+
+def test_the_segment_a_run_began_in_stays_until_its_last_record_is_on_disk(
+        tmp_path: Path) -> None:
+    """A run is done (out of the ledger) when its last slice is journaled, before that
+    record is on disk: its first segment must not go meanwhile, or a crash then would
+    leave the run's TX_END without all its TX_SEND entries (a part of the COMMIT)."""
+    async def main() -> None:
+        broker, store = await reopen(tmp_path, 12, segment_bytes=64 * 1024,
+                                     compact_ratio=0.9)
+        begin(broker, body=b"b" * 200)
+        assert store.writer is not None
+        first = min(store.writer.segments)
+        while broker.commits.runs:
+            await synced(store)  # everything before the last slice is on disk
+            broker.step_commits(NOW, None)
+            persist(broker, store)
+        assert store.synced_seq < store.appended_seq, "the last slice is not on disk yet"
+        store._maybe_compact()  # as any record reaching the disk meanwhile would
+        assert first in store.writer.segments, "the run's first segment went too early"
+        await synced(store)
+        await close(store)
+        broker, store = await reopen(tmp_path, 13)
+        assert numbers(broker) == list(range(N))
         await close(store)
 
     asyncio.run(main())

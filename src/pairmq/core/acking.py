@@ -14,7 +14,7 @@ from pairmq.core.destinations import REPLY, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
 from pairmq.core.queue import Address, Queue
-from pairmq.core.session import Session, Transaction
+from pairmq.core.session import PendingSend, Session, Transaction
 from pairmq.core.settings import CoreSettings
 from pairmq.core.subscription import ACK_CLIENT, Subscription
 
@@ -164,17 +164,9 @@ class Acknowledgements:
         tx = self._tx(session, transaction)
         if len(tx.sends) > COMMIT_SLICE:  # too long for one turn: core/committing.py
             return self._begin_run(conn_id, transaction, tx, now)
-        for pending in tx.sends:  # check everything before changing anything
-            kind, name = parse_destination(pending.destination)
-            if kind == REPLY and name not in self.reply_queues:
-                raise CoreError(f"temporary queue {pending.destination!r} no longer exists; "
-                                f"transaction {transaction!r} left open")
-        for pending in tx.sends:
-            kind, name = parse_destination(pending.destination)
-            admission, cause, address = self._admission(session, pending.destination, kind,
-                                                         name, pending.headers, journal_full)
-            if admission is Admission.HELD or admission is Admission.FAILED:
-                return refusal(admission, cause, address, self.capacity, journal_full)
+        refused = self._refused(session, tx.sends, transaction, journal_full)
+        if refused is not None:  # checked before anything changes
+            return refused
         del session.txs[transaction]
         self._unstage(tx)
         for pending in tx.sends:
@@ -183,6 +175,24 @@ class Acknowledgements:
                         pending.body, now, journal_full, admitted=True)
         self._settle_transaction(tx, now)
         return ACCEPTED
+
+    def _refused(self, session: Session, sends: list[PendingSend], transaction: str,
+                 journal_full: str | None) -> Outcome | None:
+        """Why these sends of a COMMIT are held or refused now, as a whole (None: they are
+        not): one to a temporary queue gone, or one admission would hold or refuse."""
+        for pending in sends:
+            kind, name = parse_destination(pending.destination)
+            if kind == REPLY and name not in self.reply_queues:
+                return Outcome(Admission.FAILED, Cause.NONE, None,
+                               f"temporary queue {pending.destination!r} no longer exists; "
+                               f"transaction {transaction!r} left open")
+        for pending in sends:
+            kind, name = parse_destination(pending.destination)
+            admission, cause, address = self._admission(session, pending.destination, kind,
+                                                         name, pending.headers, journal_full)
+            if admission is Admission.HELD or admission is Admission.FAILED:
+                return refusal(admission, cause, address, self.capacity, journal_full)
+        return None
 
     def _settle_transaction(self, tx: Transaction, now: int) -> None:
         """What a COMMIT does with the deliveries acked and nacked in its transaction."""

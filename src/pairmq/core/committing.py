@@ -41,11 +41,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core import records as rec
-from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome, refusal
+from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome
 from pairmq.core.capacity import Capacity
 from pairmq.core.destinations import REPLY, TEMP, parse_destination
 from pairmq.core.errors import CoreError
-from pairmq.core.queue import Address, Queue
+from pairmq.core.queue import Queue
 from pairmq.core.session import PendingSend, Session, Transaction
 
 log = logging.getLogger("pairmq.core")
@@ -108,9 +108,11 @@ class CommitLedger:
         run = self.runs.get(key)
         if run is None:
             return
-        run.routed = routed
         if routed >= len(run.sends):
             del self.runs[key]
+            return
+        run.sends[run.routed:routed] = [ROUTED] * (routed - run.routed)  # bodies freed
+        run.routed = routed
 
     def dropped(self, key: int) -> None:
         self.runs.pop(key, None)
@@ -137,6 +139,9 @@ class CommitStep(NamedTuple):
     routed: int  # sends it routed
 
 
+ROUTED = PendingSend("", {}, b"")  # in place of a send routed already: its body is free
+
+
 def staged_bytes(send: PendingSend) -> int:
     """What a send waiting for its COMMIT counts in the server's memory."""
     return 64 + len(send.body) + sum(map(len, send.headers)) \
@@ -154,9 +159,8 @@ class Committing:
     commits: CommitLedger
 
     if TYPE_CHECKING:  # provided by the Broker
-        def _admission(self, session: Session, destination: str, kind: str, name: str,
-                       headers: dict[str, str], journal_full: str | None
-                       ) -> tuple[Admission, Cause, Address | None]: ...
+        def _refused(self, session: Session, sends: list[PendingSend], transaction: str,
+                     journal_full: str | None) -> Outcome | None: ...  # core/acking.py
         def _route(self, session: Session | None, destination: str, kind: str, name: str,
                    headers: dict[str, str], body: bytes, now: int,
                    journal_full: str | None = None, admitted: bool = False) -> Outcome: ...
@@ -211,19 +215,10 @@ class Committing:
             self._drop(run, Outcome(Admission.FAILED, Cause.NONE, None, "connection closed"))
             return
         chunk = run.sends[run.staged:run.staged + most]
-        for pending in chunk:  # check the slice before journaling any of it
-            kind, name = parse_destination(pending.destination)
-            if kind == REPLY and name not in self.reply_queues:
-                self._drop(run, Outcome(Admission.FAILED, Cause.NONE, None,
-                                        f"temporary queue {pending.destination!r} no longer "
-                                        f"exists; transaction {run.transaction!r} left open"))
-                return
-            admission, cause, address = self._admission(session, pending.destination, kind,
-                                                        name, pending.headers, journal_full)
-            if admission is Admission.HELD or admission is Admission.FAILED:
-                self._drop(run, refusal(admission, cause, address, self.capacity,
-                                        journal_full))
-                return
+        refused = self._refused(session, chunk, run.transaction, journal_full)
+        if refused is not None:  # checked before any of the slice is journaled
+            self._drop(run, refused)
+            return
         records = self.records
         for pending in chunk:
             records.append((rec.TX_SEND, run, pending))
@@ -259,6 +254,7 @@ class Committing:
             log.info("%d messages of a COMMIT were dropped: their temporary queues were "
                      "gone with their connections before the COMMIT reached them", unroutable)
         run.routed = start + len(chunk)
+        run.sends[start:run.routed] = [ROUTED] * len(chunk)  # their bodies are free now
         self.records.append((rec.TX_DONE, run, run.routed))
         released = min(released, run.bytes)
         if released:
@@ -296,6 +292,7 @@ class Committing:
         for run in self.commits.settle():
             log.info("A COMMIT of %d messages was not decided when its server stopped: "
                      "nothing of it is applied (its client had no RECEIPT)", len(run.sends))
+            self.records.append((rec.TX_DROP, run))  # read as nothing by later recoveries
         for run in self.commits.runs.values():
             log.info("A COMMIT of %d messages was decided before its server stopped, %d of "
                      "them routed: the other %d are routed now", len(run.sends), run.routed,

@@ -160,6 +160,7 @@ class Role:
         self.confirmed_seq = store.synced_seq
         if self.kind is RoleKind.SERVING:
             self.broker.settle_commits()  # COMMITs left by a crash or a takeover
+            self.persist()  # the TX_DROP of each undecided one
             self.commit_driver.wake()
 
     def watch_mirror(self) -> None:

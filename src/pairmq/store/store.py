@@ -132,6 +132,9 @@ class Store(Mirroring):
         # what each sealed segment holds, for a quick start (store/summary.py)
         self.summaries = SummaryBuilder(lambda segment_id, data: None)
         self._accounted: Broker | None = None  # the broker `account` was done for
+        # segment of a sliced COMMIT's first record -> seq of its last (final TX_DONE or
+        # TX_DROP): the segment stays until that is on disk (core/committing.py)
+        self._commit_tails: dict[int, int] = {}
 
     # ------------------------------------------------------------ recovery
 
@@ -325,6 +328,7 @@ class Store(Mirroring):
         summarised: list[Added] | None = []  # new messages, while nothing else comes
         dups: list[tuple[str, str]] = []  # ... and their dup-ids
         runs_begun: list = []  # COMMITs in slices whose first TX_SEND this is
+        runs_ended: list = []  # ... and those whose last record this is
         for record in records:
             kind = record[0]
             if kind == rec.PRODUCER:
@@ -414,14 +418,17 @@ class Store(Mirroring):
             elif kind == rec.TX_SEND:  # a COMMIT in slices (core/committing.py)
                 run, send = record[1], record[2]
                 entry = encode_tx_send(run.key, send.destination, send.headers, send.body)
-                if run.segment is None:
+                if run.segment is None and (not runs_begun or runs_begun[-1] is not run):
                     runs_begun.append(run)
             elif kind == rec.TX_END:
                 entry = encode_tx_end(record[1].key, len(record[1].sends))
             elif kind == rec.TX_DONE:
                 entry = encode_tx_done(record[1].key, record[2])
+                if record[2] == len(record[1].sends):
+                    runs_ended.append(record[1])
             elif kind == rec.TX_DROP:
                 entry = encode_tx_drop(record[1].key)
+                runs_ended.append(record[1])
             else:
                 raise ValueError(f"unknown record kind {kind}")
             parts.append(entry)
@@ -441,6 +448,9 @@ class Store(Mirroring):
         info = writer.segments[segment_id]
         for run in runs_begun:  # kept until the run is done (core/committing.py)
             run.segment = segment_id
+        for run in runs_ended:  # ... and its last record is on disk
+            if run.segment is not None:
+                self._commit_tails[run.segment] = seq
         for message, at, length in paged:
             self.pages.written(seq, message, segment_id, offset + at, length)
             message.journal_seq = seq  # a stream's newest are delivered from memory
@@ -648,6 +658,10 @@ class Store(Mirroring):
                 return
             if self.broker is not None and self.broker.commits.holds(oldest.segment_id):
                 return  # a COMMIT under way began there: core/committing.py says why
+            tail = self._commit_tails.pop(oldest.segment_id, 0)
+            if tail > writer.synced_seq:  # one that began there ended, not on disk yet
+                self._commit_tails[oldest.segment_id] = tail
+                return
             if not oldest.live and not oldest.paged:
                 self._drop_segment(oldest.segment_id)
                 continue

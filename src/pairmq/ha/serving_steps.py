@@ -10,12 +10,9 @@ from pairmq.ha.events import (
     FailbackMessage,
     Heartbeat,
     Log,
-    MirrorProgress,
     PeerConnected,
     PeerLost,
     Shutdown,
-    SyncDone,
-    SyncOffered,
     SyncRequested,
     SyncServed,
     WitnessReplied,
@@ -23,7 +20,7 @@ from pairmq.ha.events import (
 from pairmq.ha.messages import FailbackStep, WitnessPurpose
 from pairmq.ha.phases import Phase
 from pairmq.ha.rules import ReplicationRules as Machine
-from pairmq.ha.steps import WARNING, as_every_phase, dropped
+from pairmq.ha.steps import WARNING, as_every_phase
 
 # Every serving phase takes the in-sync peer's promise (`_peer_promised`) and steps down
 # for a peer that outranks it (`_outranked`; ELECTED checks its election in between). An
@@ -68,11 +65,8 @@ def step_elected(m: Machine, event: Event, now: float) -> None:
             m._witness_replied(replied, m._on_adopted)
         case Shutdown():
             m._shut_down_serving()
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_alone(m: Machine, event: Event, now: float) -> None:
@@ -109,11 +103,8 @@ def step_alone(m: Machine, event: Event, now: float) -> None:
             m._witness_replied(replied, m._on_adopted)
         case Shutdown():
             m._shut_down_serving()
-        case (SyncOffered() | SyncDone() | MirrorProgress() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_joining(m: Machine, event: Event, now: float) -> None:
@@ -155,11 +146,8 @@ def step_joining(m: Machine, event: Event, now: float) -> None:
             m._witness_replied(replied, m._on_adopted)
         case Shutdown():
             m._shut_down_serving()
-        case (SyncOffered() | SyncDone() | MirrorProgress() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_active(m: Machine, event: Event, now: float) -> None:
@@ -197,11 +185,8 @@ def step_active(m: Machine, event: Event, now: float) -> None:
                                stopping=True)
         case Shutdown():
             m._shut_down_serving()
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_handing_over(m: Machine, event: Event, now: float) -> None:
@@ -237,8 +222,5 @@ def step_handing_over(m: Machine, event: Event, now: float) -> None:
             m._witness_replied(replied, m._released)
         case Shutdown():
             m._stop_after_hand_over()
-        case (SyncOffered() | SyncDone() | MirrorProgress() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)

@@ -7,8 +7,9 @@ the current phase (`STEPS`, there), then runs `_decide`. A step function is a `m
 the input that lists exactly the inputs its phases take, and what they do with them; any
 other input is logged at debug level with the phase and dropped (`dropped`), on purpose.
 The inputs every phase takes alike (the stream's bookkeeping, the witness's reply to the
-request out, the peer's farewell) are listed in each step too, and done by
-`as_every_phase`; a phase that does more with one takes it in its own case first.
+request out, the peer's farewell) fall through every step to `as_every_phase`, which
+drops anything else: no phase can miss one (a missed WitnessReplied would stall the
+witness queue); a phase that does more with one takes it in its own case first.
 
 The rules themselves (what to enter, what to emit) are the machine's, in its parts:
 ha/replication.py (the peer, serving, the backup side), ha/activation.py, ha/handover.py,
@@ -98,11 +99,8 @@ def step_undecided(m: Machine, event: Event, now: float) -> None:
             m.order = True  # until this server serves or sees a server (`_decide`)
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_deferring(m: Machine, event: Event, now: float) -> None:
@@ -126,11 +124,8 @@ def step_deferring(m: Machine, event: Event, now: float) -> None:
             m.order = True
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 # ------------------------------------------------------------ backups
@@ -163,11 +158,8 @@ def step_syncing(m: Machine, event: Event, now: float) -> None:
             m._take_over(seq)
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_in_sync(m: Machine, event: Event, now: float) -> None:
@@ -196,11 +188,8 @@ def step_in_sync(m: Machine, event: Event, now: float) -> None:
             m._take_over(seq)
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_taking_over(m: Machine, event: Event, now: float) -> None:
@@ -223,11 +212,8 @@ def step_taking_over(m: Machine, event: Event, now: float) -> None:
             m.order = True
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_orphaned(m: Machine, event: Event, now: float) -> None:
@@ -249,11 +235,8 @@ def step_orphaned(m: Machine, event: Event, now: float) -> None:
             m.order = True
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 # ------------------------------------------------------------ becoming active
@@ -287,11 +270,8 @@ def step_activating(m: Machine, event: Event, now: float) -> None:
             m.order = True
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 # ------------------------------------------------------------ leaving a role
@@ -314,11 +294,8 @@ def step_stepping_down(m: Machine, event: Event, now: float) -> None:
             m.order = True
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_stopping(m: Machine, event: Event, now: float) -> None:
@@ -339,11 +316,8 @@ def step_stopping(m: Machine, event: Event, now: float) -> None:
             m.order = True
         case Shutdown():
             m._enter(Phase.STOPPED, "stopping")
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)
 
 
 def step_stopped(m: Machine, event: Event, now: float) -> None:
@@ -360,8 +334,5 @@ def step_stopped(m: Machine, event: Event, now: float) -> None:
             m._channel_lost(reason)
         case Force():
             m.order = True
-        case (SyncOffered() | SyncDone() | MirrorProgress() | BackupAcked() | WitnessReplied()
-              | FailbackMessage(FailbackStep.SHUTDOWN)):
+        case _:  # shared by every phase, or dropped there
             as_every_phase(m, event)
-        case _:
-            dropped(m, event)

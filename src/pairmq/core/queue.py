@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pairmq.core.message import PRIORITY_LEVELS, Entry
+from pairmq.core.message import PRIORITY_LEVELS, Entry, Message
 from pairmq.core.paged import PagedLog
 from pairmq.core.producers import Producers
 from pairmq.core.selective import SelectorIndex
@@ -16,6 +16,11 @@ from pairmq.core.settings import AddressFullPolicy
 
 if TYPE_CHECKING:
     from pairmq.core.subscription import Subscription
+
+
+# In place of the message of an entry a selective consumer took (`Queue.take`): the level
+# and the selectors' indexes keep the entry until they reach it, not its body.
+TAKEN = Message("", "", {}, b"", False, 0, 0, 0, 0)
 
 
 class AddressState(StrEnum):
@@ -227,14 +232,23 @@ class Queue:
         """A selective consumer takes a waiting entry wherever it is: it stays in its level,
         cleared, until `pop` or a compaction drops it; the consumer gets a new entry for the
         message (so that, returned, it is never in a level twice)."""
+        message = entry.message
         entry.waiting = False
+        entry.message = TAKEN  # what is left in the level holds no body (nor do indexes)
         self.count -= 1
-        if entry.message.expires:
+        if message.expires:
             self.expiring -= 1
         self.taken += 1
         if self.taken > 1024 and self.taken > self.count:
-            self.remove_where(lambda _e: False)  # drops what was taken: amortised O(1)
-        return Entry(entry.message, entry.deliveries)
+            self._drop_taken()
+        return Entry(message, entry.deliveries)
+
+    def _drop_taken(self) -> None:
+        """Drop the entries selective consumers took from the levels: amortised O(1)."""
+        for i, level in enumerate(self._levels):
+            if level:
+                self._levels[i] = deque(e for e in level if e.waiting)
+        self.taken = 0
 
     def entries(self) -> Iterator[Entry]:
         for level in reversed(self._levels):

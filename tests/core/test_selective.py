@@ -200,3 +200,18 @@ def test_stream_match_by_filter_value_and_selector():
                            ({"selector": "size >"}, "selector")):
         with pytest.raises(CoreError, match=named):
             stream_match(headers)
+
+
+def test_jms_message_id_and_destination_read_the_message(broker):
+    """JMSMessageID and JMSDestination are not among a message's stored headers: the
+    selector reads them from the message, on a queue and on a topic subscription."""
+    broker.send(1, "/queue/q", {}, b"first", NOW)
+    broker.send(1, "/queue/q", {}, b"second", NOW)
+    first_id = next(broker.queues["/queue/q"].entries()).message.message_id
+    broker.subscribe(2, "s", "/queue/q", NOW, selector=f"JMSMessageID = '{first_id}'")
+    assert bodies(broker.take_outbox()[2]) == [b"first"]
+    broker.subscribe(3, "t", "/topic/t", NOW, selector="JMSDestination LIKE '/topic/%'")
+    broker.subscribe(3, "u", "/topic/t", NOW, selector="JMSDestination = '/queue/q'")
+    broker.send(1, "/topic/t", {}, b"to the topic", NOW)
+    out = broker.take_outbox()[3]
+    assert [(d.subscription.id, d.entry.message.body) for d in out] == [("t", b"to the topic")]

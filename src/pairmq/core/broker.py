@@ -266,7 +266,7 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
         q.accepts = chosen
         if chosen is None or (before is not None and before.text == chosen.text):
             return
-        for entry in q.remove_where(lambda e: not chosen.matches(e.message.headers)):
+        for entry in q.remove_where(lambda e: not chosen.matches_message(e.message)):
             self._consumed(q, entry)
 
     def browse(self, destination: str, limit: int) -> Browse:

@@ -379,7 +379,8 @@ class Intake:
         address.enqueued += 1
         if kind == TOPIC and targets and any(q.accepts is not None for q in targets):
             # subscriptions with a selector keep only what matches (core/selector.py)
-            targets = [q for q in targets if q.accepts is None or q.accepts.matches(stored)]
+            targets = [q for q in targets
+                       if q.accepts is None or q.accepts.matches_message(message)]
         if not targets:
             self.stats["unroutable_topic"] += 1
             return ACCEPTED

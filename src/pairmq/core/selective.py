@@ -49,14 +49,14 @@ class SelectorIndex:
 
     def offer(self, entry: Entry) -> None:
         """An entry entered the queue at its tail: kept when it matches."""
-        if self.selector.matches(entry.message.headers):
+        if self.selector.matches_message(entry.message):
             self._level(entry.message.priority).append(entry)
             self.size += 1
 
     def offer_front(self, entries: list[Entry]) -> None:
         """Entries returned to the queue's head (in their order): kept when they match."""
         for entry in reversed(entries):
-            if self.selector.matches(entry.message.headers):
+            if self.selector.matches_message(entry.message):
                 self._level(entry.message.priority).appendleft(entry)
                 self.size += 1
 

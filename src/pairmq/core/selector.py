@@ -56,11 +56,11 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, NamedTuple, NoReturn
 
 from pairmq.core.errors import CoreError
-from pairmq.core.message import DEFAULT_PRIORITY
+from pairmq.core.message import DEFAULT_PRIORITY, Message
 
 #: The JMS header names a selector may use, and the STOMP header each one reads.
 JMS_HEADERS: Final[dict[str, str]] = {
@@ -84,6 +84,30 @@ Cmp = Callable[[Any, Any], bool]
 NUM, STR, BOOL, HDR = "number", "string", "boolean", "header"  # a node's static type
 
 
+class _Identified(Mapping[str, str]):
+    """A message's headers with its id and destination, which are not stored among them."""
+
+    __slots__ = ("_message",)
+
+    def __init__(self, message: Message) -> None:
+        self._message = message
+
+    def __getitem__(self, key: str) -> str:
+        if key == "message-id":
+            return self._message.message_id
+        if key == "destination":
+            return self._message.destination
+        return self._message.headers[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield "message-id"
+        yield "destination"
+        yield from self._message.headers
+
+    def __len__(self) -> int:
+        return len(self._message.headers) + 2
+
+
 class SelectorError(CoreError):
     """A selector that cannot be compiled; the message names the 0-based position and the
     token, so that the ERROR frame alone is enough to fix it."""
@@ -92,15 +116,23 @@ class SelectorError(CoreError):
 class Selector:
     """A compiled selector. Immutable and shared: evaluating it has no side effects."""
 
-    __slots__ = ("_fn", "text")
+    __slots__ = ("_fn", "_identity", "text")
 
-    def __init__(self, text: str, fn: Fn) -> None:
+    def __init__(self, text: str, fn: Fn, identity: bool = False) -> None:
         self.text = text
         self._fn = fn
+        self._identity = identity  # it reads JMSMessageID or JMSDestination
 
     def matches(self, headers: Mapping[str, str]) -> bool:
         """True only when the selector is TRUE for these headers (UNKNOWN does not match)."""
         return self._fn(headers) is True
+
+    def matches_message(self, message: Message) -> bool:
+        """`matches` for a message the broker holds: its id and destination are not among
+        its stored headers (core/intake.py), so a selector naming them reads them here."""
+        if self._identity:
+            return self._fn(_Identified(message)) is True
+        return self._fn(message.headers) is True
 
     def evaluate(self, headers: Mapping[str, str]) -> bool | None:
         """The three-valued result: True, False, or None for UNKNOWN."""
@@ -118,7 +150,10 @@ def compile_selector(text: str) -> Selector:
                             f"{MAX_LENGTH:,})")
     if not text.strip(" \t\f\r\n"):
         raise SelectorError("selector: empty (leave the header out to receive everything)")
-    return Selector(text, _Parser(text).parse())
+    parser = _Parser(text)
+    fn = parser.parse()
+    return Selector(text, fn, identity=any(
+        t.kind == "id" and t.text in ("JMSMessageID", "JMSDestination") for t in parser.toks))
 
 
 # ------------------------------------------------------------------------- evaluation

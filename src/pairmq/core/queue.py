@@ -157,9 +157,7 @@ class Queue:
         self._top = top
         self.count += len(entries)
         self.expiring += expiring
-        for index in self.selective:
-            for entry in entries:
-                index.offer(entry)
+        assert not self.selective, "extend is recovery's: no consumer has an index yet"
         return size
 
     def push_in_order(self, entry: Entry) -> bool:

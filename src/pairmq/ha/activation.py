@@ -208,9 +208,10 @@ class ActivationSteps(MachineState):
 
     def _keep_election(self, says: tuple[int, int]) -> bool:
         """ELECTED: the peer said its journal (a hello, or its synchronisation request);
-        step down unless the election still stands. True: it stands (or not ELECTED)."""
+        step down unless the election still stands. True: it stands."""
         elected = self.elected
-        if elected is None or self._election_stands(elected.peer_journal, says):
+        assert elected is not None  # ELECTED carries its election (`_enter`)
+        if self._election_stands(elected.peer_journal, says):
             return True
         self._step_down(f"{self.peer.name} served after this server was elected with it")
         return False

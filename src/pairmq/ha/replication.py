@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from pairmq.ha.events import Effect, Event
 from pairmq.ha.phases import Phase
-from pairmq.ha.rules import FAREWELL_HEARD, SERVING_STATES, ReplicationRules
+from pairmq.ha.rules import ReplicationRules
 from pairmq.ha.serving_steps import (
     step_active,
     step_alone,
@@ -50,7 +50,7 @@ from pairmq.ha.steps import (
     step_undecided,
 )
 
-__all__ = ["FAREWELL_HEARD", "SERVING_STATES", "STEPS", "ReplicationMachine"]
+__all__ = ["STEPS", "ReplicationMachine"]
 
 
 class ReplicationMachine(ReplicationRules):

@@ -7,7 +7,7 @@ A replicated pair with its witness (the tests' timings: heartbeats every 100 ms,
 activation after 400 ms), the backup in sync. A transaction of --messages persistent
 SENDs (100-byte bodies) is staged, then a canary client (a persistent message with a
 receipt every 10 ms, received back) starts, and the transaction is committed: applied in
-slices over many turns (core/committing.py), each confirmed by the backup. One JSON line
+slices over many turns (core/broker/committing.py), each confirmed by the backup. One JSON line
 per run: the seconds from the COMMIT to its RECEIPT, the canary's worst and 99th
 percentile round, what it lost, and the active's state after. An older build may lose
 its lease during the COMMIT: the canary then fails, and the line says so.

@@ -742,7 +742,7 @@ def run_scenario(args: argparse.Namespace, name: str) -> dict[str, Any]:
     tls_ca = None
     port = None
     if args.tls:  # clients on the STOMP TLS listener, with a CA made for the run
-        from pairmq.localca import LocalCA
+        from pairmq.cli.local_ca import LocalCA
 
         ca = LocalCA(workdir / "tls")
         issued = ca.issue("server")

@@ -12,7 +12,7 @@ non-persistent 1 KiB messages, then a short paced run), and reads from the serve
 `/metrics` how often its 50 ms event-loop timer ran more than 50 ms late (a turn over
 50 ms) and how many garbage collections paused it over 50 ms. One JSON line per run. A
 turn that runs every busy connection's frames, each within its own budget, added up to
-60-100 ms before the budget was shared (server/turns.py).
+60-100 ms before the budget was shared (server/guards/turn_budget.py).
 
 With --stream: --messages 1 KiB records are sent to a stream (batches of 1,000), then two
 readers read half of it each, as the Spark source's tasks do (a bounded subscription,

@@ -1,3 +1,3 @@
-from pairmq.cli import main
+from pairmq.cli.main import main
 
 main()

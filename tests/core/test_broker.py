@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core.admission import Admission
-from pairmq.core.broker import TURN_DELIVERIES
+from pairmq.core.broker.broker import TURN_DELIVERIES
 from pairmq.core.settings import AddressFullPolicy
 
 NOW = 1_000_000

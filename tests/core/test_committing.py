@@ -1,4 +1,4 @@
-"""A COMMIT too large for one turn is applied in slices (core/committing.py): staged, then
+"""A COMMIT too large for one turn is applied in slices (core/broker/committing.py): staged, then
 decided, then routed a slice per `step_commits`, each slice's records journaled with a
 marker; never a message of an undecided one visible; one held or refused like a one-turn
 COMMIT, with its transaction left open; one whose connection closes either dropped
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
 from pairmq.core.admission import Admission
-from pairmq.core.committing import (
+from pairmq.core.broker.committing import (
     COMMIT_SLICE,
     ROUTED,
     STAGE_SLICE,

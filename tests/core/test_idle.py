@@ -1,4 +1,4 @@
-"""Empty, unused destinations go away (core/idle.py, issue 20): after auto_delete_delay_ms
+"""Empty, unused destinations go away (core/broker/idle.py, issue 20): after auto_delete_delay_ms
 idle, with an UNDEST record for a queue; never one that holds messages, has a consumer or
 a durable subscription, remembers a dup-id or a producer, nor a stream."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
-from pairmq.core.idle import IDLE_CHECKS
+from pairmq.core.broker.idle import IDLE_CHECKS
 
 NOW = 1_000_000
 DELAY = 1000

@@ -1,4 +1,4 @@
-"""An operator's purge and move in the core (core/operations.py): what is waiting goes,
+"""An operator's purge and move in the core (core/broker/operations.py): what is waiting goes,
 what a consumer holds stays, every change is a journal record, and a dead-letter queue's
 messages go back where they came from."""
 

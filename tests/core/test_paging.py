@@ -1,5 +1,5 @@
-"""Paging as a mode in the core (core/paged.py, core/paging.py, docs/durability.md "Paging"):
-past its limit under policy page, an address's new persistent messages go to its paged
+"""Paging as a mode in the core (core/paged_log.py, core/broker/paging.py, docs/durability.md
+"Paging"): past its limit under policy page, an address's new persistent messages go to its paged
 log with no object kept; a queue holds a window of them in memory, refilled in order; a
 topic's durable subscriptions share one log with a cursor each; the address leaves paging
 once drained; a recovery and a backup's follower rebuild the same. The store's part (where
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
-from pairmq.core.paged import CHUNK, PagedLog
-from pairmq.core.paging import PAGE_WINDOW
+from pairmq.core.broker.paging import PAGE_WINDOW
+from pairmq.core.paged_log import CHUNK, PagedLog
 from pairmq.core.settings import AddressFullPolicy
 from tests.support.pages import Pages
 from tests.support.replay import replayed

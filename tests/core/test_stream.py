@@ -9,7 +9,7 @@ import pytest
 from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core import records as rec
 from pairmq.core.settings import Retention
-from pairmq.core.stream import StartKind, parse_start
+from pairmq.core.stream_log import StartKind, parse_start
 from tests.support.pages import Pages
 from tests.support.replay import replayed
 
@@ -63,7 +63,7 @@ def test_offsets_are_dense_and_stamped_and_nothing_is_consumed():
     (None, StartKind.NEXT, 0), ("first", StartKind.FIRST, 0), ("last", StartKind.LAST, 0),
     ("next", StartKind.NEXT, 0), ("offset=7", StartKind.OFFSET, 7), ("7", StartKind.OFFSET, 7),
     ("group", StartKind.GROUP, 0),
-    # RabbitMQ's seconds below 10^11, pairmq's ms from there on (core/stream.py)
+    # RabbitMQ's seconds below 10^11, pairmq's ms from there on (core/stream_log.py)
     ("timestamp=123", StartKind.TIMESTAMP, 123_000),
     ("timestamp=1619432061", StartKind.TIMESTAMP, 1_619_432_061_000),
     ("timestamp=99999999999", StartKind.TIMESTAMP, 99_999_999_999_000),

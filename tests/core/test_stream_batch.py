@@ -10,9 +10,9 @@ import pytest
 from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core.message import Message
 from pairmq.core.settings import Retention
-from pairmq.core.stream import StreamBatch
-from pairmq.server.role import Role
-from pairmq.server.tickets import Ticket
+from pairmq.core.stream_log import StreamBatch
+from pairmq.server.role.confirmations import Ticket
+from pairmq.server.role.role import Role
 
 S = "/stream/s"
 

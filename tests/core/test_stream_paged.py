@@ -1,4 +1,4 @@
-"""A stream's records as paged entries (issue 18, core/stream.py): only its newest HOT
+"""A stream's records as paged entries (issue 18, core/stream_log.py): only its newest HOT
 records keep an object; a reader further back gets its records read back from "disk"
 (tests/support/pages.py plays the store), in order, plain or batched; retention removes
 records that have no object by their enqueue order; a restart and a backup rebuild the
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pairmq.core import Broker, CoreSettings, Message
 from pairmq.core import records as rec
 from pairmq.core.settings import Retention
-from pairmq.core.stream import HOT
+from pairmq.core.stream_log import HOT
 from tests.support.pages import Pages
 from tests.support.replay import replayed
 

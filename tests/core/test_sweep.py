@@ -5,7 +5,7 @@ a pass), and every expired message still goes, a round later at most."""
 from __future__ import annotations
 
 from pairmq.core import Broker, CoreSettings
-from pairmq.core.broker import SWEEP_SLICE
+from pairmq.core.broker.broker import SWEEP_SLICE
 
 NOW = 1_000_000
 

@@ -1,4 +1,4 @@
-"""What one transaction may hold until its COMMIT (core/intake.py `_stage`, issue 20): at
+"""What one transaction may hold until its COMMIT (core/broker/intake.py `_stage`, issue 20): at
 most max_transaction_messages and max_transaction_bytes, refused with an error naming
 the limit; its messages count in the server's memory until COMMIT or ABORT."""
 

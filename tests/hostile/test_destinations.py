@@ -49,7 +49,7 @@ def test_junk_queues_are_small_then_deleted_for_good(server_factory) -> None:
     srv.kill()
     again = server_factory("--auto-delete-delay-ms", "500", name="junk", port=srv.port)
     [recovered] = [line for line in again.logs().splitlines() if "Recovered" in line]
-    # the canary's queue may stay: it remembers its producer (core/idle.py)
+    # the canary's queue may stay: it remembers its producer (core/broker/idle.py)
     found = re.search(r"Recovered 0 messages in (\d+) queues( \((\d+) destinations in all)?",
                       recovered)
     assert found is not None, recovered

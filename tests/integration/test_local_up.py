@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import pairmq.client
-from pairmq.local import SERVERS, STOMP_TLS, WITNESS
+from pairmq.cli.up import SERVERS, STOMP_TLS, WITNESS
 from tests.integration.clients import wait_until
 
 PORTS = [int(address.rpartition(":")[2]) for _n, _r, stomp, admin, listen, _p in SERVERS

@@ -1,5 +1,5 @@
 """A COMMIT of a large transaction is applied in slices over many turns of the server
-(core/committing.py), with a commit marker in the journal: real server processes, real
+(core/broker/committing.py), with a commit marker in the journal: real server processes, real
 SIGKILLs, and a client that goes away in the middle.
 
 - a receipted COMMIT of 20,000 persistent SENDs: consumed (with stomp.py) once each, in

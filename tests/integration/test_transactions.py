@@ -216,7 +216,7 @@ def test_consume_transform_produce_is_atomic(server, stomp_client):
 
 
 def test_a_large_commit_is_applied_in_slices_reported_and_answered_in_order(server_factory):
-    """A COMMIT of 30,000 (core/committing.py): GET /status and /metrics report it while
+    """A COMMIT of 30,000 (core/broker/committing.py): GET /status and /metrics report it while
     it is applied; a frame the connection sent after it is answered after it; every
     message is there once, in order."""
     admin = f"127.0.0.1:{free_port()}"

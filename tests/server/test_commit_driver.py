@@ -1,4 +1,4 @@
-"""The serving role's driver of COMMITs in slices (server/commits.py), against a scripted
+"""The serving role's driver of COMMITs in slices (server/role/commit_slices.py), against a scripted
 host: one slice per turn of the loop, sized to what the last slices took, never more
 than AHEAD slices journaled and not confirmed; the connection told when its COMMIT ends.
 The real role is exercised by tests/integration/test_sliced_commit.py."""
@@ -9,9 +9,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from pairmq.core.committing import CommitPhase, CommitRun, CommitStep
-from pairmq.server.commits import AHEAD, SLICE_S, CommitDriver, DriverState
-from pairmq.server.tickets import Ticket
+from pairmq.core.broker.committing import CommitPhase, CommitRun, CommitStep
+from pairmq.server.role.commit_slices import AHEAD, SLICE_S, CommitDriver, DriverState
+from pairmq.server.role.confirmations import Ticket
 
 
 class Host:

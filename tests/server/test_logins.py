@@ -1,9 +1,10 @@
-"""Failed logins slow down their address only (server/logins.py), decided with given times."""
+"""Failed logins slow down their address only (server/guards/failed_logins.py), decided with
+given times."""
 
 from __future__ import annotations
 
-from pairmq.server import logins
-from pairmq.server.logins import LoginThrottle
+from pairmq.server.guards import failed_logins as logins
+from pairmq.server.guards.failed_logins import LoginThrottle
 
 
 def test_delays_double_up_to_the_cap_and_a_good_login_forgets() -> None:

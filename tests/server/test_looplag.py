@@ -1,4 +1,4 @@
-"""The event loop's lag (server/looplag.py), on a real loop: a turn held by blocking work
+"""The event loop's lag (server/loop_lag.py), on a real loop: a turn held by blocking work
 is measured, logged with where it was busy, and counted in the histogram."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import gc
 import logging
 import time
 
-from pairmq.server.looplag import LoopWatch
+from pairmq.server.loop_lag import LoopWatch
 
 
 def hold_the_loop(seconds: float) -> None:

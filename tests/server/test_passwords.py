@@ -1,4 +1,4 @@
-"""Password checks (server/passwords.py): the same scrypt whoever the user, the
+"""Password checks (server/guards/passwords.py): the same scrypt whoever the user, the
 configuration's plain passwords hashed at start in the login thread, bounded, fair
 between addresses, and a verified password let in at once for a while."""
 
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from pairmq.server.auth import hash_password
 from pairmq.server.config import User
-from pairmq.server.passwords import MAX_WAITING, Busy, PasswordCheck
+from pairmq.server.guards.auth import hash_password
+from pairmq.server.guards.passwords import MAX_WAITING, Busy, PasswordCheck
 
 USERS = {"alice": User("alice", "right", ("app",)),
          "bob": User("bob", hash_password("bobs"), ())}

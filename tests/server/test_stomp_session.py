@@ -1,4 +1,4 @@
-"""The server's sans-IO STOMP session (server/stomp_session.py): its phases in one table,
+"""The server's sans-IO STOMP session (server/stomp/session.py): its phases in one table,
 which frames each phase applies, ignores or refuses, why frames wait, and the permission
 check every frame passes before its handler runs."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pairmq.core.permissions import Exists, Permission, Rule, SecurityRules
-from pairmq.server.stomp_session import (
+from pairmq.server.stomp.session import (
     TRANSITIONS,
     InvalidTransition,
     Phase,

@@ -1,12 +1,12 @@
-"""One budget for every connection's frames in a turn of the event loop (server/turns.py),
-on a real loop: what one callback spent is spent for the next in the same turn, and the
-next turn starts afresh."""
+"""One budget for every connection's frames in a turn of the event loop
+(server/guards/turn_budget.py), on a real loop: what one callback spent is spent for the next
+in the same turn, and the next turn starts afresh."""
 
 from __future__ import annotations
 
 import asyncio
 
-from pairmq.server.turns import TurnBudget
+from pairmq.server.guards.turn_budget import TurnBudget
 
 
 def test_callbacks_of_one_turn_share_the_budget_and_the_next_turn_has_it_all() -> None:

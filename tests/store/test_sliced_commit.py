@@ -1,4 +1,4 @@
-"""A COMMIT applied in slices, on real journal files (core/committing.py): stopped after
+"""A COMMIT applied in slices, on real journal files (core/broker/committing.py): stopped after
 any slice, recovery holds none of it (not decided yet) or routes the rest (decided), so
 the queue ends with all of it exactly once; compaction keeps what a run under way needs;
 a backup following the records takes over a run where the active left it."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pairmq.core import Broker
-from pairmq.core.committing import COMMIT_SLICE, STAGE_SLICE
+from pairmq.core.broker.committing import COMMIT_SLICE, STAGE_SLICE
 from pairmq.store.segments import list_segments
 from pairmq.store.store import Store, StoreSettings
 from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced

@@ -6,7 +6,7 @@ import pytest
 
 from pairmq.ha.syncplan import SyncPlan, plan_sync
 from pairmq.store.records import frame_record
-from pairmq.store.stream import MirrorError, new_records
+from pairmq.store.replication_frames import MirrorError, new_records
 
 
 def chunk(*seqs: int, epoch: int = 1) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pairmq.core import Broker, CoreSettings
 from pairmq.core.settings import Retention
-from pairmq.core.stream import HOT
+from pairmq.core.stream_log import HOT
 from pairmq.store.segments import list_segments
 from pairmq.store.store import Store, StoreSettings
 from tests.store.test_journal import NOW, close, persist, synced

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from pairmq.server.auth import hash_password
+from pairmq.server.guards.auth import hash_password
 
 ADMIN_USER = "pairmq-test-admin"
 ADMIN_PASSWORD = "admin-test-password"
@@ -31,7 +31,7 @@ ADMIN = (ADMIN_USER, ADMIN_PASSWORD)
 @functools.cache
 def hashed(password: str) -> str:
     """`password`'s scrypt hash, made once per test process: a server given the hash does
-    not hash the password itself at start (server/passwords.py), 30-50 ms of CPU per
+    not hash the password itself at start (server/guards/passwords.py), 30-50 ms of CPU per
     server on this 2-core machine, hundreds of times a run."""
     return hash_password(password)
 

@@ -1,4 +1,4 @@
-"""Certificates for the TLS tests, made by pairmq's local CA (pairmq/localca.py): the
+"""Certificates for the TLS tests, made by pairmq's local CA (pairmq/cli/local_ca.py): the
 pair's CA, a foreign CA, and the server flags that turn TLS on."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from pairmq.localca import Issued, LocalCA
+from pairmq.cli.local_ca import Issued, LocalCA
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The store's part of paging (core/paged.py), played in memory for pure core tests: a
+"""The store's part of paging (core/paged_log.py), played in memory for pure core tests: a
 paged message's "journal entry" is its object, kept here by (log, entry number).
 
     pages = Pages()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pairmq.core import records as rec
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
-from pairmq.core.stream import OFFSET_HEADER
+from pairmq.core.stream_log import OFFSET_HEADER
 
 
 def replayed(records: list[tuple], dup_cache_size: int = 20000,

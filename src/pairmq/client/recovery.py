@@ -1,5 +1,5 @@
 """What a failover (or a refusal) does to what was in flight: part of the `Engine` (a mixin,
-as core/intake.py is of the Broker), kept apart because it is the client's one subtle part.
+as core/broker/intake.py is of the Broker), kept apart because it is the client's one subtle part.
 
 Two ways out of a failure:
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pairmq.core.message import Message
-from pairmq.core.paged import PagedLog
+from pairmq.core.paged_log import PagedLog
 from pairmq.core.queue import Queue
 
 BROWSE_HEADER = "browser"  # SUBSCRIBE browser:true; the last MESSAGE has browser:end

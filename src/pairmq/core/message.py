@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pairmq.core.paged import PagedLog
+from pairmq.core.paged_log import PagedLog
 
 DEFAULT_PRIORITY = 4
 PRIORITY_LEVELS = 10  # 0 to 9, as JMS
@@ -34,12 +34,12 @@ class Message:
     body_length: int = 0
     journal_delivered: dict[str, int] | None = None  # queue key -> deliveries journaled
     # The sequence number of its newest ADD record (0: recovered, or never journaled): a
-    # consumer gets it only once that record is confirmed (server/role.py, delivery_gate).
+    # consumer gets it only once that record is confirmed (server/role/role.py, delivery_gate).
     journal_seq: int = 0
     # The broker's word to the store: its destination was full (address_full_policy page),
     # so keep the body on disk only once the record is synced, whatever the paging budget.
     page_out: bool = False
-    # Routed to its address's paged log (core/paged.py) and not located yet: the store
+    # Routed to its address's paged log (core/paged_log.py) and not located yet: the store
     # hands it to this log once its record is on disk, and the object is dropped.
     log: PagedLog | None = field(default=None, repr=False)
     # The serializer caches the encoded header block here; it is not broker state.

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pairmq.core.message import PRIORITY_LEVELS, Entry, Message
-from pairmq.core.paged import PagedLog
+from pairmq.core.paged_log import PagedLog
 from pairmq.core.producers import Producers
 from pairmq.core.selective import SelectorIndex
 from pairmq.core.selector import Selector
@@ -56,7 +56,7 @@ class Address:
         self.dup_limit = dup_limit  # dup-ids remembered (dup_cache_size)
         # producer sequences (core/producers.py); None until a producer stamps a message
         self.producers: Producers | None = None
-        # messages kept only in the journal while the address pages (core/paged.py)
+        # messages kept only in the journal while the address pages (core/paged_log.py)
         self.log: PagedLog | None = None
 
     @property

@@ -3,7 +3,7 @@ settings (docs/stomp.md, "Queue arguments"). Pure: headers in, a frozen value or
 CoreError naming the header and its value out.
 
 A SUBSCRIBE that creates a `/queue/` destination configures it with what these headers say
-(core/configured.py applies them); a queue that exists keeps its settings. What maps onto
+(core/broker/configured.py applies them); a queue that exists keeps its settings. What maps onto
 pairmq:
 
 - `x-max-length: N` (waiting messages) and `x-max-length-bytes: B` (pairmq counts a
@@ -103,7 +103,7 @@ def args_from_text(text: str, destination: str) -> QueueArgs:
 def parse_queue_args(headers: Mapping[str, str], destination: str) -> QueueArgs | None:
     """The queue settings of a SUBSCRIBE to `destination` (None: it names none). Every x-
     header is checked whatever the destination, so that a bad value never goes unnoticed;
-    only a /queue/ destination is configured by them (core/configured.py)."""
+    only a /queue/ destination is configured by them (core/broker/configured.py)."""
     if not any(name in headers for name in HEADERS):
         return None
     queue_type = headers.get(QUEUE_TYPE)

@@ -14,7 +14,7 @@ DELIVERED = 3  # (DELIVERED, queue key, message, n)  handed out for the n-th tim
 DURABLE = 4  # (DURABLE, key, topic)                 a durable subscription is created
 UNDURABLE = 5  # (UNDURABLE, key)                     ... or deleted
 DEST = 6  # (DEST, destination[, settings])            a queue is created (settings: its x-
-#           arguments as header lines, core/configured.py)
+#           arguments as header lines, core/broker/configured.py)
 DUP = 7  # (DUP, destination, dup id)                 a duplicate id is remembered
 DUP_EVICT = 8  # (DUP_EVICT, destination, dup id)    ... and forgotten (bookkeeping, not written)
 GROUP = 9  # (GROUP, stream, group, offset)            a stream's consumer group processed < offset
@@ -26,7 +26,7 @@ UNUSER = 13  # (UNUSER, name)                          ... or removed (core/acco
 RULE = 14  # (RULE, pattern, ((permission, roles), ...))  a permission rule set at run time
 UNRULE = 15  # (UNRULE, pattern)                       ... or removed
 UNDEST = 16  # (UNDEST, destination)                   an empty, unused queue is deleted
-# A COMMIT applied in slices (core/committing.py): its sends journaled, then decided,
+# A COMMIT applied in slices (core/broker/committing.py): its sends journaled, then decided,
 # then routed a slice at a time; recovery routes the rest of a decided one.
 TX_SEND = 17  # (TX_SEND, run, pending send)          one of its sends, before the decision
 TX_END = 18  # (TX_END, run)                           decided: every send is journaled

@@ -4,7 +4,7 @@ Entries are idempotent where compaction can repeat them: a message re-added to a
 queue that already holds it keeps the higher delivery count; a removal of
 something unknown (its ADD was compacted away) is ignored.
 
-Paging (core/paged.py): a destination under address_full_policy page keeps in memory
+Paging (core/paged_log.py): a destination under address_full_policy page keeps in memory
 what fits in its limit (`paged_beyond`); what came after goes to its paged log, by where
 its entry lies and nothing else, as it would have while serving. A removal names the
 message's enqueue order, which finds it in a log; one from a journal written before the
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pairmq.core.accounts import Accounts
-from pairmq.core.committing import CommitLedger
+from pairmq.core.broker.committing import CommitLedger
 from pairmq.core.message import Entry, Message
-from pairmq.core.paged import PagedLog
+from pairmq.core.paged_log import PagedLog
 
 DURABLE = "durable:"
 STREAM = "/stream/"
@@ -37,7 +37,7 @@ class Replay:
     durables: dict[str, str] = field(default_factory=dict)  # key -> topic destination
     accounts: Accounts = field(default_factory=Accounts)  # users changed at run time
     destinations: dict[str, None] = field(default_factory=dict)
-    # queue -> the x- arguments it was made with (core/configured.py), as journaled
+    # queue -> the x- arguments it was made with (core/broker/configured.py), as journaled
     queue_args: dict[str, str] = field(default_factory=dict)
     dups: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     groups: dict[str, dict[str, int]] = field(default_factory=dict)  # stream -> group -> offset
@@ -348,7 +348,7 @@ class Replay:
             self.queue_args[name] = settings
 
     def undestination(self, name: str) -> None:
-        """An empty, unused destination was deleted (core/idle.py)."""
+        """An empty, unused destination was deleted (core/broker/idle.py)."""
         self.destinations.pop(name, None)
         self.queue_args.pop(name, None)
 

@@ -129,7 +129,7 @@ class Selector:
 
     def matches_message(self, message: Message) -> bool:
         """`matches` for a message the broker holds: its id and destination are not among
-        its stored headers (core/intake.py), so a selector naming them reads them here."""
+        its stored headers (core/broker/intake.py), so a selector naming them reads them here."""
         if self._identity:
             return self._fn(_Identified(message)) is True
         return self._fn(message.headers) is True

@@ -11,7 +11,7 @@ from pairmq.protocol.stamps import Stamp
 
 if TYPE_CHECKING:
     from pairmq.core.queue import Queue
-    from pairmq.core.stream import StreamCursor
+    from pairmq.core.stream_log import StreamCursor
     from pairmq.core.subscription import Subscription
 
 
@@ -25,7 +25,7 @@ class PendingSend:
 @dataclass(slots=True)
 class BatchRest:
     """A batched SEND taken (admitted as a whole) and routed a slice per turn of the server
-    (core/intake.py `send_batch`): what is left of it."""
+    (core/broker/intake.py `send_batch`): what is left of it."""
 
     destination: str
     kind: str

@@ -117,12 +117,13 @@ class CoreSettings:
     max_producers: int = 100_000
     max_destinations: int = 100_000  # made by clients' SENDs and SUBSCRIBEs (0: no limit)
     max_subscriptions_per_connection: int = 10_000  # (0: no limit)
-    # an empty, unused queue or topic is deleted once idle this long (core/idle.py); -1: never
+    # an empty, unused queue or topic is deleted once idle this long (core/broker/idle.py);
+    # -1: never
     auto_delete_delay_ms: int = 60_000
     # What one transaction may hold until its COMMIT (issue 20): its messages count in
     # the server's memory meanwhile. A COMMIT of at most 1,000 is applied in one turn, as
     # one atomic record; a larger one a slice per turn, atomic by a commit marker in the
-    # journal (core/committing.py).
+    # journal (core/broker/committing.py).
     max_transaction_messages: int = 100_000
     max_transaction_bytes: int = 64 * 1024 * 1024
     resume_ratio: float = 0.9  # a full destination (or server) resumes below this share

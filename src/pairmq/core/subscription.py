@@ -11,7 +11,7 @@ from pairmq.core.selective import SelectorIndex
 if TYPE_CHECKING:
     from pairmq.core.queue import Queue
     from pairmq.core.session import Session
-    from pairmq.core.stream import StreamCursor
+    from pairmq.core.stream_log import StreamCursor
 
 ACK_AUTO = 0
 ACK_CLIENT = 1

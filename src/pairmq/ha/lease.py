@@ -125,7 +125,7 @@ class LeaseView:
 
 def answer(leases: WitnessLeases, request: dict[str, Any], now: float) -> dict[str, Any]:
     """The witness's reply to one request (ops: query, activate, renew, adopt, release), as
-    it goes on the wire; the witness process (server/witness.py) and the simulator
+    it goes on the wire; the witness process (server/pair/witness_server.py) and the simulator
     (ha/sim/) both answer with it."""
     op = request.get("op")
     name = str(request.get("name"))

@@ -1,9 +1,9 @@
 """The loop that feeds a pair machine and carries out what it asks, written once.
 
-Both policies' drivers (server/ha.py, server/shared.py) and the simulator's server
-(ha/sim/server.py) hand their machine one input at a time and carry out the effects it
-returns, in order. Carrying out an effect may produce an input of its own (a peer lost
-while a message is sent, a timer that fires at once in the simulator): that input waits
+Both policies' drivers (server/pair/replication.py, server/pair/shared_store.py) and the
+simulator's server (ha/sim/server.py) hand their machine one input at a time and carry out
+the effects it returns, in order. Carrying out an effect may produce an input of its own
+(a peer lost while a message is sent, a timer that fires at once in the simulator): that input waits
 until every effect of the current one is carried out, so a machine never sees an input
 in the middle of another's effects.
 """

@@ -2,7 +2,7 @@
 
 `ReplicationMachine.handle(event, now)` takes one input (ha/events.py) and returns the
 effects to carry out, in order; `tick(now)` is called every heartbeat and at
-`deadline()`. No clock, socket or task lives here: the driver (server/ha.py) does
+`deadline()`. No clock, socket or task lives here: the driver (server/pair/replication.py) does
 the I/O. What each phase answers to is its step function (`STEPS`, at the end; the steps
 are in ha/steps.py and ha/serving_steps.py): an input the current phase does not take is
 logged at debug level and dropped. The rules (docs/ha.md has the argument):

@@ -5,7 +5,7 @@ Both servers use one journal in a shared directory. The lock on the directory's 
 that the active is gone (heartbeats stop or the connection closes), carries failback
 and shutdown notices, and lets each side report its state. No records cross it.
 
-The driver (server/shared.py) feeds `SharedStoreNode.step` with `Tick(now)`,
+The driver (server/pair/shared_store.py) feeds `SharedStoreNode.step` with `Tick(now)`,
 `PeerConnected(hello)`, `Heartbeat(hello)`, `PeerLost(reason)`, `LockResult(...)`,
 `Recovered(epoch, now)`, `FailbackMessage(phase)`, `Force()` and `Shutdown()` (all but
 `Tick` and the lock's from ha/events.py, as the replication machine), and carries out the

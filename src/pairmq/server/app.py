@@ -19,22 +19,22 @@ from aiohttp import web
 from pairmq.core import Broker
 from pairmq.core.permissions import unchecked_roles
 from pairmq.ha.states import State
-from pairmq.server.auth import ADMIN_ROLE, MONITOR_ROLE
 from pairmq.server.config import ServerConfig, User
-from pairmq.server.connection import TURN_BUDGET_S, StompConnection, now_ms
-from pairmq.server.connlimits import ConnectionCount
 from pairmq.server.guards import Guards
-from pairmq.server.ha import ReplicationDriver
-from pairmq.server.logins import LoginThrottle
-from pairmq.server.looplag import LoopWatch
-from pairmq.server.passwords import PasswordCheck
-from pairmq.server.policy import NoPair, PairPolicy
+from pairmq.server.guards.auth import ADMIN_ROLE, MONITOR_ROLE
+from pairmq.server.guards.connection_limits import ConnectionCount
+from pairmq.server.guards.failed_logins import LoginThrottle
+from pairmq.server.guards.passwords import PasswordCheck
+from pairmq.server.guards.turn_budget import TurnBudget
+from pairmq.server.loop_lag import LoopWatch
+from pairmq.server.pair.policy import NoPair, PairPolicy
+from pairmq.server.pair.replication import ReplicationDriver
+from pairmq.server.pair.shared_store import SharedStorePair
 from pairmq.server.process import setup_logging, until_stop_signal
-from pairmq.server.role import Role, RoleKind
-from pairmq.server.shared import SharedStorePair
+from pairmq.server.role.role import Role, RoleKind
+from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection, now_ms
+from pairmq.server.stomp.websocket import WebSocketListener
 from pairmq.server.tls import TlsContexts, TlsError
-from pairmq.server.turns import TurnBudget
-from pairmq.server.websocket import WebSocketListener
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
     SteppedCollector,
@@ -83,7 +83,7 @@ class PairmqServer:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.port = config.stomp_port
         self._admin: web.AppRunner | None = None
-        self.watch: LoopWatch | None = None  # the event loop's lag (server/looplag.py)
+        self.watch: LoopWatch | None = None  # the event loop's lag (server/loop_lag.py)
         self.disk_usage_percent: float | None = None  # the data directory's, last sampled
         # the last changes of this server's HA state, with their reasons (the console's)
         self.changes: deque[dict[str, object]] = deque(maxlen=CHANGES_KEPT)
@@ -270,7 +270,7 @@ class PairmqServer:
                         "connect. Add [auth.users] or set allow_anonymous = true.")
         log.info("pairmq server %s ready: %s", self.config.name, ", ".join(listening))
         if self.config.admin:
-            from pairmq.server.admin import start_admin
+            from pairmq.server.manage.admin import start_admin
 
             self._admin = await start_admin(self, self.config.admin)
 
@@ -545,7 +545,7 @@ def run(config: ServerConfig) -> None:
     if config.admin:
         # aiohttp's import takes 150-250 ms: before the loop runs, not during the pair's
         # first heartbeats (start() imports it again, from sys.modules)
-        import pairmq.server.admin  # noqa: F401
+        import pairmq.server.manage.admin  # noqa: F401
     try:
         import uvloop
     except ImportError:

@@ -1,9 +1,9 @@
 """A backup's store: the active server's records appended as they are, and applied to the
 backup's broker as they arrive, so that taking over is switching the journal to appends.
 
-Part of the Store (a mixin, like core/follow.py for the Broker). Each mirrored record is
+Part of the Store (a mixin, like core/broker/follow.py for the Broker). Each mirrored record is
 decoded as recovery decodes it (store/records.py) and applied by the broker's follower
-(core/follow.py); the store keeps the same liveness it keeps when serving (which segment
+(core/broker/follow.py); the store keeps the same liveness it keeps when serving (which segment
 holds the newest record of each live object) and pages bodies the same way (over the
 paging budget, or for a full destination under address_full_policy page, a body stays in
 the journal once synced and the broker keeps its index). A backup never compacts: the

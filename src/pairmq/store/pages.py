@@ -1,4 +1,4 @@
-"""The store's side of paging as a mode (core/paged.py, docs/durability.md "Paging"): where
+"""The store's side of paging as a mode (core/paged_log.py, docs/durability.md "Paging"): where
 paged messages' entries lie, reading windows back, and the hold paged entries keep on the
 journal's segments.
 
@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 
 from pairmq.core import Message
-from pairmq.core.paged import Chunk, PagedLog
+from pairmq.core.paged_log import Chunk, PagedLog
 from pairmq.store.records import decode_lone_add
 from pairmq.store.writer import SegmentInfo
 

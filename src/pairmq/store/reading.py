@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pairmq.core import Message
-from pairmq.core.committing import CommitLedger
+from pairmq.core.broker.committing import CommitLedger
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
 from pairmq.core.session import PendingSend
-from pairmq.core.stream import OFFSET_HEADER
+from pairmq.core.stream_log import OFFSET_HEADER
 from pairmq.store import records as disk
 from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
 from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
@@ -309,7 +309,7 @@ COMMIT_ENTRIES = (disk.TX_SEND, disk.TX_END, disk.TX_DONE, disk.TX_DROP)
 
 
 def follow_commit(commits: CommitLedger, entry: tuple, segment_id: int) -> None:
-    """A COMMIT in slices (core/committing.py), as recovery and a backup read it."""
+    """A COMMIT in slices (core/broker/committing.py), as recovery and a backup read it."""
     kind = entry[0]
     if kind == disk.TX_SEND:
         commits.staged(entry[1], PendingSend(entry[2], entry[3], entry[4]), segment_id)

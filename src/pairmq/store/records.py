@@ -55,9 +55,9 @@ UNUSER = 15  # ... or removed: (UNUSER, name)
 RULE = 16  # a permission rule set at run time: (RULE, pattern, ((permission, roles), ...))
 UNRULE = 17  # ... or removed: (UNRULE, pattern)
 UNDEST = 18  # an empty, unused destination is deleted: (UNDEST, destination)
-DEST_ARGS = 19  # a queue made with x- arguments (core/configured.py): decoded as
+DEST_ARGS = 19  # a queue made with x- arguments (core/broker/configured.py): decoded as
 #                 (DEST, destination, settings), a plain DEST as (DEST, destination)
-# A COMMIT applied in slices (core/committing.py), named by its key (u64):
+# A COMMIT applied in slices (core/broker/committing.py), named by its key (u64):
 TX_SEND = 20  # one of its sends: (TX_SEND, key, destination, headers, body)
 TX_END = 21  # decided, every send above journaled: (TX_END, key, sends)
 TX_DONE = 22  # its first `routed` sends are routed: (TX_DONE, key, routed)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pairmq.core import Broker, Message
 from pairmq.core import records as rec
-from pairmq.core.paged import PagedLog
+from pairmq.core.paged_log import PagedLog
 from pairmq.core.replay import Replay
 from pairmq.store.mirror import KEY_OVERHEAD, Mirroring
 from pairmq.store.pages import PagedEntries
@@ -133,7 +133,7 @@ class Store(Mirroring):
         self.summaries = SummaryBuilder(lambda segment_id, data: None)
         self._accounted: Broker | None = None  # the broker `account` was done for
         # segment of a sliced COMMIT's first record -> seq of its last (final TX_DONE or
-        # TX_DROP): the segment stays until that is on disk (core/committing.py)
+        # TX_DROP): the segment stays until that is on disk (core/broker/committing.py)
         self._commit_tails: dict[int, int] = {}
 
     # ------------------------------------------------------------ recovery
@@ -415,7 +415,7 @@ class Store(Mirroring):
             elif kind == DUPS_RECORD:
                 entry = encode_dups(record[1], record[2])
                 keys.extend(("dup", record[1], dup_id) for dup_id in record[2])
-            elif kind == rec.TX_SEND:  # a COMMIT in slices (core/committing.py)
+            elif kind == rec.TX_SEND:  # a COMMIT in slices (core/broker/committing.py)
                 run, send = record[1], record[2]
                 entry = encode_tx_send(run.key, send.destination, send.headers, send.body)
                 if run.segment is None and (not runs_begun or runs_begun[-1] is not run):
@@ -446,7 +446,7 @@ class Store(Mirroring):
         else:
             self.summaries.opaque(seq, self.epoch, segment_id, offset, offset + len(payload))
         info = writer.segments[segment_id]
-        for run in runs_begun:  # kept until the run is done (core/committing.py)
+        for run in runs_begun:  # kept until the run is done (core/broker/committing.py)
             run.segment = segment_id
         for run in runs_ended:  # ... and its last record is on disk
             if run.segment is not None:
@@ -457,7 +457,7 @@ class Store(Mirroring):
         paged_before = self.paged.total
         for message, queue_keys, body_at, body in added:
             if not queue_keys:  # nothing holds it (see DEL above); its delivery still
-                message.journal_seq = seq  # waits for this record (server/role.py)
+                message.journal_seq = seq  # waits for this record (server/role/role.py)
                 continue
             if message.body is None:
                 # A paged-out message moved by compaction (or dead-lettered): its new copy is
@@ -657,7 +657,7 @@ class Store(Mirroring):
             if oldest is writer.current or oldest.last_seq > writer.synced_seq:
                 return
             if self.broker is not None and self.broker.commits.holds(oldest.segment_id):
-                return  # a COMMIT under way began there: core/committing.py says why
+                return  # a COMMIT under way began there: core/broker/committing.py says why
             tail = self._commit_tails.pop(oldest.segment_id, 0)
             if tail > writer.synced_seq:  # one that began there ended, not on disk yet
                 self._commit_tails[oldest.segment_id] = tail

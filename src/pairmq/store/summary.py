@@ -4,7 +4,7 @@ not decode every record of a backlog it keeps on disk anyway (docs/durability.md
 
 A start reads every record back, about 6 µs each in Python: 60 s for ten million waiting
 messages, of which all but the first few hundred thousand only become entries of a paged
-log (segment, offset, length, order, size: core/paged.py). A summary lists, for one
+log (segment, offset, length, order, size: core/paged_log.py). A summary lists, for one
 segment, its records in order as *items*:
 
 - ADDS: consecutive records that only add new messages to one destination (the same
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pairmq.core.destinations import STREAM_PREFIX
-from pairmq.core.stream import OFFSET_HEADER
+from pairmq.core.stream_log import OFFSET_HEADER
 from pairmq.store.records import ADD_SIZE_OVER_ENTRY, RECORD_HEADER, SEGMENT_HEADER
 
 log = logging.getLogger("pairmq.store")

@@ -9,10 +9,11 @@ What is modelled and why (docs/ha.md, "Simulator", says it for users):
   timeout). So loss on the channel is the connection breaking; reordering exists only
   across connections (a new connection after a reconnect).
 - A witness request is one exchange on a short-lived connection with a timeout and one
-  retry (as server/ha.py does): a request over a cut link is lost, an answer over a cut
-  link is lost after the witness acted on the request; a request may also arrive late,
-  after the server gave up on it, and still be carried out (a duplicate, out of order
-  with the retry): the witness's state changes, the late answer is discarded.
+  retry (as server/pair/witness_client.py does): a request over a cut link is lost, an
+  answer over a cut link is lost after the witness acted on the request; a request may
+  also arrive late, after the server gave up on it, and still be carried out (a
+  duplicate, out of order with the retry): the witness's state changes, the late answer
+  is discarded.
 - Processes crash (a new incarnation later: timers and messages of the old one are
   void), pause (SIGSTOP: inputs and timers queue up and are delivered late, in arrival
   order, when it resumes; its clock keeps running) and run on their own clocks, which

@@ -1,4 +1,4 @@
-"""A simulated pairmq server: the replication machine with what server/ha.py and the
+"""A simulated pairmq server: the replication machine with what server/pair/replication.py and the
 server around it do for it (the HA channel, the replication stream, synchronisation,
 witness requests with timeout and retry, roles, receipts), on simulated time."""
 
@@ -21,7 +21,7 @@ from pairmq.ha.syncplan import plan_sync
 if TYPE_CHECKING:
     from pairmq.ha.sim.world import World
 
-STANDBY, SERVING = "standby", "serving"  # the server's role kind (server/role.py)
+STANDBY, SERVING = "standby", "serving"  # the server's role kind (server/role/role.py)
 
 
 @dataclass

@@ -148,7 +148,7 @@ class World:
     # ------------------------------------------------------------ the network
 
     def dial(self, server: SimServer) -> None:
-        """server/halink.py open_link: the handshake needs both directions and a listener
+        """server/pair/ha_link.py open_link: the handshake needs both directions and a listener
         that runs; a silent listener makes the dialer give up after the activation time."""
         other = self.servers[PRIMARY if server.name == BACKUP else BACKUP]
         conn = Conn(self.net, server, other)
@@ -336,9 +336,9 @@ class World:
             return  # a paused process answers nobody
         if self._grounded(server):
             return
-        # What /status does before it answers (server/ha.py): the machine checks its lease
-        # at this instant. Here a step came first (at the instant of the check scheduled at
-        # the deadline, or the first step after a pause).
+        # What /status does before it answers (server/pair/replication.py): the machine
+        # checks its lease at this instant. Here a step came first (at the instant of the
+        # check scheduled at the deadline, or the first step after a pause).
         server.check_now()
         m = server.machine
         if m.state.value != "ACTIVE" or self._grounded(server):

@@ -1,0 +1,309 @@
+"""The operator's daily commands: `pairmq destinations`, `connections`, `browse`, `purge`,
+`move` and `status` (a table of both servers; `--watch` follows a backup's sync with a
+progress bar), through the management port's JSON API (server/manage/operator_api.py), as the
+console does. Rich tables on a terminal; `--json` prints the API's answer for scripts.
+
+Reads go to the pair's serving server (the first address whose server says it serves;
+else the first that answers); changes go to the first server that takes them (a passive
+one answers 409, and the next is tried).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from pairmq.cli.admin import (
+    AdminRefused,
+    admin_call,
+    admin_credentials,
+    echo_json,
+    json_option,
+    pair_addresses,
+    pair_call,
+    pair_targets,
+)
+
+SERVING = ("ACTIVE", "STANDALONE")
+
+
+def _read(admins: tuple[str, ...], user: str | None, password: str | None,
+          path: str) -> dict[str, Any]:
+    """GET `path` from the serving server of the pair."""
+    addresses = pair_addresses(admins)
+    credentials = admin_credentials(user, password, addresses)
+    first: dict[str, Any] | None = None
+    problems = []
+    for address in addresses:
+        try:
+            state = admin_call(address, "/status", credentials).get("state")
+            answer = admin_call(address, path, credentials)
+        except AdminRefused as e:
+            problems.append(str(e))
+            continue
+        except OSError as e:
+            problems.append(f"{address}: unreachable ({e})")
+            continue
+        if state in SERVING:
+            return answer
+        first = first if first is not None else answer
+    if first is not None:
+        click.echo("no server of the pair serves now: this is what a server that does not "
+                   "serve holds", err=True)
+        return first
+    for problem in problems:
+        click.echo(problem, err=True)
+    sys.exit(1)
+
+
+def _console() -> Console:
+    """Rich on a terminal; a wide one through a pipe, where Rich would assume 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _print(data: Any, as_json: bool, table: Table | None) -> None:
+    if as_json or table is None:
+        echo_json(data)
+    else:
+        _console().print(table)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@click.command()
+@pair_targets
+@json_option
+@click.option("--prefix", default="", help="only destinations whose name starts so")
+@click.option("--limit", default=1000, show_default=True, help="destinations shown, by name")
+def destinations(admins: tuple[str, ...], user: str | None, password: str | None,
+                 as_json: bool, prefix: str, limit: int) -> None:
+    """Destinations of the serving server: depth, paged, unacknowledged, consumers, rates."""
+    query = urlencode({"prefix": prefix, "limit": limit})
+    data = _read(admins, user, password, f"/api/destinations?{query}")
+    if not as_json and any(r["rate_in"] is None for r in data["destinations"]):
+        time.sleep(1.0)  # rates need a second look at the counters
+        data = _read(admins, user, password, f"/api/destinations?{query}")
+    table = Table(title=f"Destinations ({data['shown']} of {data['total']})")
+    for column in ("destination", "messages", "paged", "unacked", "consumers", "in/s",
+                   "out/s", "first msg age", "state"):
+        table.add_column(column, justify="left" if column == "destination" else "right")
+    for row in data["destinations"]:
+        table.add_row(row["name"], f"{row['messages']:,}", f"{row['paged_messages']:,}",
+                      f"{row['unacknowledged']:,}", str(row["consumers"]),
+                      _rate(row["rate_in"]), _rate(row["rate_out"]),
+                      _age(row["first_message_age_s"]), row["state"])
+    for name, stream in data["streams"].items():
+        groups = ", ".join(f"{g}@{o}" for g, o in stream["groups"].items()) or "-"
+        table.add_row(name, f"{stream['messages']:,}", "-", "-", str(stream["readers"]),
+                      "-", "-", f"offsets {stream['first_offset']}-{stream['next_offset']}",
+                      f"groups {groups}")
+    _print(data, as_json, table)
+
+
+@click.command()
+@pair_targets
+@json_option
+def connections(admins: tuple[str, ...], user: str | None, password: str | None,
+                as_json: bool) -> None:
+    """Client connections of the serving server."""
+    data = _read(admins, user, password, "/api/connections")
+    table = Table(title=f"Connections ({len(data['connections'])})")
+    for column in ("id", "user", "address", "protocol", "STOMP", "state", "subscriptions",
+                   "open for"):
+        table.add_column(column)
+    now = time.time()
+    for row in data["connections"]:
+        table.add_row(str(row["id"]), row["user"] or "(anonymous)", row["address"],
+                      row["protocol"], row["version"] or "-", row["state"],
+                      str(row["subscriptions"]), _age(now - row["opened"]))
+    _print(data, as_json, table)
+
+
+@click.command()
+@pair_targets
+@json_option
+@click.option("-n", "--count", default=20, show_default=True, help="messages shown")
+@click.option("--body-bytes", default=200, show_default=True, help="bytes of each body shown")
+@click.argument("destination")
+def browse(admins: tuple[str, ...], user: str | None, password: str | None, as_json: bool,
+           count: int, body_bytes: int, destination: str) -> None:
+    """The first messages waiting in a queue, left there."""
+    query = urlencode({"destination": destination, "limit": count, "body_bytes": body_bytes})
+    data = _read(admins, user, password, f"/api/messages?{query}")
+    table = Table(title=f"{destination}: first {len(data['messages'])} waiting")
+    for column in ("message-id", "priority", "bytes", "headers", "body"):
+        table.add_column(column, overflow="fold")
+    for m in data["messages"]:
+        headers = ", ".join(f"{k}={v}" for k, v in m["headers"].items())
+        table.add_row(m["message_id"], str(m["priority"]), f"{m['body_bytes']:,}", headers,
+                      m["body"])
+    _print(data, as_json, table)
+
+
+@click.command()
+@pair_targets
+@json_option
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+@click.argument("destination")
+def purge(admins: tuple[str, ...], user: str | None, password: str | None, as_json: bool,
+          yes: bool, destination: str) -> None:
+    """Remove every message waiting in a queue (those a consumer holds stay)."""
+    if not yes:
+        click.confirm(f"Remove every message waiting in {destination}?", abort=True)
+    data = pair_call(admins, user, password, "/api/purge", "POST",
+                     {"destination": destination})
+    if as_json:
+        _print(data, True, None)
+    else:
+        click.echo(f"{destination}: {data['count']:,} messages purged"
+                   + (f", {data['paged_left']:,} still paged" if data["paged_left"] else ""))
+
+
+@click.command()
+@pair_targets
+@json_option
+@click.option("--to", "target", default=None, metavar="QUEUE",
+              help="the queue to move them to (default: each to its original-destination, "
+                   "as a dead-letter queue's messages are retried)")
+@click.option("-n", "--count", "limit", default=0, show_default=True,
+              help="messages moved from the head (0: all)")
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+@click.argument("source")
+def move(admins: tuple[str, ...], user: str | None, password: str | None, as_json: bool,
+         target: str | None, limit: int, yes: bool, source: str) -> None:
+    """Move a queue's waiting messages to another queue, or retry a dead-letter queue."""
+    where = target or "their original destinations"
+    if not yes:
+        click.confirm(f"Move {limit or 'all'} messages of {source} to "
+                      f"{where}?", abort=True)
+    data = pair_call(admins, user, password, "/api/move", "POST",
+                     {"source": source, "target": target, "limit": limit})
+    if as_json:
+        _print(data, True, None)
+    else:
+        click.echo(f"{source}: {data['count']:,} messages moved to {where}"
+                   + (f"; stopped: {data['stopped']}" if data.get("stopped") else ""))
+
+
+def _status_rows(admins: tuple[str, ...], credentials: tuple[str, str] | None
+                 ) -> tuple[list[dict[str, Any]], list[str]]:
+    """GET /status of each server (an unreachable one is a row saying so), and the
+    refusals (a wrong login, a missing role)."""
+    rows, problems = [], []
+    for address in pair_addresses(admins):
+        try:
+            info = admin_call(address, "/status", credentials)
+        except AdminRefused as e:
+            problems.append(str(e))
+            continue
+        except OSError as e:
+            rows.append({"address": address, "unreachable": str(e)})
+            continue
+        info["address"] = address
+        rows.append(info)
+    return rows, problems
+
+
+def _status_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="The pair")
+    for column in ("server", "management", "state", "epoch", "appended", "confirmed",
+                   "peer", "backup lag", "lease"):
+        table.add_column(column)
+    for info in rows:
+        if info.get("unreachable"):
+            table.add_row("?", info["address"], "[red]unreachable[/red]", *["-"] * 6)
+            table.add_row("", "", f"({info['unreachable']})", *[""] * 6)
+            continue
+        ha = info.get("ha") or {}
+        journal = info["journal"]
+        lag = ha.get("backup_lag")
+        lag_text = "-" if lag is None else \
+            f"{lag['records']:,} records, {lag['bytes']:,} B, {lag['seconds']:.1f} s"
+        peer = ha.get("peer") or {}
+        state = info["state"]
+        colour = "green" if state in SERVING else "cyan" if state == "PASSIVE" else "yellow"
+        table.add_row(info["name"], info["address"], f"[{colour}]{state}[/{colour}]",
+                      str(journal["epoch"]), f"{journal['appended_seq']:,}",
+                      f"{journal['confirmed_seq']:,}",
+                      f"{peer.get('name') or '-'} {peer.get('state') or ''}".strip(),
+                      lag_text, f"{ha.get('lease_remaining_ms', 0) / 1000:.1f} s"
+                      if ha else "-")
+    return table
+
+
+def _watch_sync(admins: tuple[str, ...], credentials: tuple[str, str] | None,
+                interval: float) -> None:
+    """A progress bar per server: its journal against the serving server's, until Ctrl-C."""
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:,.0f} / {task.total:,.0f} records"),
+                  TimeRemainingColumn(), transient=False) as progress:
+        tasks: dict[str, Any] = {}
+        while True:
+            rows, _problems = _status_rows(admins, credentials)
+            live = [r for r in rows if r.get("state") in SERVING]
+            target = live[0]["journal"]["appended_seq"] if live else None
+            for info in rows:
+                if info.get("unreachable"):
+                    continue
+                name = info["name"]
+                have = info["journal"]["appended_seq"]
+                total = max(target or have, have, 1)
+                label = f"{name} {info['state']}"
+                if name not in tasks:
+                    tasks[name] = progress.add_task(label, total=total)
+                progress.update(tasks[name], description=label, total=total, completed=have)
+            time.sleep(interval)
+
+
+@click.command()
+@click.argument("admin", nargs=-1)
+@json_option
+@click.option("--watch", is_flag=True,
+              help="follow each server's journal against the serving server's (a backup's "
+                   "sync) with progress bars, until Ctrl-C")
+@click.option("--interval", default=1.0, show_default=True, help="seconds between looks")
+@pair_targets
+def status(admin: tuple[str, ...], as_json: bool, watch: bool, interval: float,
+           admins: tuple[str, ...], user: str | None, password: str | None) -> None:
+    """Both servers of the pair as a table (by management address: arguments or --admin;
+    default `pairmq up`'s)."""
+    addresses = tuple(admin) + tuple(admins)
+    credentials = admin_credentials(user, password, pair_addresses(addresses))
+    if watch:
+        try:
+            _watch_sync(addresses, credentials, interval)
+        except KeyboardInterrupt:
+            return
+    rows, problems = _status_rows(addresses, credentials)
+    for problem in problems:
+        click.echo(problem, err=True)
+    if as_json:
+        for info in rows:
+            click.echo(json.dumps(info, indent=2))
+    elif rows:
+        _console().print(_status_table(rows))
+    if problems:
+        sys.exit(1)
+
+
+COMMANDS = (destinations, connections, browse, purge, move, status)

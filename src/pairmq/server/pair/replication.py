@@ -1,0 +1,534 @@
+"""The driver of the replication pair: sockets, timers and the witness around the machine.
+
+Every decision is taken by `ReplicationMachine` (ha/replication.py), which is fed what
+happens here (a channel message, a lost link, a witness answer, a tick) and returns the
+effects this driver carries out in order. What stays here is I/O: the HA channel's
+listener, connector and reader, the replication stream (records sent to the backup, a
+synchronisation read from segment files), the witness connection, and the timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from pairmq.ha import channel as ch
+from pairmq.ha import events as ev
+from pairmq.ha.lag import FollowerLag, ReplicationLag
+from pairmq.ha.lease import LeaseView
+from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
+from pairmq.ha.phases import Settings
+from pairmq.ha.pump import EffectPump
+from pairmq.ha.replication import ReplicationMachine
+from pairmq.ha.states import State
+from pairmq.ha.syncplan import plan_sync
+from pairmq.server.pair.ha_link import Link, open_link, peer_tls, split_address
+from pairmq.server.pair.peer_channel import BackgroundTasks, PeerChannel
+from pairmq.server.pair.policy import PairHost
+from pairmq.store.replication_frames import MirrorError, new_records, segment_chunks
+
+REPLICATION_HIGH = 32 * 1024 * 1024  # bytes for the backup, unsent, past which clients wait
+REPLICATION_LOW = 8 * 1024 * 1024  # ... until it is back under this
+
+log = logging.getLogger("pairmq.ha")
+trace = logging.getLogger("pairmq.ha.trace")  # deeper HA tracing, at DEBUG
+
+RECORDS_CHUNK = 1024 * 1024
+
+
+class ReplicationDriver:
+    """The replication policy as the server sees it (server/pair/policy.py's PairPolicy)."""
+
+    def __init__(self, server: PairHost) -> None:
+        cfg = server.config
+        self.server = server
+        self.config = cfg
+        self.heartbeat = cfg.heartbeat_interval_ms / 1000
+        self.activation = cfg.activation_interval_ms / 1000
+        self.witness_address: str = cfg.witness
+        self.machine = ReplicationMachine(Settings(
+            name=cfg.name, identity=f"{cfg.name}#{_node_id(Path(cfg.data_dir))}",
+            role=cfg.role, stomp="", witness=bool(cfg.witness), heartbeat=self.heartbeat,
+            activation_ms=cfg.activation_interval_ms,
+            sync_timeout=cfg.initial_replication_sync_timeout_ms / 1000,
+            allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown,
+            synchronous=cfg.replication_mode == "sync",
+            backup_ack_fsync=cfg.backup_ack == "fsync", boot=time.time_ns() // 1000),
+            _CurrentJournal(server), started=time.monotonic())
+        self.tasks = BackgroundTasks()
+        self.channel = PeerChannel(
+            server, self.tasks, hello=lambda: self.machine.hello(time.monotonic()).to_wire(),
+            activation=self.activation, heartbeat=self.heartbeat, adopted=self._adopted,
+            received=self._on_message, ended=self._ended, stopped=lambda: self.machine.stopped)
+        self.pump: EffectPump[ev.Event, ev.Effect] = EffectPump(
+            lambda event: self.machine.handle(event, time.monotonic()), self._carry_out,
+            self._after)
+        self.witness: Link | None = None
+        self._witness_lock = asyncio.Lock()
+        self.live_buffer: list[bytes] | None = None  # records appended during a sync
+        self.lag = ReplicationLag()  # the backup's, as this server counts it while active
+        self.following = FollowerLag()  # its own, as this server counts it while a backup
+        self._witness_answered: float | None = None  # when the witness last answered
+        self.outgoing: list[bytes] = []
+        self._flush_scheduled = False
+        self._throttled = False  # clients paused: the replication stream is too far ahead
+        self._said: set[str] = set()
+        self._wake = asyncio.Event()
+        self._deadline: float | None = None
+        self._stepping_down: asyncio.Task | None = None  # the journal read back (StepDown)
+        if not self.witness_address:
+            log.warning("No witness is configured: if the network splits the pair, both "
+                        "servers may serve at once (split brain). Configure [ha] witness.")
+
+    # ------------------------------------------------------------ what the server asks
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
+
+    @property
+    def link(self) -> Link | None:
+        """The HA channel to the peer, while one is up."""
+        return self.channel.link
+
+    def confirmable(self, local: int, current: int) -> int:
+        return self.machine.confirmable(local, current, time.monotonic())
+
+    def active_address(self, tls: bool = False) -> str | None:
+        return self.machine.active_address(tls)
+
+    def handing_over_to(self, tls: bool = False) -> str | None:
+        return self.machine.handing_over_to(tls)
+
+    def topology(self, own: str, tls: bool = False) -> str:
+        peer = self.machine.peer.stomp_tls if tls else self.machine.peer.stomp
+        return f"{own},{peer}" if peer else own
+
+    def force(self) -> str | None:
+        """`pairmq activate`: taken by a server that cannot decide (WAITING, STARTING)."""
+        refused = self.machine.force_refused()
+        if refused is None:
+            self._feed(ev.Force())
+        return refused
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        self._apply(self.machine.check(now))  # report what the server does at this instant
+        m = self.machine
+        store = self.server.store
+        info = m.witness_info
+        return {
+            "name": m.cfg.name, "identity": m.cfg.identity, "role": m.cfg.role,
+            "state": m.state.value, "phase": m.phase.value,
+            "epoch": store.epoch, "appended_seq": store.appended_seq,
+            "synced_seq": store.synced_seq, "confirmed_seq": self.server.confirmed_seq,
+            "synchronized-with-backup": m.backup_in_sync and m.serving,
+            "synchronized-with-live": not m.serving and m.in_sync_with_live,
+            "peer": {"name": m.peer.name or None, "state": m.peer_state.value,
+                     "stomp": m.peer.stomp or None, "epoch": m.peer.epoch,
+                     "last_seq": m.peer.last_seq},
+            # how long this server may still confirm on the strength of each (0: it may not)
+            "lease_remaining_ms": _remaining_ms(m.witness_lease, now),
+            "backup_promise_remaining_ms": (_remaining_ms(m.peer_lease, now)
+                                            if m.backup_in_sync else 0),
+            "witness": {"address": self.witness_address or None,
+                        "reachable": self._witness_reachable(now),
+                        "lease_valid": m.witness_lease.valid(now),
+                        "holder": info.holder_name, "holder_identity": info.holder,
+                        "holder_remaining_ms": info.remaining_ms},  # at its last answer
+            # while it serves with a backup attached (ha/lag.py; records exact)
+            "backup_lag": (asdict(self.lag.view(store.appended_seq, now))
+                           if m.serving and m.connected else None),
+            # while it follows a serving peer: records it lacks, and since when (no bytes)
+            "lag_behind_active": self._behind(now),
+        }
+
+    def _behind(self, now: float) -> dict[str, Any] | None:
+        if self.machine.serving:
+            return None
+        seen = self.following.view(self.server.store.appended_seq, now)
+        return None if seen is None else {"records": seen[0], "bytes": None,
+                                          "seconds": round(seen[1], 3)}
+
+    def _heard(self, hello: PeerHello) -> None:
+        """A backup counts its own lag from the serving peer's heartbeats."""
+        if hello.state.serving and not self.machine.serving:
+            self.following.heard(hello.last_seq, self.server.store.appended_seq,
+                                 time.monotonic())
+        else:
+            self.following.forget()
+
+    def _witness_reachable(self, now: float) -> bool:
+        """It answered within an activation interval (a renewal is asked every heartbeat)."""
+        answered = self._witness_answered
+        return answered is not None and now - answered <= self.activation
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.machine.cfg = replace(self.machine.cfg, stomp=self.server.client_address,
+                                   stomp_tls=self.server.tls_address)
+        await self.channel.start(dial=self.config.role == "backup")
+        log.info("HA channel listening on %s (%s, role %s)", self.config.listen,
+                 self.config.name, self.config.role)
+        self.tasks.spawn(self._tick_loop(), "tick")
+
+    async def stop(self) -> None:
+        self._feed(ev.Shutdown())
+        deadline = time.monotonic() + self.machine.cfg.sync_timeout + self.activation
+        while not self.machine.stopped and time.monotonic() < deadline:
+            await asyncio.sleep(self.heartbeat / 10)
+        await self.channel.drain()
+        if self._stepping_down is not None:
+            await asyncio.wait([self._stepping_down])  # a thread: the server closes its store
+        self.tasks.cancel_all()
+        self.channel.close()
+        if self.witness is not None:
+            self.witness.close()
+
+    # ------------------------------------------------------------ feeding the machine
+
+    def _feed(self, event: ev.Event) -> None:
+        self.pump.feed(event)
+
+    def _apply(self, effects: list[ev.Effect]) -> None:
+        self.pump.apply(effects)
+
+    def _after(self) -> None:
+        deadline = self.machine.deadline(time.monotonic())
+        if deadline != self._deadline:  # wake the timer only when its deadline moved
+            self._deadline = deadline
+            self._wake.set()
+
+    def _carry_out(self, effect: ev.Effect) -> None:
+        server = self.server
+        match effect:
+            case ev.Send(kind, payload):
+                if self.link is not None:
+                    self.link.send_json(kind, payload)
+            case ev.ConfirmationsChanged():
+                server.update_confirmed()
+            case ev.AskWitness(purpose, request):
+                self.tasks.spawn(self._ask_witness(purpose, request), "ask the witness")
+            case ev.BecomeActive(epoch):
+                self.tasks.spawn(self._become_active(epoch), "activate")
+            case ev.BecomePassive(why):
+                self.live_buffer = None
+                self.outgoing.clear()
+                server.become_passive(why)
+            case ev.StepDown(why):
+                self.live_buffer = None
+                self.outgoing.clear()
+                server.stop_serving(why)
+                self._stepping_down = asyncio.get_running_loop().create_task(
+                    self._read_back(why))
+            case ev.BeginEpoch(epoch):
+                server.store.begin_epoch(epoch)
+            case ev.ServeSync(request):
+                if self.link is not None:
+                    self.tasks.spawn(self._serve_sync(self.link, request), "synchronise the backup")
+            case ev.WipeJournal(first):
+                server.store.wipe(first, asyncio.get_running_loop())
+                server.watch_mirror()
+            case ev.CloseClients(message, active):
+                server.close_clients(message, active)
+            case ev.Persist():
+                server.persist()
+            case ev.StateChanged(old, new, why):
+                log.info("Local server switched to %s%s (was %s)", new,
+                         f": {why}" if why else "", old)
+                server.state_changed(State(old), State(new), why)
+            case ev.PeerStateChanged(old, new):
+                log.info("Old status of remote server = %s", old)
+                log.info("New status of remote server = %s", new)
+            case ev.Log(level, message):
+                log.log(level, message)
+
+    async def _become_active(self, epoch: int | None) -> None:
+        assert epoch is not None  # the replication machine always opens a new epoch
+        await self.server.become_active(epoch)
+        self._feed(ev.Recovered(epoch))
+
+    async def _read_back(self, why: str) -> None:
+        try:
+            await self.server.read_back(why)
+        except Exception:
+            # The journal it was serving a moment ago cannot be read: nothing is served or
+            # followed from it; an operator must look (the machine stays WAITING).
+            log.exception("Cannot read the journal back after stepping down: this server "
+                          "stays WAITING until it is restarted")
+            return
+        self._feed(ev.SteppedDown())
+
+    # ------------------------------------------------------------ timers
+
+    async def _tick_loop(self) -> None:
+        """Heartbeats, renewals and decisions every heartbeat; the lease's end exactly."""
+        next_tick = 0.0
+        while not self.machine.stopped:
+            now = time.monotonic()
+            try:
+                if now >= next_tick:
+                    next_tick = now + self.heartbeat
+                    self._apply(self.machine.tick(now))
+                else:
+                    self._apply(self.machine.check(now))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("HA tick failed")
+            now = time.monotonic()
+            wake = next_tick
+            deadline = self.machine.deadline(now)
+            if deadline is not None:
+                wake = min(wake, deadline + 0.001)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, wake - now))
+            except TimeoutError:
+                pass
+
+    # ------------------------------------------------------------ the HA channel
+
+    def _adopted(self, link: Link, hello: PeerHello) -> None:
+        self.live_buffer = None
+        self.outgoing.clear()
+        self.lag.reset(hello.last_seq)
+        self._feed(ev.PeerConnected(hello))
+
+    def _ended(self, link: Link, reason: str) -> None:
+        self.live_buffer = None
+        self.outgoing.clear()
+        self._feed(ev.PeerLost(reason))
+
+    def _on_message(self, link: Link, kind: int, payload: bytes) -> None:
+        if kind == ch.RECORDS:
+            self._mirror(payload)
+            return
+        message = ch.decode_json(payload)
+        event = ev.from_channel(kind, message)
+        if isinstance(event, ev.BackupAcked):
+            self.lag.acked(event.seq)
+        elif isinstance(event, ev.Heartbeat):
+            self._heard(event.hello)
+        if event is not None:
+            self._feed(event)
+        elif kind == ch.HORIZON:
+            if self.server.store.mirror:
+                self.server.store.drop_below(int(message["seq"]))
+        else:
+            raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
+
+    # ------------------------------------------------------------ backup: the mirror
+
+    def _mirror(self, payload: bytes) -> None:
+        store = self.server.store
+        if not store.mirror:
+            raise ch.ChannelError("records arrived but this server is not a backup")
+        try:
+            for seq, epoch, record in new_records(payload, store.appended_seq):
+                store.append_mirrored(seq, epoch, record)
+        except MirrorError as e:
+            raise ch.ChannelError(str(e)) from None
+        if self.config.backup_ack == "write":
+            self._feed(ev.MirrorProgress(store.appended_seq, store.synced_seq))
+
+    def mirror_synced(self, seq: int) -> None:
+        """The backup's journal reached the disk up to seq."""
+        self._feed(ev.MirrorProgress(self.server.store.appended_seq, seq))
+
+    # ------------------------------------------------------------ active: the stream
+
+    async def _serve_sync(self, link: Link, request: dict[str, Any]) -> None:
+        try:
+            await asyncio.wait_for(self._sync(link, request), self.machine.cfg.sync_timeout)
+        except TimeoutError:
+            log.warning("Synchronisation of %s took longer than "
+                        "initial_replication_sync_timeout_ms: restarting it",
+                        self.machine.peer.name)
+            link.close()
+        except (ConnectionError, OSError) as e:
+            trace.debug("Synchronisation aborted: %s", e)
+        finally:
+            if self.link is not link:
+                self.live_buffer = None
+
+    async def _sync(self, link: Link, request: dict[str, Any]) -> None:
+        store = self.server.store
+        plan = plan_sync(request, store.appended_seq, store.oldest_seq, store.epochs)
+        self.live_buffer = []
+        link.send_json(ch.SYNC, {"mode": plan.mode, "from": plan.first, "to": plan.upto})
+        log.info("Synchronising %s: %s, records %d to %d", self.machine.peer.name,
+                 "incremental" if plan.mode == "incremental" else "full copy", plan.first,
+                 plan.upto)
+        if plan.upto >= plan.first:
+            await self.server.synced(plan.upto)
+            store.hold_compaction += 1
+            loop = asyncio.get_running_loop()
+            try:
+                for segment_id, path in store.segments_for(plan.first):
+                    chunks = await loop.run_in_executor(None, segment_chunks, path,
+                                                        segment_id, plan.first, plan.upto,
+                                                        RECORDS_CHUNK)
+                    for chunk in chunks:
+                        link.send(ch.encode(ch.RECORDS, chunk))
+                        await link.drain()
+            finally:
+                store.release_compaction()
+        if self.link is not link:
+            return
+        buffered, self.live_buffer = self.live_buffer or [], None
+        if buffered:
+            link.send(ch.encode(ch.RECORDS, b"".join(buffered)))
+        done = store.appended_seq
+        link.send_json(ch.SYNC_DONE, {"seq": done})
+        self._feed(ev.SyncServed(done))
+
+    def on_append(self, seq: int, record: bytes) -> None:
+        """The replication stream: every record the active appends goes to the backup."""
+        if self.link is None or not self.machine.serving:
+            return
+        if self.live_buffer is not None:
+            self.live_buffer.append(record)
+            return
+        if not self.machine.live_stream:
+            return  # no synchronisation started: the backup will ask for what it lacks
+        self.outgoing.append(record)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_records)
+
+    def _flush_records(self) -> None:
+        self._flush_scheduled = False
+        link = self.link
+        if link is not None and self.outgoing:
+            batch = b"".join(self.outgoing)
+            link.send(ch.encode(ch.RECORDS, batch))
+            self.lag.sent(self.server.store.appended_seq, len(batch), time.monotonic())
+            if link.buffered > REPLICATION_HIGH and not self._throttled:
+                self._throttle(link)
+        self.outgoing.clear()
+
+    def _throttle(self, link: Link) -> None:
+        """The backup takes the records more slowly than clients send them: stop reading
+        from clients until the backup has caught up (REPLICATION_LOW), instead of letting
+        the replication stream grow in memory without bound."""
+        self._throttled = True
+        self.server.throttle(True)
+        trace.debug("Replication stream %d bytes behind: clients paused", link.buffered)
+
+        async def until_drained() -> None:
+            try:
+                while not link.closed and link.buffered > REPLICATION_LOW:
+                    await asyncio.sleep(0.005)
+            finally:
+                self._throttled = False
+                self.server.throttle(False)
+
+        self.tasks.spawn(until_drained(), "wait for the backup to catch up")
+
+    # ------------------------------------------------------------ the witness
+
+    async def _ask_witness(self, purpose: WitnessPurpose, request: dict[str, Any]) -> None:
+        requested = time.monotonic()
+        raw = await self._witness_request(request)
+        try:
+            replied = ev.witness_replied(purpose, raw, requested)
+            if raw is not None:
+                self._witness_answered = time.monotonic()
+        except MessageError as e:
+            log.warning("The witness's answer to %s makes no sense (%s): taken as no answer",
+                        purpose.value, e)
+            replied = ev.witness_replied(purpose, None, requested)
+        self._feed(replied)
+
+    def _reply_timeout(self, request: dict[str, Any]) -> float:
+        """How long to wait for the witness's answer. A renewal's answer is worth waiting
+        for as long as the lease it asks for could still run (it counts from the request):
+        a busy event loop that reads it late must not count as a lost witness. Other
+        requests give up after a heartbeat, so an unreachable witness is known soon."""
+        if request.get("op") == "renew":
+            return max(self.heartbeat, self.activation / 2)
+        return self.heartbeat
+
+    async def _witness_request(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        async with self._witness_lock:
+            for _ in range(2):
+                try:
+                    if self.witness is None or self.witness.closed:
+                        host, port = split_address(self.witness_address)
+                        self.witness = await open_link(host, port, self.config.secret,
+                                                       {"name": self.config.name},
+                                                       self.heartbeat,
+                                                       peer_tls(self.server, "peer_client"))
+                        self._said.discard("witness")
+                    self.witness.send_json(ch.LEASE, request)
+                    return await self.witness.recv_json(ch.LEASE_REPLY,
+                                                        self._reply_timeout(request))
+                except ch.ChannelError as e:
+                    if "witness" not in self._said:
+                        self._said.add("witness")
+                        log.info("Witness at %s refused: %s", self.witness_address, e)
+                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                    trace.debug("Witness request failed: %s", e)
+                if self.witness is not None:
+                    self.witness.close()
+                    self.witness = None
+            if "witness" not in self._said:
+                self._said.add("witness")
+                log.info("Cannot reach the witness at %s", self.witness_address)
+            return None
+
+
+class _CurrentJournal:
+    """The machine's read-only view of the journal of the server's current role (the
+    store is replaced at every role change)."""
+
+    def __init__(self, server: PairHost) -> None:
+        self._server = server
+
+    @property
+    def epoch(self) -> int:
+        return self._server.store.epoch
+
+    @property
+    def appended_seq(self) -> int:
+        return self._server.store.appended_seq
+
+    @property
+    def synced_seq(self) -> int:
+        return self._server.store.synced_seq
+
+    @property
+    def oldest_seq(self) -> int:
+        return self._server.store.oldest_seq
+
+    @property
+    def mirror(self) -> bool:
+        return self._server.store.mirror
+
+    @property
+    def epochs(self) -> list[tuple[int, int]]:
+        return self._server.store.epochs
+
+
+def _node_id(data_dir: Path) -> str:
+    path = data_dir / "node-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        node_id = secrets.token_hex(4)
+        path.write_text(node_id + "\n")
+        return node_id
+
+
+def _remaining_ms(lease: LeaseView, now: float) -> int:
+    """Rounded up: a lease valid for another 0.3 ms is not reported as gone."""
+    return max(0, math.ceil((lease.valid_until - now) * 1000))

@@ -19,7 +19,8 @@ from pairmq.cli.admin import (
 )
 from pairmq.cli.ops import COMMANDS as OPERATOR_COMMANDS
 from pairmq.cli.users import role_group, security_group, user_group
-from pairmq.server.config import KEYS, ConfigError, ServerConfig, load_config
+from pairmq.server.config import ConfigError, ServerConfig, load_config
+from pairmq.server.settings import KEYS
 
 
 def _config_options(func):

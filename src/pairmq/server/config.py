@@ -1,18 +1,17 @@
-"""The server's configuration: one table of keys drives the TOML file and the flags alike."""
+"""The server's configuration: the TOML file and the flags read into one `ServerConfig`,
+checked key by key (the keys, typed, are `Settings` in settings.py) and across keys."""
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pairmq.core.permissions import Permission, Rule, SecurityRules, rule_pattern_problem
 from pairmq.core.settings import (
-    ADDRESS_FULL_POLICIES,
-    EXPIRED_POLICIES,
     AddressFullPolicy,
     CoreSettings,
     DestinationOverride,
@@ -20,221 +19,15 @@ from pairmq.core.settings import (
     pattern_problem,
     sorted_overrides,
 )
-from pairmq.protocol.limits import HEADERS_ADDED
-from pairmq.server.tls import CLIENT_AUTH, TlsError, TlsFiles, build
-from pairmq.store.store import FULL_POLICIES, StoreSettings
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-HA_POLICIES = ("none", "replication", "shared-store")
+from pairmq.server.settings import KEYS, KEYS_BY_SECTION, Key, Settings
+from pairmq.server.tls import TlsError, TlsFiles, build
+from pairmq.store.store import StoreSettings
 
 
 class ConfigError(Exception):
     """A configuration the server refuses to start with; the message names the key."""
 
 
-def _address(value: str) -> str | None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        return f'must be HOST:PORT, got "{value}"'
-    return None
-
-
-def _optional_address(value: str) -> str | None:
-    return None if value == "" else _address(value)
-
-
-def _at_least(n: int) -> Callable[[int], str | None]:
-    return lambda v: None if v >= n else f"must be an integer >= {n}, got {v}"
-
-
-def _between(low: int, high: int) -> Callable[[int], str | None]:
-    return lambda v: None if low <= v <= high else \
-        f"must be an integer from {low} to {high}, got {v}"
-
-
-def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
-    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}, got \"{v}\""
-
-
-@dataclass(frozen=True)
-class Key:
-    section: str
-    name: str
-    type: type
-    default: Any
-    help: str
-    check: Callable[[Any], str | None] | None = None
-    flag_name: str | None = None  # when the key's name alone would be unclear as a flag
-
-    @property
-    def flag(self) -> str:
-        return "--" + (self.flag_name or self.name).replace("_", "-")
-
-
-KEYS: tuple[Key, ...] = (
-    Key("server", "name", str, "standalone", "server name, used in message ids and logs"),
-    Key("server", "data_dir", str, "data/standalone", "directory for this server's data"),
-    Key("server", "stomp", str, "127.0.0.1:61613",
-        "STOMP listener HOST:PORT (plaintext); empty = off", _optional_address),
-    Key("server", "stomp_tls", str, "",
-        "STOMP over TLS listener HOST:PORT, with [tls]; empty = off", _optional_address),
-    Key("server", "stomp_ws", str, "",
-        "STOMP over WebSocket listener HOST:PORT (ws://HOST:PORT/stomp, for browsers and "
-        "JavaScript clients); empty = off", _optional_address),
-    Key("server", "stomp_ws_tls", bool, False,
-        "the WebSocket listener speaks wss://, with [tls] (client certificates as on "
-        "stomp_tls)"),
-    Key("server", "heartbeat_ms", int, 10000, "heart-beat offered to clients (ms, 0 = none)",
-        _at_least(0)),
-    Key("server", "log_level", str, "info", "debug, info, warning or error", _one_of(LOG_LEVELS)),
-    Key("server", "deliver_unconfirmed", bool, False,
-        "hand persistent messages to consumers before their record is confirmed (on disk "
-        "and, in a pair, on the backup): less latency, but after a failover a consumer may "
-        "get a message twice"),
-    Key("server", "admin", str, "", "management HTTP HOST:PORT (status, metrics); empty = off",
-        _optional_address),
-    Key("server", "admin_tls", bool, False, "the management port speaks HTTPS, with [tls]"),
-    Key("server", "max_destination_metrics", int, 10_000,
-        "/metrics has per-destination series while the server holds at most this many "
-        "destinations (0 = never)", _at_least(0)),
-    Key("server", "connection_ttl_max_ms", int, 60000,
-        "longest a client may ask (CONNECT header connection-ttl) that its session be kept "
-        "after its connection breaks, to resume it on reconnecting (ms, 0 = never kept)",
-        _at_least(0)),
-    Key("tls", "cert", str, "", "PEM file: this server's certificate, then its chain",
-        flag_name="tls_cert"),
-    Key("tls", "key", str, "", "PEM file: the certificate's private key", flag_name="tls_key"),
-    Key("tls", "ca", str, "", "PEM file: the CA(s) that sign client certificates (when "
-        "asked) and the pair's and the witness's certificates", flag_name="tls_ca"),
-    Key("tls", "client_auth", str, "none",
-        "client certificates on stomp_tls and stomp_ws_tls: none, optional or required (a client "
-        "certificate may then stand in for login: its CN is the user)",
-        _one_of(CLIENT_AUTH), flag_name="tls_client_auth"),
-    Key("limits", "max_frame_bytes", int, 16 * 1024 * 1024, "largest frame accepted (bytes)",
-        _at_least(256)),
-    Key("limits", "max_headers", int, 1000, "most headers in one frame (a message keeps "
-        f"{HEADERS_ADDED} fewer: the server's own go with it when it is delivered)",
-        _at_least(HEADERS_ADDED + 2)),
-    Key("limits", "max_header_bytes", int, 10240, "longest header line (bytes)", _at_least(16)),
-    Key("limits", "pre_login_frame_bytes", int, 8192,
-        "largest frame accepted before the client has logged in (bytes; RabbitMQ's smaller "
-        "pre-authentication limit): its CONNECT and what it sends before CONNECTED",
-        _at_least(512)),
-    Key("limits", "frame_timeout_ms", int, 60000,
-        "a frame begun must be complete within this (ms, 0 = no deadline)", _at_least(0)),
-    Key("limits", "max_connections", int, -1,
-        "client connections held at once; past it new ones get an ERROR and are closed "
-        "(-1 = the open-files limit less 256)", _at_least(-1)),
-    Key("limits", "max_connections_per_address", int, 1000,
-        "client connections from one address at once (0 = no limit)", _at_least(0)),
-    Key("destinations", "default_prefetch", int, 1000,
-        "unacknowledged messages per client-ack subscription", _at_least(1)),
-    Key("destinations", "max_delivery_attempts", int, 10,
-        "deliveries before a message is dead-lettered (0 = unlimited)", _at_least(0)),
-    Key("destinations", "dead_letter_prefix", str, "DLQ.", "dead-letter queue name prefix",
-        lambda v: None if v else "must not be empty"),
-    Key("destinations", "expired_policy", str, "dead-letter", "dead-letter or drop",
-        _one_of(EXPIRED_POLICIES)),
-    Key("destinations", "max_size_bytes", int, 64 * 1024 * 1024,
-        "bytes a destination holds before its address_full_policy applies (0 = unlimited)",
-        _at_least(0)),
-    Key("destinations", "address_full_policy", str, "page",
-        "past max_size_bytes: page (persistent bodies on disk only), block, fail or drop",
-        _one_of(ADDRESS_FULL_POLICIES)),
-    Key("destinations", "global_max_size_bytes", int, -1,
-        "bytes of messages held in memory, all destinations; past it new messages are held "
-        "or refused per [store] full_policy (-1 = half of this machine's memory, 0 = no "
-        "limit)", _at_least(-1)),
-    Key("destinations", "max_destinations", int, 100_000,
-        "destinations clients' SENDs and SUBSCRIBEs may make; past it they get an ERROR "
-        "(temporary queues included; 0 = no limit)", _at_least(0)),
-    Key("limits", "max_subscriptions_per_connection", int, 10_000,
-        "subscriptions one connection may hold (ending a connection ends them all in one "
-        "turn of the server; 0 = no limit)", _at_least(0)),
-    Key("destinations", "auto_delete_queues", bool, True,
-        "a queue or topic that is empty and unused for auto_delete_delay_ms is deleted "
-        "(Artemis' auto-delete-queues); one that remembers dup-ids or producer sequences "
-        "stays until they expire"),
-    Key("destinations", "auto_delete_delay_ms", int, 60_000,
-        "how long a destination is empty and unused before it is deleted", _at_least(0)),
-    Key("destinations", "max_transaction_messages", int, 100_000,
-        "messages one transaction may hold until its COMMIT, sent or acknowledged (one "
-        "of more than 1,000 SENDs is applied in slices of about 10 ms, a slice per turn of "
-        "the server)", _at_least(1)),
-    Key("destinations", "max_transaction_bytes", int, 64 * 1024 * 1024,
-        "bytes of messages one transaction may hold until its COMMIT (they count in "
-        "global_max_size_bytes meanwhile)", _at_least(1024)),
-    Key("destinations", "max_browse_messages", int, 400,
-        "messages a queue browser (SUBSCRIBE browser:true) is shown, from the head of the "
-        "queue (ActiveMQ's maxBrowsePageSize)", _at_least(1)),
-    Key("destinations", "dup_cache_size", int, 20000,
-        "dup-ids remembered per destination (advertised on CONNECTED)", _at_least(1)),
-    Key("destinations", "producer_expiry_ms", int, 7 * 24 * 3600 * 1000,
-        "a producer's sequence is forgotten once it stored nothing for this long (ms, 0 = "
-        "never)", _at_least(0)),
-    Key("destinations", "max_producers", int, 100_000,
-        "producer sequences remembered per destination; past it the least recently active "
-        "is forgotten (0 = no limit)", _at_least(0)),
-    Key("streams", "max_bytes", int, 1024 * 1024 * 1024,
-        "bytes each stream keeps (bodies, headers, 64 per message); past it the oldest "
-        "messages are removed (0 = unlimited)", _at_least(0)),
-    Key("streams", "max_age_ms", int, 0,
-        "age past which a stream's messages are removed (ms, 0 = kept forever)",
-        _at_least(0)),
-    Key("store", "segment_bytes", int, 64 * 1024 * 1024, "journal segment file size",
-        _at_least(64 * 1024)),
-    Key("store", "max_journal_bytes", int, 0,
-        "journal size at which new persistent messages are refused (0 = disk size)",
-        _at_least(0)),
-    Key("store", "full_policy", str, "fail",
-        "when the journal, the disk (max_disk_usage) or memory (global_max_size_bytes) is "
-        "full: fail (ERROR to the sender) or block (stop reading)", _one_of(FULL_POLICIES)),
-    Key("store", "max_disk_usage", int, 90,
-        "percent of the data directory's file system in use at which new persistent "
-        "messages are held or refused per full_policy (100 = no check)", _between(1, 100)),
-    Key("store", "paging_bytes", int, 256 * 1024 * 1024,
-        "persistent message bodies held in memory; beyond it they stay on disk",
-        _at_least(0)),
-    Key("auth", "allow_anonymous", bool, False, "accept clients without a login"),
-    Key("auth", "failed_login_delay_max_ms", int, 10000,
-        "failed logins from one address delay its next attempts, 100 ms doubling up to "
-        "this (ms, 0 = no delay); other addresses are not slowed", _at_least(0)),
-    Key("auth", "anonymous_management_reads", bool, False,
-        "GET /status and /metrics without credentials (writes always need an admin)"),
-    Key("ha", "policy", str, "none", "none, replication or shared-store",
-        _one_of(HA_POLICIES)),
-    Key("ha", "shared_dir", str, "",
-        "shared-store: the directory both servers mount (SAN, GFS2, NFSv4) holding the "
-        "journal and its lock file"),
-    Key("ha", "role", str, "primary", "primary or backup", _one_of(("primary", "backup"))),
-    Key("ha", "listen", str, "", "HA channel HOST:PORT of this server", _optional_address),
-    Key("ha", "peer", str, "", "HA channel HOST:PORT of the other server", _optional_address),
-    Key("ha", "witness", str, "", "witness HOST:PORT; empty = none (split brain possible)",
-        _optional_address),
-    Key("ha", "secret", str, "", "shared secret of the pair and the witness"),
-    Key("ha", "tls", bool, False, "HA channel and witness over mutual TLS with [tls] (the "
-        "peer's and the witness's certificates must come from its ca)", flag_name="ha_tls"),
-    Key("ha", "heartbeat_interval_ms", int, 500, "heartbeats on the HA channel", _at_least(10)),
-    Key("ha", "activation_interval_ms", int, 2000,
-        "silence after which the peer is taken for dead (>= 2 heartbeats)", _at_least(20)),
-    Key("ha", "allow_failback", bool, True, "the primary takes its place back once in sync"),
-    Key("ha", "failover_on_shutdown", bool, False,
-        "a clean stop of the active hands over to the backup"),
-    Key("ha", "backup_ack", str, "fsync",
-        "the backup acknowledges after its own fsync, or on receipt (write)",
-        _one_of(("fsync", "write"))),
-    Key("ha", "replication_mode", str, "sync",
-        "sync (receipts wait for the backup) or async (may lose the last records)",
-        _one_of(("sync", "async"))),
-    Key("ha", "initial_replication_sync_timeout_ms", int, 300000,
-        "how long one initial synchronisation may take before it is restarted", _at_least(100)),
-)
-
-HA_KEYS = tuple(key.name for key in KEYS if key.section == "ha")
-
-KEYS_BY_SECTION: dict[str, dict[str, Key]] = {}
-for _key in KEYS:
-    KEYS_BY_SECTION.setdefault(_key.section, {})[_key.name] = _key
 
 
 @dataclass(frozen=True)
@@ -245,59 +38,52 @@ class User:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    values: Mapping[str, Any]  # key name -> value, for every key in KEYS
+class ServerConfig(Settings):
+    """Every key's value (`Settings`, typed), and the tables that are not single keys."""
+
     users: Mapping[str, User] = field(default_factory=dict)
     source: str = "defaults"
     overrides: tuple[DestinationOverride, ...] = ()  # [destinations.overrides."PATTERN"]
     retention: tuple[tuple[str, Retention], ...] = ()  # [streams.retention.NAME]
     security: SecurityRules | None = None  # [security."PATTERN"]; None: no rules
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
     def core_settings(self) -> CoreSettings:
-        v = self.values
         return CoreSettings(
-            default_prefetch=v["default_prefetch"],
-            max_delivery_attempts=v["max_delivery_attempts"],
-            dead_letter_prefix=v["dead_letter_prefix"],
-            expired_policy=v["expired_policy"],
-            max_size_bytes=v["max_size_bytes"],
-            dup_cache_size=v["dup_cache_size"],
-            producer_expiry_ms=v["producer_expiry_ms"],
-            max_producers=v["max_producers"],
-            max_destinations=v["max_destinations"],
-            max_subscriptions_per_connection=v["max_subscriptions_per_connection"],
-            auto_delete_delay_ms=v["auto_delete_delay_ms"] if v["auto_delete_queues"] else -1,
-            max_transaction_messages=v["max_transaction_messages"],
-            max_transaction_bytes=v["max_transaction_bytes"],
-            address_full_policy=AddressFullPolicy(v["address_full_policy"]),
+            default_prefetch=self.default_prefetch,
+            max_delivery_attempts=self.max_delivery_attempts,
+            dead_letter_prefix=self.dead_letter_prefix,
+            expired_policy=self.expired_policy,
+            max_size_bytes=self.max_size_bytes,
+            dup_cache_size=self.dup_cache_size,
+            producer_expiry_ms=self.producer_expiry_ms,
+            max_producers=self.max_producers,
+            max_destinations=self.max_destinations,
+            max_subscriptions_per_connection=self.max_subscriptions_per_connection,
+            auto_delete_delay_ms=self.auto_delete_delay_ms if self.auto_delete_queues else -1,
+            max_transaction_messages=self.max_transaction_messages,
+            max_transaction_bytes=self.max_transaction_bytes,
+            address_full_policy=AddressFullPolicy(self.address_full_policy),
             overrides=self.overrides,
-            global_max_size_bytes=memory_budget(v["global_max_size_bytes"]),
-            max_disk_usage=v["max_disk_usage"],
-            full_policy=v["full_policy"],
-            stream_retention=Retention(v["max_bytes"], v["max_age_ms"]),
+            global_max_size_bytes=memory_budget(self.global_max_size_bytes),
+            max_disk_usage=self.max_disk_usage,
+            full_policy=self.full_policy,
+            stream_retention=Retention(self.max_bytes, self.max_age_ms),
             stream_overrides=self.retention,
         )
 
     def store_settings(self) -> StoreSettings:
-        v = self.values
         return StoreSettings(
-            segment_bytes=v["segment_bytes"],
-            max_journal_bytes=v["max_journal_bytes"],
-            full_policy=v["full_policy"],
-            paging_bytes=v["paging_bytes"],
+            segment_bytes=self.segment_bytes,
+            max_journal_bytes=self.max_journal_bytes,
+            full_policy=self.full_policy,
+            paging_bytes=self.paging_bytes,
             paged_beyond=self.core_settings().paged_beyond,
         )
 
     @property
     def client_listener(self) -> str:
         """The STOMP address clients are told about: plaintext, or TLS when it is off."""
-        return self.values["stomp"] or self.values["stomp_tls"]
+        return self.stomp or self.stomp_tls
 
     @property
     def stomp_host(self) -> str:
@@ -309,21 +95,18 @@ class ServerConfig:
 
     @property
     def tls_files(self) -> TlsFiles:
-        v = self.values
-        return TlsFiles(v["cert"], v["key"], v["ca"], v["client_auth"])
+        return TlsFiles(self.cert, self.key, self.ca, self.client_auth)
 
     @property
     def tls_purposes(self) -> tuple[str, ...]:
         """The TLS contexts this configuration needs (server/tls.py)."""
-        v = self.values
-        return tuple(["stomp"] * bool(v["stomp_tls"] or v["stomp_ws_tls"])
-                     + ["admin"] * bool(v["admin_tls"])
-                     + ["peer_server", "peer_client"] * bool(v["tls"]))
+        return tuple(["stomp"] * bool(self.stomp_tls or self.stomp_ws_tls)
+                     + ["admin"] * bool(self.admin_tls)
+                     + ["peer_server", "peer_client"] * bool(self.tls))
 
     @property
     def tls_used(self) -> bool:
-        v = self.values
-        return bool(v["stomp_tls"] or v["stomp_ws_tls"] or v["admin_tls"] or v["tls"])
+        return bool(self.stomp_tls or self.stomp_ws_tls or self.admin_tls or self.tls)
 
 
 def _typed(key: Key, value: Any, where: str) -> Any:
@@ -493,13 +276,16 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         values[name] = _typed(key, value, f"{key.flag}")
     for name, password in (extra_users or {}).items():
         users[name] = User(name, password, ("admin",))
-    _check_ha(values, source)
-    _check_tls(values, source)
     streams = tuple((name, Retention(spec.get("max_bytes", values["max_bytes"]),
                                      spec.get("max_age_ms", values["max_age_ms"]),
                                      spec.get("group")))
                     for name, spec in retention.items())
-    return ServerConfig(values, users, source, sorted_overrides(patterns), streams, security)
+    config = ServerConfig(**values, users=users, source=source,
+                          overrides=sorted_overrides(patterns), retention=streams,
+                          security=security)
+    _check_ha(config, source)
+    _check_tls(config, source)
+    return config
 
 
 def _security(table: Any, source: str) -> SecurityRules:
@@ -530,32 +316,32 @@ def _security(table: Any, source: str) -> SecurityRules:
     return SecurityRules(rules)
 
 
-def _check_ha(v: dict[str, Any], source: str) -> None:
+def _check_ha(v: ServerConfig, source: str) -> None:
     """Rules across keys of [ha], refused at start with a message that says what to change."""
-    if v["policy"] == "none":
+    if v.policy == "none":
         return
     where = f"{source}: [ha]"
-    heartbeat, activation = v["heartbeat_interval_ms"], v["activation_interval_ms"]
+    heartbeat, activation = v.heartbeat_interval_ms, v.activation_interval_ms
     if activation < 2 * heartbeat:
         raise ConfigError(f"{where} activation_interval_ms ({activation}) must be at least twice "
                           f"heartbeat_interval_ms ({heartbeat}), or one late heartbeat would "
                           "look like a dead server")
-    for name in ("listen", "peer"):
-        if not v[name]:
-            raise ConfigError(f"{where} {name} is required with policy = \"{v['policy']}\"")
-    if not v["secret"]:
+    for name, address in (("listen", v.listen), ("peer", v.peer)):
+        if not address:
+            raise ConfigError(f"{where} {name} is required with policy = \"{v.policy}\"")
+    if not v.secret:
         raise ConfigError(f"{where} secret is required: the pair and the witness authenticate "
                           "each other with it")
-    if v["listen"] == v["peer"]:
-        raise ConfigError(f"{where} listen and peer are the same address ({v['listen']})")
-    if v["policy"] == "shared-store":
+    if v.listen == v.peer:
+        raise ConfigError(f"{where} listen and peer are the same address ({v.listen})")
+    if v.policy == "shared-store":
         _check_shared(v, where)
-    elif v["shared_dir"]:
+    elif v.shared_dir:
         raise ConfigError(f"{where} shared_dir is only used with policy = \"shared-store\"")
 
 
-def _check_shared(v: dict[str, Any], where: str) -> None:
-    shared = v["shared_dir"]
+def _check_shared(v: ServerConfig, where: str) -> None:
+    shared = v.shared_dir
     if not shared:
         raise ConfigError(f"{where} shared_dir is required with policy = \"shared-store\": the "
                           "directory both servers mount, holding the journal")
@@ -563,44 +349,44 @@ def _check_shared(v: dict[str, Any], where: str) -> None:
     if not path.is_dir():
         raise ConfigError(f"{where} shared_dir {shared} is not a directory (create it on the "
                           "shared file system, then start the servers)")
-    if path.resolve() == Path(v["data_dir"]).resolve():
+    if path.resolve() == Path(v.data_dir).resolve():
         raise ConfigError(f"{where} shared_dir must not be this server's data_dir "
                           f"({shared}): data_dir keeps files of this server alone")
-    if v["witness"]:
+    if v.witness:
         raise ConfigError(f"{where} witness is not used with policy = \"shared-store\": the "
                           "lock on the shared directory decides who is active")
 
 
-LISTENERS = ("stomp", "stomp_tls", "stomp_ws", "admin")  # [server]: no two on one address
-
-
-def _check_tls(v: dict[str, Any], source: str) -> None:
+def _check_tls(v: ServerConfig, source: str) -> None:
     """A listener needs one of stomp and stomp_tls, no two listeners share an address;
     TLS anywhere needs a usable [tls] (every context it will need is built once here, so a
     bad file stops the start)."""
-    if not v["stomp"] and not v["stomp_tls"]:
+    if not v.stomp and not v.stomp_tls:
         raise ConfigError(f"{source}: [server] stomp and stomp_tls are both empty: give at "
                           "least one STOMP listener")
-    listeners = [name for name in LISTENERS if v[name] and not v[name].endswith(":0")]
+    addresses = {"stomp": v.stomp, "stomp_tls": v.stomp_tls, "stomp_ws": v.stomp_ws,
+                 "admin": v.admin}  # [server]: no two on one address
+    listeners = [name for name, at in addresses.items() if at and not at.endswith(":0")]
     for i, name in enumerate(listeners):
         for other in listeners[i + 1:]:
-            if v[name] == v[other]:
+            if addresses[name] == addresses[other]:
                 raise ConfigError(f"{source}: [server] {name} and {other} are the same "
-                                  f"address ({v[name]})")
-    if v["stomp_ws_tls"] and not v["stomp_ws"]:
+                                  f"address ({addresses[name]})")
+    if v.stomp_ws_tls and not v.stomp_ws:
         raise ConfigError(f"{source}: [server] stomp_ws_tls is set but stomp_ws is empty: "
                           "give the WebSocket listener's HOST:PORT")
-    used = [name for name in ("stomp_tls", "stomp_ws_tls", "admin_tls", "tls") if v[name]]
-    files = TlsFiles(v["cert"], v["key"], v["ca"], v["client_auth"])
+    used = [name for name, on in (("stomp_tls", v.stomp_tls), ("stomp_ws_tls", v.stomp_ws_tls),
+                                  ("admin_tls", v.admin_tls), ("tls", v.tls)) if on]
+    files = v.tls_files
     if not used:
         return
     if not files.configured:
         raise ConfigError(f"{source}: [tls] cert and key are required by "
                           f"{', '.join(used)}")
-    if v["tls"] and v["policy"] == "none":
+    if v.tls and v.policy == "none":
         raise ConfigError(f"{source}: [ha] tls is set but [ha] policy is \"none\"")
     try:
-        for purpose in ServerConfig(v).tls_purposes:
+        for purpose in v.tls_purposes:
             build(files, purpose)
     except TlsError as e:
         raise ConfigError(f"{source}: {e}") from None

@@ -11,14 +11,16 @@ import ssl
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
 
 from pairmq.core import Broker
 from pairmq.core.permissions import unchecked_roles
+from pairmq.core.replay import Replay
 from pairmq.ha.states import State
+from pairmq.server.clock import now_ms
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.guards import Guards
 from pairmq.server.guards.auth import ADMIN_ROLE, MONITOR_ROLE
@@ -32,7 +34,7 @@ from pairmq.server.pair.replication import ReplicationDriver
 from pairmq.server.pair.shared_store import SharedStorePair
 from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role.role import Role, RoleKind
-from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection, now_ms
+from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection
 from pairmq.server.stomp.websocket import WebSocketListener
 from pairmq.server.tls import TlsContexts, TlsError
 from pairmq.store.gcpause import (
@@ -46,7 +48,7 @@ from pairmq.store.gcpause import (
 )
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
-from pairmq.store.store import Store
+from pairmq.store.store import RecoveryReport, Store
 
 DRAIN_TIMEOUT_S = 10.0
 
@@ -206,7 +208,8 @@ class PairmqServer:
                                f"{lock.holder()}")
         self._data_lock = lock
 
-    def _restore(self, broker: Broker, store: Store, recovered: tuple | None = None) -> None:
+    def _restore(self, broker: Broker, store: Store,
+                 recovered: tuple[Replay, RecoveryReport] | None = None) -> None:
         replay, report = recovered or store.recover(
             self.config.core_settings().dup_cache_size_for)
         broker.restore(replay)
@@ -395,7 +398,7 @@ class PairmqServer:
             log.exception("Reading the shared journal ahead failed")
         return 0
 
-    async def take_over_journal(self, guard) -> int:
+    async def take_over_journal(self, guard: Callable[[], bool]) -> int:
         """Shared store, lock held: replay the shared journal (in a thread, heartbeats and
         lock verifications go on), serve it with writes fenced by `guard`, and journal a new
         epoch one above its newest. Returns that epoch."""

@@ -25,8 +25,10 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 from prometheus_client import Histogram
+from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("pairmq.server")
 
@@ -79,7 +81,7 @@ class LoopWatch:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
-    def metrics(self):
+    def metrics(self) -> Iterator[Metric]:
         """The two histograms, for the management port's collector."""
         yield from self.lag.collect()
         yield from self.gc_pause.collect()
@@ -125,7 +127,7 @@ class LoopWatch:
                     text = dump.read().decode(errors="replace")
                     self._busy_in = describe(text, self._loop_thread)
 
-    def _on_gc(self, phase: str, info: dict) -> None:
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()
             return

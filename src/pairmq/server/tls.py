@@ -27,6 +27,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CLIENT_AUTH = ("none", "optional", "required")
 PURPOSES = ("stomp", "admin", "peer_server", "peer_client")
@@ -137,7 +138,7 @@ class TlsContexts:
         self._current = self._build_all(self.files)
 
 
-def common_name(peer_cert: dict | None) -> str:
+def common_name(peer_cert: dict[str, Any] | None) -> str:
     """The common name of a verified peer certificate (as `getpeercert()` gives it, or the
     transport's "peercert"); "" when there is none."""
     for rdn in (peer_cert or {}).get("subject", ()):

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import BasicAuth, hdrs, web
 from prometheus_client import generate_latest
+from prometheus_client.metrics_core import Metric
 
 from pairmq.core.permissions import MANAGEMENT, Permission
 from pairmq.server.config import User
@@ -40,10 +41,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class _Snapshot:
     """Metric families already read, for generate_latest to write out in a thread."""
 
-    def __init__(self, families: list) -> None:
+    def __init__(self, families: list[Metric]) -> None:
         self._families = families
 
-    def collect(self):
+    def collect(self) -> list[Metric]:
         return self._families
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pairmq.core import Broker, CoreError
+from pairmq.server.clock import now_ms
 from pairmq.server.role.confirmations import Ticket
 
 log = logging.getLogger("pairmq.connection")
@@ -71,9 +71,6 @@ class Parked:
     expires: float = 0.0
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Parking:

@@ -16,7 +16,6 @@ other connections' records could reach is never used.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Callable
@@ -30,11 +29,12 @@ from pairmq.core.broker.committing import CommitRun, CommitStep
 from pairmq.core.queue import Address
 from pairmq.core.stream_log import Outgoing
 from pairmq.protocol import Frame
+from pairmq.server.clock import now_ms
 from pairmq.server.guards.turn_budget import ReadBudget
 from pairmq.server.pair.policy import PairPolicy
 from pairmq.server.role.commit_slices import CommitDriver
-from pairmq.server.role.confirmations import Ticket
-from pairmq.server.role.parking import Parking, now_ms
+from pairmq.server.role.confirmations import Ticket, Waiting
+from pairmq.server.role.parking import Parking
 from pairmq.store.store import Store
 
 # Paged messages and stream records are read back from the journal for at most this long
@@ -133,8 +133,7 @@ class Role:
         self._address_waiters: dict[Address, set[Client]] = {}  # full address -> producers
         self._room_waiters: set[Client] = set()  # held while the journal is full
         self.confirmed_seq = 0  # receipts may go out for every record up to here
-        self._confirm_waiters: collections.deque[tuple[Ticket, Callable[[], None]]] = \
-            collections.deque()
+        self._confirm_waiters = Waiting()  # callbacks of the tickets not confirmed yet
         self._batch: Ticket | None = None  # the ticket of the record the next flush writes
         self._gate: Ticket | None = None  # the last delivery gate handed out (shared by seq)
         # sessions kept for clients whose connection broke (connection TTL)
@@ -325,7 +324,7 @@ class Role:
         if self.confirmed(ticket):
             callback()
         else:
-            self._confirm_waiters.append((ticket, callback))
+            self._confirm_waiters.add(ticket, callback)
 
     def journal_full_reason(self) -> str | None:
         """Why new persistent messages cannot be journaled now (None: they can)."""
@@ -398,13 +397,7 @@ class Role:
         if new <= self.confirmed_seq:
             return
         self.confirmed_seq = new
-        waiters = self._confirm_waiters
-        while waiters:
-            ticket, callback = waiters[0]
-            if ticket.seq is None or ticket.seq > new:
-                break
-            waiters.popleft()
-            callback()
+        self._confirm_waiters.release(new)
         self.flush()
 
     async def synced(self, seq: int) -> None:

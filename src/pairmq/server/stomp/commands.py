@@ -6,36 +6,20 @@ its flow control and its output.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pairmq.core import Broker, CoreError
+from pairmq.core import CoreError
 from pairmq.core.browsing import is_browser
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.queue_args import parse_queue_args
 from pairmq.core.rabbitmq import amq_target, requeue_of
 from pairmq.protocol import Frame
-from pairmq.server.config import ServerConfig
-from pairmq.server.role.role import Role, Ticket
+from pairmq.server.clock import now_ms
 from pairmq.server.stomp import wire
-from pairmq.server.stomp.connect import now_ms
-from pairmq.server.stomp.session import ServerSession
+from pairmq.server.stomp.connection_state import ConnectionState
 
 
-class Commands:
+class Commands(ConnectionState):
     """Subscriptions, acknowledgements, transactions (a mixin: StompConnection provides
     the state)."""
-
-    config: ServerConfig
-    role: Role
-    broker: Broker
-    conn_id: int
-    session: ServerSession
-    sub_lines: dict[str, bytes]
-    gated: bool
-
-    if TYPE_CHECKING:  # provided by StompConnection
-        def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None: ...
-        def drain_deliveries(self) -> None: ...
 
     def on_subscribe(self, frame: Frame) -> dict[str, str] | None:
         h = frame.headers

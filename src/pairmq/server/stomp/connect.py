@@ -9,30 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from pairmq import __version__
-from pairmq.core import Broker, CoreError
-from pairmq.core.broker.committing import CommitRun
-from pairmq.core.queue import Address
-from pairmq.core.stream_log import Outgoing
+from pairmq.core import CoreError
 from pairmq.protocol import (
     Frame,
-    FrameParser,
     HeartbeatClock,
     negotiate_heart_beat,
     negotiate_version,
     parse_heart_beat,
     serialize,
 )
-from pairmq.server.config import ServerConfig, User
-from pairmq.server.guards.failed_logins import LoginThrottle
-from pairmq.server.guards.passwords import Busy, PasswordCheck
+from pairmq.server.clock import now_ms
+from pairmq.server.config import User
+from pairmq.server.guards.passwords import Busy
 from pairmq.server.role.parking import Parked, SessionRequest
-from pairmq.server.role.role import Role, Ticket
-from pairmq.server.stomp.session import ServerSession
+from pairmq.server.stomp.connection_state import ConnectionState
 from pairmq.server.tls import common_name
 
 log = logging.getLogger("pairmq.connection")
@@ -41,53 +34,9 @@ audit = logging.getLogger("pairmq.audit")  # logins, refusals, permission denial
 SUPPORTED = "1.0,1.1,1.2"
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
-
-class Connecting:
+class Connecting(ConnectionState):
     """CONNECT and the session's life (a mixin: StompConnection provides the state)."""
-
-    config: ServerConfig
-    role: Role
-    broker: Broker
-    loop: asyncio.AbstractEventLoop
-    transport: asyncio.Transport | None
-    parser: FrameParser
-    conn_id: int
-    peer: str
-    session: ServerSession
-    out: list[bytes]
-    last_ticket: Ticket | None
-    _timers: dict[str, asyncio.TimerHandle]
-    clock: HeartbeatClock
-    asked: SessionRequest
-    ttl_ms: int
-    logins: LoginThrottle
-    passwords: PasswordCheck
-    checking: asyncio.Future | None
-    client_id: str | None
-    token: str
-
-    if TYPE_CHECKING:  # provided by StompConnection
-        def fail(self, message: str, frame: Frame | None = None, detail: str = "",
-                 extra: dict[str, str] | None = None) -> None: ...
-        def close(self, park: bool = False) -> None: ...
-        def release_backlog(self) -> None: ...
-        def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None: ...
-        def _beat(self) -> None: ...
-        def _watch(self) -> None: ...
-        # ... and the rest of what a role asks of a client (server/role/role.py `Client`)
-        @property
-        def closing(self) -> bool: ...
-        @property
-        def login(self) -> str | None: ...
-        def write_deliveries(self, deliveries: list[Outgoing]) -> None: ...
-        def flush_out(self) -> None: ...
-        def unblock(self, address: Address) -> None: ...
-        def throttle(self, paused: bool) -> None: ...
-        def describe(self) -> dict[str, object]: ...
-        def commit_finished(self, run: CommitRun, ticket: Ticket | None) -> None: ...
 
     def _park(self) -> None:
         session = self.session
@@ -186,7 +135,7 @@ class Connecting:
         """The client's address without its port: what failed logins are counted by."""
         return self.peer.rpartition(":")[0] or self.peer
 
-    def _auth_done(self, future: asyncio.Future, login: str, frame: Frame) -> None:
+    def _auth_done(self, future: asyncio.Future[User | None], login: str, frame: Frame) -> None:
         self.checking = None
         if self.session.closed:
             return

@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
-from enum import StrEnum
 from typing import cast
 
 from pairmq.core import CoreError
@@ -28,20 +26,17 @@ from pairmq.core.permissions import Exists
 from pairmq.core.queue import Address
 from pairmq.core.rabbitmq import AMQ_QUEUE_PREFIX, amq_target
 from pairmq.core.stream_log import Outgoing, StreamBatch
-from pairmq.protocol import Frame, FrameParser, HeartbeatClock, ProtocolError
+from pairmq.protocol import Frame, HeartbeatClock, ProtocolError
 from pairmq.protocol.batch import SEND_BATCH_HEADER, decode_send_records, parse_send_batch
-from pairmq.protocol.limits import MessageLimits
-from pairmq.server.config import ServerConfig
-from pairmq.server.guards import Guards
-from pairmq.server.role.parking import SessionRequest
-from pairmq.server.role.role import Role, RolePhase, Ticket
+from pairmq.server.clock import now_ms
+from pairmq.server.role.confirmations import Ticket
+from pairmq.server.role.role import RolePhase
 from pairmq.server.stomp import wire
 from pairmq.server.stomp.commands import Commands
-from pairmq.server.stomp.connect import Connecting, audit, now_ms
-from pairmq.server.stomp.held_output import HeldOutput
-from pairmq.server.stomp.session import OWN_RECEIPTS, Phase, ServerSession, Wait
+from pairmq.server.stomp.connect import Connecting, audit
+from pairmq.server.stomp.connection_state import Stall
+from pairmq.server.stomp.session import OWN_RECEIPTS, Phase, Wait
 from pairmq.server.stomp.sliced_frames import BATCH_SLICE, HELD, SlicedFrames
-from pairmq.server.stomp.unfinished_frame import UnfinishedFrame
 
 log = logging.getLogger("pairmq.connection")
 
@@ -54,61 +49,8 @@ WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
 
 
-class Stall(StrEnum):
-    """Why the broker must hand this connection nothing more for now."""
-
-    SOCKET = "socket"  # the transport's buffer is above its high-water mark
-    HELD = "held"  # too many bytes wait for their records to be confirmed
-
-
 class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
-
-    def __init__(self, config: ServerConfig, role: Role, conn_id: int,
-                 loop: asyncio.AbstractEventLoop, guards: Guards) -> None:
-        self.config = config
-        self.turn = guards.turn  # shared by every connection (server/guards/__init__.py)
-        self.logins = guards.logins
-        self.counts = guards.counts
-        self.passwords = guards.passwords
-        self.counted_as: str | None = None  # the host it is counted under, once let in
-        self.checking: asyncio.Future | None = None  # its login's password check, running
-        self.role = role
-        self.broker = role.broker
-        self.loop = loop
-        self.conn_id = conn_id
-        cfg = config
-        # a smaller frame limit until the client has logged in (connect.py raises it)
-        self.parser = FrameParser(max_frame_bytes=min(cfg.max_frame_bytes,
-                                                      cfg.pre_login_frame_bytes),
-                                  max_headers=cfg.max_headers,
-                                  max_header_bytes=cfg.max_header_bytes)
-        # what one message may hold, so that its MESSAGEs fit them too (protocol/limits.py)
-        self.limits = MessageLimits(cfg.max_frame_bytes, cfg.max_headers, cfg.max_header_bytes)
-        self.unfinished = UnfinishedFrame(cfg.frame_timeout_ms / 1000)
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self.protocol = "stomp"  # how its client reaches it: stomp, stomp+tls, stomp+ws(s)
-        self.opened = time.time()  # for the operator's connection list
-        self.session = ServerSession()  # phase, why frames wait, what may be applied
-        self.last_ticket: Ticket | None = None  # the newest record this connection wrote
-        self._committing: Frame | None = None  # a COMMIT applied a slice per turn
-        self.held = HeldOutput()  # RECEIPTs and MESSAGEs waiting for their records
-        self._stalls: set[Stall] = set()  # the broker delivers only while this is empty
-        # Persistent messages go out once their record is confirmed ([server]
-        # deliver_unconfirmed turns that off).
-        self.gated = not config.deliver_unconfirmed
-        self.backlog: deque[Frame] = deque()
-        self.out: list[bytes] = []
-        self.blocked_on: set[Address] = set()
-        self.sub_lines: dict[str, bytes] = {}
-        self.clock = HeartbeatClock(0, 0, 0.0)  # the negotiated heart-beats, once CONNECTED
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        # the session's life beyond this socket (server/role/parking.py)
-        self.asked = SessionRequest()
-        self.ttl_ms = 0  # granted: the session is parked this long if the socket breaks
-        self.client_id: str | None = None
-        self.token = ""
 
     # ------------------------------------------------------------ asyncio callbacks
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from pairmq.server.role.role import Ticket
+from pairmq.server.role.confirmations import Ticket
 
 Confirmed = Callable[[Ticket], bool]
 

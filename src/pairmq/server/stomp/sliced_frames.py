@@ -7,18 +7,16 @@ server/stomp/commands.py is).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import TYPE_CHECKING
 
-from pairmq.core import Broker, CoreError
-from pairmq.core.admission import Outcome
+from pairmq.core import CoreError
 from pairmq.core.broker.committing import CommitPhase, CommitRun
 from pairmq.protocol import Frame
-from pairmq.server.role.role import Role, Ticket
+from pairmq.server.clock import now_ms
+from pairmq.server.role.confirmations import Ticket
 from pairmq.server.stomp import wire
-from pairmq.server.stomp.connect import now_ms
-from pairmq.server.stomp.session import ServerSession, Wait
+from pairmq.server.stomp.connection_state import ConnectionState
+from pairmq.server.stomp.session import Wait
 
 log = logging.getLogger("pairmq.connection")
 
@@ -26,27 +24,9 @@ BATCH_SLICE = 256  # messages of a batched SEND routed per turn
 HELD = object()  # a handler's answer when it kept the frame for later
 
 
-class SlicedFrames:
+class SlicedFrames(ConnectionState):
     """Batched SENDs and COMMITs applied a slice per turn (a mixin: StompConnection
     provides the state)."""
-
-    role: Role
-    broker: Broker
-    conn_id: int
-    session: ServerSession
-    loop: asyncio.AbstractEventLoop
-    transport: asyncio.Transport | None
-    last_ticket: Ticket | None
-    _committing: Frame | None
-
-    if TYPE_CHECKING:  # provided by StompConnection
-        def fail(self, message: str, frame: Frame | None = None, detail: str = "",
-                 extra: dict[str, str] | None = None) -> None: ...
-        def confirm(self, ticket: Ticket | None, frame_bytes: bytes) -> None: ...
-        def drain_deliveries(self) -> None: ...
-        def release_backlog(self) -> None: ...
-        def _no_room(self, frame: Frame, outcome: Outcome) -> object: ...
-        def _transaction(self, frame: Frame) -> str: ...
 
     def _route_later(self, frame: Frame) -> object:
         """A big batch was admitted and its first slice routed: the rest goes a slice per

@@ -28,11 +28,6 @@ def _table(version: str) -> dict[str, str]:
         raise ValueError(f"unsupported STOMP version {version!r}") from None
 
 
-def escapes_apply(command: str, version: str) -> bool:
-    """Whether header escaping is in force for this frame."""
-    return version != "1.0" and command not in UNESCAPED_COMMANDS
-
-
 def escape_header(value: str, version: str) -> str:
     """Escape a header name or value for the wire; cheap when nothing needs escaping."""
     if version == "1.0":

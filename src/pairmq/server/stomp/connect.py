@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pairmq import __version__
 from pairmq.core import Broker, CoreError
-from pairmq.core.broker.committing import CommitRun
+from pairmq.core.commit_ledger import CommitRun
 from pairmq.core.queue import Address
 from pairmq.core.stream_log import Outgoing
 from pairmq.protocol import (

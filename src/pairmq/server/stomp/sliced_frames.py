@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pairmq.core import Broker, CoreError
 from pairmq.core.admission import Outcome
-from pairmq.core.broker.committing import CommitPhase, CommitRun
+from pairmq.core.commit_ledger import CommitPhase, CommitRun
 from pairmq.protocol import Frame
 from pairmq.server.role.role import Role, Ticket
 from pairmq.server.stomp import wire

@@ -9,13 +9,8 @@ from __future__ import annotations
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
 from pairmq.core.admission import Admission
-from pairmq.core.broker.committing import (
-    COMMIT_SLICE,
-    ROUTED,
-    STAGE_SLICE,
-    CommitLedger,
-    CommitPhase,
-)
+from pairmq.core.broker.committing import COMMIT_SLICE, STAGE_SLICE
+from pairmq.core.commit_ledger import ROUTED, CommitLedger, CommitPhase
 from pairmq.core.session import PendingSend
 
 NOW = 1_000_000

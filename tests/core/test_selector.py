@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pairmq.core.errors import CoreError
-from pairmq.core.selector import MAX_DEPTH, SelectorError, compile_selector
+from pairmq.core.selector import compile_selector
+from pairmq.core.selector_compiler import MAX_DEPTH, SelectorError
 
 T, F, U = True, False, None  # U: UNKNOWN
 CAR = {"type": "car", "color": "blue", "weight": "3000"}

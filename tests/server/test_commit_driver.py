@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from pairmq.core.broker.committing import CommitPhase, CommitRun, CommitStep
+from pairmq.core.commit_ledger import CommitPhase, CommitRun, CommitStep
 from pairmq.server.role.commit_slices import AHEAD, SLICE_S, CommitDriver, DriverState
 from pairmq.server.role.confirmations import Ticket
 

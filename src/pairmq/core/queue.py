@@ -14,7 +14,8 @@ from pairmq.core.selective import SelectorIndex
 from pairmq.core.selector import Selector
 from pairmq.core.settings import AddressFullPolicy
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # objects that point at each other: a Queue holds its consumers, each
+    # Subscription its queue (subscription.py)
     from pairmq.core.subscription import Subscription
 
 

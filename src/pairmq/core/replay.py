@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pairmq.core.accounts import Accounts
-from pairmq.core.broker.committing import CommitLedger
+from pairmq.core.commit_ledger import CommitLedger
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged_log import PagedLog
 

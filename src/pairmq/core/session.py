@@ -9,7 +9,9 @@ from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
 from pairmq.protocol.stamps import Stamp
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # objects that point at each other: a Session holds its subscriptions
+    # and stream cursors, each of those its session (subscription.py, stream_log.py); and
+    # its temporary queues, and the (queue, entry) pairs a transaction settles at COMMIT
     from pairmq.core.queue import Queue
     from pairmq.core.stream_log import StreamCursor
     from pairmq.core.subscription import Subscription

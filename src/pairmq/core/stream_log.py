@@ -25,7 +25,8 @@ from pairmq.core.queue import Address
 from pairmq.core.settings import Retention
 from pairmq.core.subscription import ACK_AUTO, ACK_CLIENT, Delivery
 
-if TYPE_CHECKING:  # session.py names stream cursors too (as queue and subscription do)
+if TYPE_CHECKING:  # objects that point at each other: a StreamCursor holds its session, a
+    # Session its cursors (session.py)
     from pairmq.core.session import Session
 
 OFFSET_HEADER = "x-stream-offset"

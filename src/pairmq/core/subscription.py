@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
 from pairmq.core.selective import SelectorIndex
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # objects that point at each other: a Subscription holds its queue and
+    # its session, a Queue its consumers (queue.py), a Session its subscriptions (session.py)
     from pairmq.core.queue import Queue
     from pairmq.core.session import Session
-    from pairmq.core.stream_log import StreamCursor
 
 ACK_AUTO = 0
 ACK_CLIENT = 1
@@ -52,8 +52,16 @@ class Subscription:
         return self.ack_mode == ACK_AUTO or len(self.unacked) < self.prefetch
 
 
+class Recipient(Protocol):
+    """Who a Delivery goes to: a Subscription, or a stream's StreamCursor
+    (core/stream_log.py); the delivery needs only its id, which names it on the wire."""
+
+    @property
+    def id(self) -> str: ...
+
+
 class Delivery(NamedTuple):
-    subscription: Subscription | StreamCursor  # who gets it (`.id` names it on the wire)
+    subscription: Recipient  # who gets it: a Subscription or a StreamCursor
     entry: Entry
     ack_id: str | None  # None for ack:auto
     delivery_count: int

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pairmq.core import Message
-from pairmq.core.broker.committing import CommitLedger
+from pairmq.core.commit_ledger import CommitLedger
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
 from pairmq.core.session import PendingSend

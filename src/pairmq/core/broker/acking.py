@@ -5,47 +5,20 @@ consumer settles, alone or inside a transaction, and what COMMIT and ABORT do wi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome, refusal
 from pairmq.core.broker.committing import COMMIT_SLICE
-from pairmq.core.capacity import Capacity
+from pairmq.core.broker.state import BrokerState
 from pairmq.core.destinations import REPLY, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
-from pairmq.core.queue import Address, Queue
+from pairmq.core.queue import Queue
 from pairmq.core.session import PendingSend, Session, Transaction
-from pairmq.core.settings import CoreSettings
 from pairmq.core.subscription import ACK_CLIENT, Subscription
 
 
-class Acknowledgements:
-    """ACK, NACK, BEGIN, COMMIT, ABORT (a mixin: the Broker provides the state and the
-    helpers named below)."""
-
-    stats: dict[str, int]
-    reply_queues: dict[str, Queue]
-    capacity: Capacity
-    settings: CoreSettings
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _session(self, conn_id: int) -> Session: ...
-        @staticmethod
-        def _tx(session: Session, transaction: str) -> Transaction: ...
-        def _stream_acked(self, session: Session, ack_id: str) -> bool: ...
-        def _consumed(self, q: Queue, entry: Entry) -> None: ...
-        def _dispatch(self, q: Queue, now: int) -> None: ...
-        def _return(self, q: Queue, entries: list[Entry], now: int) -> None: ...
-        def _dead_letter(self, q: Queue, entry: Entry, reason: str, now: int) -> None: ...
-        def _unstage(self, tx: Transaction) -> None: ...  # core/broker/intake.py
-        def _admission(self, session: Session, destination: str, kind: str, name: str,
-                       headers: dict[str, str], journal_full: str | None
-                       ) -> tuple[Admission, Cause, Address | None]: ...
-        def _route(self, session: Session | None, destination: str, kind: str, name: str,
-                   headers: dict[str, str], body: bytes, now: int,
-                   journal_full: str | None = None, admitted: bool = False) -> Outcome: ...
-        def _begin_run(self, conn_id: int, transaction: str, tx: Transaction, now: int
-                       ) -> Outcome: ...  # core/broker/committing.py
+class Acknowledgements(BrokerState):
+    """ACK, NACK, BEGIN, COMMIT, ABORT (a mixin)."""
 
     # ----------------------------------------------------------------- ACK / NACK
 

@@ -5,93 +5,56 @@ from a counter, the server-wide guards' numbers (disk usage, bytes the store pag
 whether the journal is full) as inputs too, and everything a command causes is left in
 `outbox` (deliveries per connection) and `events` (destinations or the server full and
 resumed) for the server to act on; a SEND's fate is its returned `Outcome`. The journal
-can therefore record commands and replay them into the same state. The SEND path, with
-flow control, is in core/broker/intake.py; how a backup's broker follows the active's journal
-entry by entry, in core/broker/follow.py; how a session outlives its connection, in
+can therefore record commands and replay them into the same state.
+
+The Broker is written in parts (core/broker/__init__.py lists them), over the state they
+share (core/broker/state.py). This file keeps what every part leans on: sessions, the
+dispatch of waiting messages to consumers, and destinations made and deleted. The SEND
+path, with flow control, is in core/broker/intake.py; SUBSCRIBE and UNSUBSCRIBE, in
+core/broker/subscribing.py; how a backup's broker follows the active's journal entry by
+entry, in core/broker/follow.py; how a session outlives its connection, in
 core/broker/resume.py.
 """
 
 from __future__ import annotations
 
 from pairmq.core import records as rec
-from pairmq.core.accounts import Accounts
 from pairmq.core.broker.acking import Acknowledgements
-from pairmq.core.broker.committing import CommitLedger, Committing
+from pairmq.core.broker.committing import Committing
 from pairmq.core.broker.configured import ConfiguredQueues
+from pairmq.core.broker.events import BrokerEvent
 from pairmq.core.broker.follow import Follow
 from pairmq.core.broker.idle import IdleDestinations
-from pairmq.core.broker.intake import BrokerEvent, Intake
+from pairmq.core.broker.intake import Intake
 from pairmq.core.broker.operations import Operations
 from pairmq.core.broker.paging import PAGE_LOW, Paging
 from pairmq.core.broker.resume import Resume
 from pairmq.core.broker.streams import Streams
+from pairmq.core.broker.subscribing import Subscribing
 from pairmq.core.browsing import Browse, browse
-from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
+from pairmq.core.capacity import INDEX_BYTES, Shortage
 from pairmq.core.destinations import QUEUE, REPLY, STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
-from pairmq.core.paged_log import PagedLog
-from pairmq.core.permissions import Exists
-from pairmq.core.permissions import durable_name as durable_name_of
 from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.queue_args import QueueArgs, args_from_text
 from pairmq.core.replay import Replay
-from pairmq.core.selective import SelectorIndex
-from pairmq.core.selector import Selector, compile_selector
-from pairmq.core.session import Session, Transaction
-from pairmq.core.settings import CoreSettings
-from pairmq.core.stream_log import Outgoing, StreamCursor, StreamLog
-from pairmq.core.subscription import ACK_AUTO, Delivery, Subscription, ack_mode_of
+from pairmq.core.session import Session
+from pairmq.core.stream_log import Outgoing
+from pairmq.core.subscription import ACK_AUTO, Delivery, Subscription
 
-NOTHING = Exists()
 # Queues sweep_expired looks at per call (every second), at most: an expired message waits
 # up to (queues / SWEEP_SLICE) seconds longer to go.
 SWEEP_SLICE = 20_000
-
-__all__ = ["Broker", "BrokerEvent", "Delivery"]  # BrokerEvent: core/broker/intake.py
 
 _FULL = AddressState.FULL  # tested for every message consumed (see core/broker/intake.py)
 TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
-class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Paging,
-             IdleDestinations, Operations, ConfiguredQueues):
-    def __init__(self, settings: CoreSettings | None = None, id_prefix: str = "ID:pairmq-") -> None:
-        self.settings = settings or CoreSettings()
-        self.id_prefix = id_prefix
-        self.addresses: dict[str, Address] = {}
-        self.queues: dict[str, Queue] = {}  # "/queue/NAME" -> queue
-        self.durables: dict[str, Queue] = {}  # durable subscription key -> its queue
-        self.accounts = Accounts()  # users changed at run time (core/accounts.py)
-        # "/stream/NAME" -> its log (core/broker/streams.py)
-        self.streams: dict[str, StreamLog] = {}
-        self.sessions: dict[int, Session] = {}
-        self.client_ids: dict[str, int] = {}
-        self.reply_queues: dict[str, Queue] = {}  # reply-queue token -> temp queue
-        self.queue_args: dict[str, QueueArgs] = {}  # x- arguments of queues (configured.py)
-        self.outbox: dict[int, list[Outgoing]] = {}
-        # Sessions whose auto-ack deliveries stopped at the per-turn limit: the server
-        # writes what they got, then asks for more (`take_capped`, `set_writable`).
-        self._capped: set[int] = set()
-        self.events: list[BrokerEvent] = []
-        self.records: list[rec.Record] = []  # durable state changes for the journal (core.records)
-        self.stats = {"received": 0, "delivered": 0, "acknowledged": 0, "expired": 0,
-                      "dead_lettered": 0, "unroutable_topic": 0, "duplicates": 0,
-                      "dropped": 0, "producers_evicted": 0, "paged": 0, "paged_in": 0}
-        self.page_wanted: dict[Queue, None] = {}  # core/broker/paging.py
-        self.moved_logs: dict[PagedLog, None] = {}  # logs whose readers moved
-        # stream cursors waiting for a read back (streams.py)
-        self.stream_reads: dict[StreamCursor, None] = {}
-        self.capacity = Capacity(self.settings)
-        self._message_seq = 0
-        self._order_seq = 0
-        self._session_seq = 0
-        self._index: dict[str, dict[str, Entry]] | None = None  # while following (follow.py)
-        self._unsorted: set[Queue] = set()
-        self._idle_since: dict[str, int] = {}  # core/broker/idle.py
-        self._idle_round: list[str] = []
-        self._sweep_round: list[Queue] = []  # queues sweep_expired has still to look at
-        self.commits = CommitLedger()  # COMMITs applied in slices (core/broker/committing.py)
+class Broker(Subscribing, Intake, Acknowledgements, Committing, Follow, Resume, Streams,
+             Paging, IdleDestinations, Operations, ConfiguredQueues):
+    """The messaging model's one object: BrokerState's state (state.py), and one part per
+    concern, the mixins it extends."""
 
     # ----------------------------------------------------------------- recovery
 
@@ -207,68 +170,7 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
         records, self.records = self.records, []
         return records
 
-    # ----------------------------------------------------------------- SUBSCRIBE
-
-    def subscribe(self, conn_id: int, sub_id: str, destination: str, now: int,
-                  ack: str = "auto", prefetch: int | None = None,
-                  durable_name: str | None = None, selector: str | None = None,
-                  queue_args: QueueArgs | None = None) -> Subscription:
-        """`selector`: a JMS message selector (core/selector.py), parsed here once: a
-        topic subscription keeps only what matches; a queue consumer takes only what
-        matches and leaves the rest for others (core/selective.py)."""
-        session = self._session(conn_id)
-        session.check_free(sub_id, self.settings.max_subscriptions_per_connection)
-        ack_mode = ack_mode_of(ack)
-        chosen = compile_selector(selector) if selector is not None else None
-        if prefetch is None or prefetch <= 0:
-            prefetch = self.settings.default_prefetch
-        kind, name = parse_destination(destination)
-        self._may_create(destination, kind)
-        durable = False
-        if kind == QUEUE:
-            q = self._plain_queue(destination, queue_args)  # settings if made now
-        elif kind == TEMP:
-            q = self._temp_queue(session, name)
-        elif kind == REPLY:
-            found = self.reply_queues.get(name)
-            if found is None:
-                raise CoreError(f"temporary queue {destination!r} no longer exists")
-            if found.owner != conn_id:
-                raise CoreError("only the connection that created a temporary queue may "
-                                "subscribe to it")
-            q = found
-        else:
-            address = self._address(destination, TOPIC)
-            if durable_name:
-                durable = True
-                q = self._durable_queue(session, address, name, durable_name)
-                self._reselect(q, chosen)
-            else:
-                q = Queue(f"{destination}#{session.token}/{sub_id}", address, name)
-                q.accepts = chosen
-                address.queues.append(q)
-        index = None
-        if chosen is not None and kind != TOPIC:
-            index = SelectorIndex(chosen)
-            index.fill(q.entries())
-            q.selective.append(index)
-        sub = Subscription(session, sub_id, destination, q, ack_mode, prefetch, durable, index)
-        session.subs[sub_id] = sub
-        q.consumers.append(sub)
-        self._dispatch(q, now)
-        return sub
-
-    def _reselect(self, q: Queue, chosen: Selector | None) -> None:
-        """A durable subscription keeps what its subscriber's selector matches. A
-        subscriber coming back with another selector (or after a restart or a failover,
-        where the selector, held in memory, was lost) changes it; what waits and does not
-        match is dropped, as JMS does when a durable subscriber changes its selector."""
-        before = q.accepts
-        q.accepts = chosen
-        if chosen is None or (before is not None and before.text == chosen.text):
-            return
-        for entry in q.remove_where(lambda e: not chosen.matches_message(e.message)):
-            self._consumed(q, entry)
+    # ----------------------------------------------------------------- queries, accounts
 
     def browse(self, destination: str, limit: int) -> Browse:
         """The first `limit` messages waiting in a queue, left where they are
@@ -296,105 +198,6 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
     def remove_rule(self, pattern: str) -> None:
         self.accounts.remove_rule(pattern)
         self.records.append((rec.UNRULE, pattern))
-
-    def exists_for(self, conn_id: int, command: str, headers: dict[str, str]) -> Exists:
-        """What a SUBSCRIBE or UNSUBSCRIBE finds on this connection (its client-id's
-        durable subscription, the non-durable topic subscription it ends): what its
-        permission check asks (core/permissions.py)."""
-        if command not in ("SUBSCRIBE", "UNSUBSCRIBE"):
-            return NOTHING
-        session = self._session(conn_id)
-        name = durable_name_of(headers)
-        if name is not None:
-            key = f"{session.client_id}:{name}" if session.client_id else name
-            q = self.durables.get(key)
-            return Exists(durable_topic=None if q is None else q.address.name)
-        sub = session.subs.get(headers.get("id", "")) if command == "UNSUBSCRIBE" else None
-        if sub is not None and not sub.durable and sub.queue.address.kind == TOPIC:
-            return Exists(non_durable_topic=sub.queue.address.name)
-        return NOTHING
-
-    def _durable_queue(self, session: Session, address: Address, topic_name: str,
-                       durable_name: str) -> Queue:
-        key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name
-        q = self.durables.get(key)
-        if q is not None and q.consumers:
-            raise CoreError(f"durable subscription {key!r} is already active on another "
-                            "connection")
-        if q is not None and q.address is not address:
-            # Re-subscribing a durable name to another topic replaces it, as in ActiveMQ.
-            self._drop_durable(key)
-            q = None
-        if q is None:
-            q = Queue(f"durable:{key}", address, topic_name)
-            q.durable_key = key
-            q.key = f"durable:{key}"
-            address.queues.append(q)
-            self.durables[key] = q
-            self.records.append((rec.DURABLE, key, address.name))
-        return q
-
-    def unsubscribe(self, conn_id: int, sub_id: str | None, now: int,
-                    delete_durable: bool = False, durable_name: str | None = None) -> None:
-        """Remove a subscription; with delete_durable, also the durable subscription behind it."""
-        session = self._session(conn_id)
-        if self._stream_unsubscribe(session, sub_id):
-            return
-        sub = session.subs.pop(sub_id, None) if sub_id is not None else None
-        if sub is not None:
-            self._detach(sub, now, delete=delete_durable)
-            return
-        if delete_durable and durable_name:
-            key = f"{session.client_id}:{durable_name}" if session.client_id else durable_name
-            q = self.durables.get(key)
-            if q is None:
-                raise CoreError(f"no durable subscription {key!r}")
-            if q.consumers:
-                raise CoreError(f"durable subscription {key!r} is active on another connection")
-            self._drop_durable(key)
-            return
-        raise CoreError(f"no subscription with id {sub_id!r} on this connection")
-
-    def _detach(self, sub: Subscription, now: int, delete: bool) -> None:
-        q = sub.queue
-        session = sub.session
-        if sub in q.consumers:
-            q.consumers.remove(sub)
-        if sub.index is not None and sub.index in q.selective:
-            q.selective.remove(sub.index)
-        held = list(sub.unacked.items())
-        sub.unacked.clear()
-        for ack_id, entry in held:
-            session.acks.pop(ack_id, None)
-            self._forget_legacy(session, sub.id, entry.message.message_id, ack_id)
-        entries = [entry for _, entry in held]
-        temporary_topic_queue = q.address.kind == TOPIC and q.durable_key is None
-        if temporary_topic_queue or (delete and q.durable_key is not None):
-            for entry in entries:
-                self._consumed(q, entry)
-            if q.durable_key is not None:
-                self._drop_durable(q.durable_key)
-            else:
-                self._delete_queue(q)
-            return
-        self._return(q, entries, now)
-        self._dispatch(q, now)
-
-    def _drop_durable(self, key: str) -> None:
-        q = self.durables.pop(key)
-        self._delete_queue(q)
-        self.records.append((rec.UNDURABLE, key))
-
-    def _delete_queue(self, q: Queue) -> None:
-        self._leave_log(q)
-        address = q.address
-        if q in address.queues:
-            address.queues.remove(q)
-        for entry in q.clear():
-            self._consumed(q, entry)
-        q.deleted = True
-        if q.address.kind == TEMP and address.state is AddressState.FULL:
-            self._resumed(address, "deleted")
 
     # ----------------------------------------------------------------- expiry
 
@@ -425,7 +228,7 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
             self._consumed(q, entry)
             self.events.append(BrokerEvent("expired", q.address, entry.message.message_id))
 
-    # ----------------------------------------------------------------- internals
+    # ----------------------------------------------------------------- dispatch
 
     def _dispatch(self, q: Queue, now: int) -> None:
         """Hand waiting messages to consumers with room, round-robin."""
@@ -546,6 +349,8 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
                                        f"{old.message_id} from {old.destination}: {reason}"))
         self._copy_to(dlq, old, headers, 0, now)
 
+    # ----------------------------------------------------------------- destinations
+
     def _may_create(self, destination: str, kind: str) -> None:
         """A client's frame may make this destination: the server holds fewer than
         max_destinations, temporary queues included (those are checked as they are made,
@@ -596,40 +401,13 @@ class Broker(Intake, Acknowledgements, Committing, Follow, Resume, Streams, Pagi
             self.reply_queues[token] = q
         return q
 
-    def _reply_temp_queue(self, session: Session, name: str, now: int) -> None:
-        """A SEND's `reply-to:/temp-queue/NAME` makes that temporary queue and, as RabbitMQ
-        does, subscribes its sender to it: id `/temp-queue/NAME`, ack auto, so that replies
-        reach it without a SUBSCRIBE. Not when the sender has a subscription there already
-        (nor when the id is taken or the connection has all the subscriptions it may: a
-        COMMIT applies whole, so this never refuses). An explicit SUBSCRIBE to the temp
-        queue later takes its place (`end_auto_reply`)."""
-        q = self._temp_queue(session, name)
-        sub_id = f"/temp-queue/{name}"
-        most = self.settings.max_subscriptions_per_connection
-        if q.consumers or sub_id in session.subs or sub_id in session.cursors or (
-                most and len(session.subs) + len(session.cursors) >= most):
-            return
-        session.auto_replies[sub_id] = self.subscribe(session.id, sub_id, sub_id, now)
-
-    def end_auto_reply(self, conn_id: int, destination: str, now: int) -> None:
-        """A SUBSCRIBE to `/temp-queue/NAME`: the subscription a reply-to made there, if
-        it is still there, ends first (its replies are not shared with the new one)."""
-        session = self._session(conn_id)
-        sub = session.auto_replies.pop(destination, None)
-        if sub is not None and session.subs.get(destination) is sub:
-            self.unsubscribe(conn_id, destination, now)
-
-    def _session(self, conn_id: int) -> Session:
-        session = self.sessions.get(conn_id)
-        if session is None:
-            raise CoreError("not connected")
-        return session
-
-    @staticmethod
-    def _tx(session: Session, transaction: str) -> Transaction:
-        tx = session.txs.get(transaction)
-        if tx is None:
-            raise CoreError(f"unknown transaction {transaction!r}")
-        return tx
-
-
+    def _delete_queue(self, q: Queue) -> None:
+        self._leave_log(q)
+        address = q.address
+        if q in address.queues:
+            address.queues.remove(q)
+        for entry in q.clear():
+            self._consumed(q, entry)
+        q.deleted = True
+        if q.address.kind == TEMP and address.state is AddressState.FULL:
+            self._resumed(address, "deleted")

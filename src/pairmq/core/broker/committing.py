@@ -1,5 +1,6 @@
-"""A COMMIT applied in slices (a Broker mixin, like core/broker/acking.py), and the ledger of the
-commits under way that the journal, recovery and a backup agree on.
+"""A COMMIT applied in slices (a Broker mixin, like core/broker/acking.py), through the
+ledger of the commits under way that the journal, recovery and a backup agree on
+(core/commit_ledger.py).
 
 A COMMIT of more than COMMIT_SLICE sends would hold the server for its whole length
 (about 11-27 µs a message: over a second for 100,000, which lost a pair its lease), so it
@@ -36,17 +37,14 @@ their queues after its commit record, too); never a message of an undecided one.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, NamedTuple
 
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome
-from pairmq.core.capacity import Capacity
+from pairmq.core.broker.state import BrokerState
+from pairmq.core.commit_ledger import ROUTED, CommitPhase, CommitRun, CommitStep, staged_bytes
 from pairmq.core.destinations import REPLY, TEMP, parse_destination
 from pairmq.core.errors import CoreError
-from pairmq.core.queue import Queue
-from pairmq.core.session import PendingSend, Session, Transaction
+from pairmq.core.session import Session, Transaction
 
 log = logging.getLogger("pairmq.core")
 
@@ -56,116 +54,8 @@ COMMIT_SLICE = 1_000  # a COMMIT of at most this many is applied in one turn, in
 STAGE_SLICE = 5_000  # sends checked and journaled in a slice, unless told (about 5 µs each)
 
 
-class CommitPhase(StrEnum):
-    STAGING = "staging"  # its sends are being journaled (TX_SEND); nothing is decided
-    ROUTING = "routing"  # decided (TX_END): routed a slice per turn
-    DONE = "done"  # every send routed
-    DROPPED = "dropped"  # never decided (TX_DROP): its transaction is left open
-
-
-@dataclass(slots=True, eq=False)
-class CommitRun:
-    key: int  # names its journal entries; unique in the journal's life
-    sends: list[PendingSend]
-    conn_id: int | None = None  # the connection waiting for it (None: gone, or recovered)
-    transaction: str = ""
-    phase: CommitPhase = CommitPhase.STAGING
-    staged: int = 0  # sends journaled (TX_SEND)
-    routed: int = 0  # sends routed (TX_DONE)
-    bytes: int = 0  # of the sends not routed yet, counted in the server's memory
-    segment: int | None = None  # the journal segment of its first TX_SEND (kept till done)
-    outcome: Outcome = ACCEPTED  # DROPPED: held or refused, and why
-
-
-@dataclass
-class CommitLedger:
-    """The commits under way, by key, as the journal tells them (recovery and a backup
-    follow the same entries through this one class) or as the broker runs them."""
-
-    runs: dict[int, CommitRun] = field(default_factory=dict)  # in the order they began
-    top: int = 0  # the largest key seen: a new run's key is larger
-
-    def next_key(self, now: int) -> int:
-        self.top = max(self.top + 1, now)  # unique even past a key recovery did not see
-        return self.top
-
-    def staged(self, key: int, send: PendingSend, segment: int) -> None:
-        run = self.runs.get(key)
-        if run is None:
-            run = self.runs[key] = CommitRun(key, [], segment=segment)
-            self.top = max(self.top, key)
-        run.sends.append(send)
-        run.staged += 1
-
-    def decided(self, key: int, sends: int) -> None:
-        run = self.runs.get(key)
-        if run is not None and run.staged == sends:
-            run.phase = CommitPhase.ROUTING
-        elif run is not None:  # its first TX_SEND entries were deleted: it was done
-            del self.runs[key]
-
-    def done(self, key: int, routed: int) -> None:
-        run = self.runs.get(key)
-        if run is None:
-            return
-        if routed >= len(run.sends):
-            del self.runs[key]
-            return
-        run.sends[run.routed:routed] = [ROUTED] * (routed - run.routed)  # bodies freed
-        run.routed = routed
-
-    def dropped(self, key: int) -> None:
-        self.runs.pop(key, None)
-
-    def settle(self) -> list[CommitRun]:
-        """This server serves now: forget the undecided runs (their clients had no
-        RECEIPT); returns those."""
-        undecided = [r for r in self.runs.values() if r.phase is CommitPhase.STAGING]
-        for run in undecided:
-            del self.runs[run.key]
-        return undecided
-
-    def holds(self, segment_id: int) -> bool:
-        """A run under way needs this segment (store/store.py compacts and deletes it
-        later)."""
-        return any(run.segment == segment_id for run in self.runs.values())
-
-
-class CommitStep(NamedTuple):
-    """What one `step_commits` did."""
-
-    finished: list[CommitRun]  # the runs it finished: DONE, or DROPPED with their outcome
-    staged: int  # sends it journaled (TX_SEND)
-    routed: int  # sends it routed
-
-
-ROUTED = PendingSend("", {}, b"")  # in place of a send routed already: its body is free
-
-
-def staged_bytes(send: PendingSend) -> int:
-    """What a send waiting for its COMMIT counts in the server's memory."""
-    return 64 + len(send.body) + sum(map(len, send.headers)) \
-        + sum(map(len, send.headers.values()))
-
-
-class Committing:
-    """The Broker's sliced COMMIT (a mixin: the Broker provides the state and helpers)."""
-
-    stats: dict[str, int]
-    records: list[rec.Record]
-    sessions: dict[int, Session]
-    reply_queues: dict[str, Queue]
-    capacity: Capacity
-    commits: CommitLedger
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _refused(self, session: Session, sends: list[PendingSend], transaction: str,
-                     journal_full: str | None) -> Outcome | None: ...  # core/broker/acking.py
-        def _route(self, session: Session | None, destination: str, kind: str, name: str,
-                   headers: dict[str, str], body: bytes, now: int,
-                   journal_full: str | None = None, admitted: bool = False) -> Outcome: ...
-        def _settle_transaction(self, tx: Transaction, now: int) -> None: ...
-        def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
+class Committing(BrokerState):
+    """The Broker's sliced COMMIT (a mixin)."""
 
     def _begin_run(self, conn_id: int, transaction: str, tx: Transaction, now: int
                    ) -> Outcome:

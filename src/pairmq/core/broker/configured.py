@@ -31,28 +31,18 @@ read them back: drop-head trims what is in memory only, as it comes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pairmq.core import records as rec
-from pairmq.core.message import Entry
+from pairmq.core.broker.state import BrokerState
 from pairmq.core.queue import Queue
 from pairmq.core.queue_args import REJECT_PUBLISH, QueueArgs
 from pairmq.core.records import Record
-from pairmq.core.settings import AddressFullPolicy, CoreSettings
+from pairmq.core.settings import AddressFullPolicy
 
 MAXLEN = "maxlen"  # the dead-letter-reason of what drop-head drops (RabbitMQ's word)
 
 
-class ConfiguredQueues:
-    """The Broker's per-queue settings (a mixin: the Broker provides the state)."""
-
-    settings: CoreSettings
-    stats: dict[str, int]
-    queue_args: dict[str, QueueArgs]  # "/queue/NAME" -> its settings, if it has any
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _consumed(self, q: Queue, entry: Entry) -> None: ...
-        def _dead_letter(self, q: Queue, entry: Entry, reason: str, now: int) -> None: ...
+class ConfiguredQueues(BrokerState):
+    """The Broker's per-queue settings (a mixin)."""
 
     def _configured(self, q: Queue, args: QueueArgs | None) -> Record:
         """Give the plain queue `q` its settings (None: the defaults); returns the DEST

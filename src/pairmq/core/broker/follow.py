@@ -14,65 +14,22 @@ yet wait in the index until it does (or are dropped, as recovery drops them).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
-from pairmq.core.broker.committing import CommitLedger
-from pairmq.core.broker.intake import BrokerEvent
+from pairmq.core.broker.state import BrokerState
 from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.commit_ledger import CommitLedger
 from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged_log import PagedLog
-from pairmq.core.producers import Producers
 from pairmq.core.queue import Address, AddressState, Queue
-from pairmq.core.queue_args import QueueArgs, args_from_text
-from pairmq.core.records import Record
-from pairmq.core.settings import AddressFullPolicy, CoreSettings
-from pairmq.core.stream_log import StreamLog
+from pairmq.core.queue_args import args_from_text
+from pairmq.core.settings import AddressFullPolicy
 
 DURABLE_PREFIX = "durable:"
 
 
-class Follow:
-    """The Broker's follower side (a mixin: the Broker provides the state and helpers)."""
-
-    settings: CoreSettings
-    addresses: dict[str, Address]
-    queues: dict[str, Queue]
-    durables: dict[str, Queue]
-    streams: dict[str, StreamLog]
-    records: list[Record]
-    events: list[BrokerEvent]
-    capacity: Capacity
-    commits: CommitLedger
-    _order_seq: int
-    moved_logs: dict[PagedLog, None]
-    _index: dict[str, dict[str, Entry]] | None
-    _unsorted: set[Queue]
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _plain_queue(self, destination: str) -> Queue: ...
-        def _configured(self, q: Queue, args: QueueArgs | None) -> Record: ...
-        def _delete_destination(self, address: Address) -> None: ...
-        def _address(self, name: str, kind: str) -> Address: ...
-        def _check_full(self, address: Address) -> None: ...
-        def _consumed(self, q: Queue, entry: Entry) -> None: ...
-        def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
-        def _stream(self, destination: str) -> StreamLog: ...
-        def _follow_stream_add(self, key: str, message: Message) -> Message: ...
-        def _follow_stream_remove(self, key: str, message_id: str, order: int = -1
-                                  ) -> Message | None: ...
-        def _settle_streams(self) -> list[Message]: ...
-        def _to_log(self, address: Address, targets: list[Queue], message: Message
-                    ) -> None: ...
-        @staticmethod
-        def _pages_to_log(address: Address) -> bool: ...
-        def _leave_log(self, q: Queue) -> None: ...
-        @staticmethod
-        def _producers_of(address: Address) -> Producers: ...
-
-    @property
-    def following(self) -> bool:
-        return self._index is not None
+class Follow(BrokerState):
+    """The Broker's follower side (a mixin)."""
 
     def start_following(self) -> None:
         """Index what the broker holds (restored from the journal, or nothing) by queue key."""

@@ -18,35 +18,17 @@ very many costs a bounded slice of a turn, not a pass over all of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pairmq.core import records as rec
-from pairmq.core.broker.intake import BrokerEvent
+from pairmq.core.broker.events import BrokerEvent
+from pairmq.core.broker.state import BrokerState
 from pairmq.core.destinations import QUEUE, TOPIC
-from pairmq.core.queue import Address, Queue
-from pairmq.core.queue_args import QueueArgs
-from pairmq.core.records import Record
-from pairmq.core.settings import CoreSettings
+from pairmq.core.queue import Address
 
 IDLE_CHECKS = 5000  # destinations looked at per call, at most
 
 
-class IdleDestinations:
-    """The Broker's auto-delete (a mixin: the Broker provides the state)."""
-
-    settings: CoreSettings
-    addresses: dict[str, Address]
-    queues: dict[str, Queue]
-    queue_args: dict[str, QueueArgs]
-    records: list[Record]
-    events: list[BrokerEvent]
-    page_wanted: dict[Queue, None]
-    _idle_since: dict[str, int]  # destination -> when a look first found it idle
-    _idle_round: list[str]  # destinations this round has still to look at
-
-    if TYPE_CHECKING:  # provided by the Broker
-        @staticmethod
-        def paged_waiting(q: Queue) -> int: ...
+class IdleDestinations(BrokerState):
+    """The Broker's auto-delete (a mixin)."""
 
     def delete_idle(self, now: int) -> list[str]:
         """Look at the next destinations of the round; delete those idle since the last

@@ -10,8 +10,6 @@ on (release held producers).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
 from pairmq.core import records as rec
 from pairmq.core.admission import (
     ACCEPTED,
@@ -23,8 +21,10 @@ from pairmq.core.admission import (
     decide,
     refusal,
 )
-from pairmq.core.broker.committing import staged_bytes
-from pairmq.core.capacity import INDEX_BYTES, Capacity, Shortage
+from pairmq.core.broker.events import BrokerEvent
+from pairmq.core.broker.state import BrokerState
+from pairmq.core.capacity import INDEX_BYTES, Shortage
+from pairmq.core.commit_ledger import staged_bytes
 from pairmq.core.destinations import QUEUE, REPLY, STREAM, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
@@ -36,10 +36,8 @@ from pairmq.core.producers import (
     stamp_of,
 )
 from pairmq.core.queue import Address, AddressState, Queue
-from pairmq.core.queue_args import QueueArgs
-from pairmq.core.records import Record
 from pairmq.core.session import BatchRest, PendingSend, Session, Transaction
-from pairmq.core.settings import AddressFullPolicy, CoreSettings
+from pairmq.core.settings import AddressFullPolicy
 from pairmq.protocol.batch import SEND_BATCH_HEADER
 
 _NAMED = (QUEUE, TOPIC, STREAM)  # kinds whose address is found by the destination's name
@@ -60,51 +58,8 @@ TRANSPORT_HEADERS = frozenset({
 })
 
 
-class BrokerEvent(NamedTuple):
-    # "address-full" | "address-resumed" (a destination passed its limit / is back under
-    # it) | "server-full" | "server-resumed" (a server-wide guard; detail is the sentence
-    # to log) | "expired" | "dead-lettered"
-    kind: str
-    address: Address | None
-    detail: str = ""
-
-
-class Intake:
-    """The Broker's SEND path (a mixin: the Broker provides the state and the helpers
-    named below)."""
-
-    settings: CoreSettings
-    id_prefix: str
-    sessions: dict[int, Session]
-    addresses: dict[str, Address]
-    reply_queues: dict[str, Queue]
-    queue_args: dict[str, QueueArgs]  # core/broker/configured.py
-    stats: dict[str, int]
-    records: list[Record]
-    events: list[BrokerEvent]
-    capacity: Capacity
-    _message_seq: int
-    _order_seq: int
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _session(self, conn_id: int) -> Session: ...
-        @staticmethod
-        def _tx(session: Session, transaction: str) -> Transaction: ...
-        def _may_create(self, destination: str, kind: str) -> None: ...
-        def _plain_queue(self, destination: str) -> Queue: ...
-        def _temp_queue(self, session: Session, name: str) -> Queue: ...
-        def _reply_temp_queue(self, session: Session, name: str, now: int) -> None: ...
-        def _queue_expires(self, destination: str, expires: int, now: int) -> int: ...
-        def _bound(self, q: Queue, now: int) -> None: ...
-        def _address(self, name: str, kind: str) -> Address: ...
-        def _dispatch(self, q: Queue, now: int) -> None: ...
-        def _stream_route(self, destination: str, stored: dict[str, str], body: bytes,
-                          now: int) -> Outcome: ...
-        def _dup_address(self, destination: str) -> Address: ...
-        def _to_log(self, address: Address, targets: list[Queue], message: Message
-                    ) -> None: ...
-        @staticmethod
-        def _pages_to_log(address: Address) -> bool: ...
+class Intake(BrokerState):
+    """The Broker's SEND path (a mixin)."""
 
     def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,
              now: int, transaction: str | None = None,

@@ -13,12 +13,12 @@ back in windows; the caller calls again once the store read them (`Done.paged_le
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pairmq.core import records as rec
+from pairmq.core.broker.state import BrokerState
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry, Message
-from pairmq.core.queue import Address, Queue
+from pairmq.core.queue import Queue
 
 RETRY_HEADERS = ("original-destination", "dead-letter-reason")  # dropped on a retry
 
@@ -33,24 +33,8 @@ class Done:
     stopped: str | None = None  # why a move stopped before its limit (None: it did not)
 
 
-class Operations:
-    """The Broker's operator actions (a mixin: the Broker provides state and helpers)."""
-
-    queues: dict[str, Queue]
-    records: list[rec.Record]
-    page_wanted: dict[Queue, None]
-    _order_seq: int
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _consumed(self, q: Queue, entry: Entry) -> None: ...
-        def _plain_queue(self, destination: str) -> Queue: ...
-        def _enqueue(self, q: Queue, entry: Entry, now: int) -> None: ...
-        def _to_log(self, address: Address, targets: list[Queue], message: Message
-                    ) -> None: ...
-        @staticmethod
-        def _pages_to_log(address: Address) -> bool: ...
-        @staticmethod
-        def paged_waiting(q: Queue) -> int: ...
+class Operations(BrokerState):
+    """The Broker's operator actions (a mixin)."""
 
     def purge(self, destination: str) -> Done:
         """Remove every message waiting in a queue."""

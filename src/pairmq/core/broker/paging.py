@@ -14,9 +14,9 @@ store reads comes in as an input, like `now`.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
-from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.broker.state import BrokerState
+from pairmq.core.capacity import INDEX_BYTES
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged_log import PagedLog
 from pairmq.core.queue import Address, Queue
@@ -26,20 +26,8 @@ PAGE_LOW = 256  # paged-in messages under which a queue with consumers asks for 
 PAGE_WINDOW = 1024  # messages one window brings back, at most
 
 
-class Paging:
-    """The Broker's paging (a mixin: the Broker provides the state and helpers)."""
-
-    capacity: Capacity
-    stats: dict[str, int]
-    durables: dict[str, Queue]
-    page_wanted: dict[Queue, None]  # queues asking for their next window, in order
-    moved_logs: dict[PagedLog, None]  # logs whose readers moved: the store may release
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _dispatch(self, q: Queue, now: int) -> None: ...
-        def _check_full(self, address: Address) -> None: ...
-        def _plain_queue(self, destination: str) -> Queue: ...
-        def _stream_located(self, log: PagedLog) -> None: ...
+class Paging(BrokerState):
+    """The Broker's paging (a mixin)."""
 
     def _to_log(self, address: Address, targets: list[Queue], message: Message) -> None:
         """The message lives in the journal only; each durable queue reads it in turn."""

@@ -11,30 +11,11 @@ back to its queue (redelivered), as a NACK would send it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pairmq.core.message import Entry
-from pairmq.core.queue import Queue
-from pairmq.core.session import Session
-from pairmq.core.stream_log import Outgoing
+from pairmq.core.broker.state import BrokerState
 
 
-class Resume:
-    """The Broker's parking of sessions (a mixin: the Broker provides state and helpers)."""
-
-    sessions: dict[int, Session]
-    outbox: dict[int, list[Outgoing]]
-    _capped: set[int]
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _session(self, conn_id: int) -> Session: ...
-        def _return(self, q: Queue, entries: list[Entry], now: int) -> None: ...
-        def _dispatch(self, q: Queue, now: int) -> None: ...
-        def _resume_cursors(self, session: Session, last_ack: int) -> int: ...
-        def _feed_streams(self, session: Session) -> None: ...
-        @staticmethod
-        def _forget_legacy(session: Session, sub_id: str, message_id: str,
-                           ack_id: str) -> None: ...
+class Resume(BrokerState):
+    """The Broker's parking of sessions (a mixin)."""
 
     def park_session(self, conn_id: int) -> None:
         """The connection broke: keep the session, hand it nothing more. Deliveries not

@@ -10,27 +10,24 @@ treat them as they treat any persistent message. A group commit is a GROUP recor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Outcome
-from pairmq.core.capacity import INDEX_BYTES, Capacity
+from pairmq.core.broker.state import BrokerState
+from pairmq.core.capacity import INDEX_BYTES
 from pairmq.core.destinations import STREAM, STREAM_PREFIX, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Entry, Message
 from pairmq.core.paged_log import PagedLog
 from pairmq.core.queue import Address
-from pairmq.core.records import Record
 from pairmq.core.replay import Replay
 from pairmq.core.selective import stream_match
 from pairmq.core.session import Session
-from pairmq.core.settings import AddressFullPolicy, CoreSettings
+from pairmq.core.settings import AddressFullPolicy
 from pairmq.core.stream_log import (
     BATCH_HEADER,
     END_HEADER,
     OFFSET_HEADER,
     CursorState,
-    Outgoing,
     StartKind,
     StreamBatch,
     StreamCursor,
@@ -45,34 +42,8 @@ _SERVER_HEADERS = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit
 STREAM_READ = 1000  # records read back from the journal for one plain (unbatched) cursor
 
 
-class Streams:
-    """The Broker's streams (a mixin: the Broker provides the state and helpers)."""
-
-    settings: CoreSettings
-    id_prefix: str
-    streams: dict[str, StreamLog]
-    addresses: dict[str, Address]
-    sessions: dict[int, Session]
-    outbox: dict[int, list[Outgoing]]
-    records: list[Record]
-    stats: dict[str, int]
-    capacity: Capacity
-    _capped: set[int]
-    stream_reads: dict[StreamCursor, None]  # cursors whose next records are only on disk
-    moved_logs: dict[PagedLog, None]
-    _message_seq: int
-    _order_seq: int
-
-    if TYPE_CHECKING:  # provided by the Broker
-        def _session(self, conn_id: int) -> Session: ...
-        def _may_create(self, destination: str, kind: str) -> None: ...
-        def _server_changed(self, change: tuple[bool, str] | None) -> None: ...
-        def _remember_dup(self, address: Address, dup_id: str) -> None: ...
-        @property
-        def following(self) -> bool: ...
-        @staticmethod
-        def _forget_legacy(session: Session, sub_id: str, message_id: str,
-                           ack_id: str) -> None: ...
+class Streams(BrokerState):
+    """The Broker's streams (a mixin)."""
 
     # ----------------------------------------------------------------- the log
 

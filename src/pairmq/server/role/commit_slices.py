@@ -18,7 +18,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol
 
-from pairmq.core.broker.committing import CommitRun, CommitStep
+from pairmq.core.commit_ledger import CommitRun, CommitStep
 from pairmq.server.guards.turn_budget import SliceSize
 from pairmq.server.role.confirmations import Ticket
 

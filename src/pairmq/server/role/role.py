@@ -25,7 +25,7 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from pairmq.core import Broker, BrokerEvent, CoreError, Message
-from pairmq.core.broker.committing import CommitRun, CommitStep
+from pairmq.core.commit_ledger import CommitRun, CommitStep
 from pairmq.core.queue import Address
 from pairmq.core.stream_log import Outgoing
 from pairmq.protocol import Frame

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from pairmq.core import Broker
 from pairmq.core.admission import Outcome
-from pairmq.core.broker.committing import CommitRun
+from pairmq.core.commit_ledger import CommitRun
 from pairmq.core.queue import Address
 from pairmq.core.stream_log import Outgoing
 from pairmq.protocol import Frame, FrameParser, HeartbeatClock

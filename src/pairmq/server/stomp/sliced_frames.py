@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from pairmq.core import CoreError
-from pairmq.core.broker.committing import CommitPhase, CommitRun
+from pairmq.core.commit_ledger import CommitPhase, CommitRun
 from pairmq.protocol import Frame
 from pairmq.server.clock import now_ms
 from pairmq.server.role.confirmations import Ticket

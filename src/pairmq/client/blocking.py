@@ -1,16 +1,15 @@
 """The blocking failover client: usable from any number of threads.
 
 A thin driver around the sans-IO `Engine`: one I/O thread per client opens connections,
-reads the socket, keeps time (heart-beats, retries) and calls the failover listeners;
-application threads call the engine under one lock and write what it produced. Every wait
-is a `threading.Condition` on that lock, notified after each batch the I/O thread applies.
+reads the socket, keeps time (heart-beats, retries) and calls the failover listeners
+(client/blocking_io.py); application threads call the engine under one lock and write what
+it produced. Every wait is a `threading.Condition` on that lock, notified after each batch
+the I/O thread applies.
 """
 
 from __future__ import annotations
 
 import logging
-import select
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,21 +17,21 @@ from contextlib import contextmanager
 from typing import Any
 
 from pairmq.client.batching import BatchItem, pack_batch
+from pairmq.client.blocking_io import BlockingIO
 from pairmq.client.engine import Engine
 from pairmq.client.errors import CallTimeout, ClientClosed, ClientError, ConnectionFailed
 from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions
 from pairmq.client.outbox import Outbox
-from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.outcomes import Outcome
+from pairmq.client.results import FailoverEvent, Message, Op, SendResult
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
-from pairmq.client.tls import TlsSocket, client_context, tls_failure
 from pairmq.client.waiting import Waiting, outcome_of
 
 log = logging.getLogger("pairmq.client")
 
 Listener = Callable[[FailoverEvent], None]
-READ_BYTES = 256 * 1024
 
 
 class Subscription:
@@ -72,13 +71,14 @@ class Client:
         self.options = options
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._write_lock = threading.Lock()
         self._engine = Engine(options, time.monotonic(), name)
-        self._socket: tuple[int, socket.socket | TlsSocket] | None = None
-        self._tls = client_context(options)  # None: plaintext
+        # the socket and the I/O thread (client/blocking_io.py)
+        self._io = BlockingIO(self._engine, self._lock, self._cond, options,
+                              self._after_batch)
+        # bound once: the send path calls them for every message
+        self._flush = self._io.flush
+        self._wake = self._io.wake
         self._listeners: list[Listener] = []
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
         self._outbox: Outbox | None = None
         self._outbox_lock = threading.Lock()
         if options.outbox:
@@ -89,7 +89,6 @@ class Client:
                 result = self._engine.send(stored.destination, stored.body, stored.headers,
                                            True, now, outbox_id=stored.seq)
                 result.outcome = Outcome.STORED
-        self._io = threading.Thread(target=self._run, name="pairmq-client", daemon=True)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -112,7 +111,7 @@ class Client:
         """Wait (up to `timeout` s, default call_timeout) for the persistent messages sent
         so far to be confirmed, then DISCONNECT. With an outbox, what is not confirmed by
         then stays in it for the next client on the same file."""
-        if self._engine.link in (Link.CLOSED, Link.FAILED) and not self._io.is_alive():
+        if self._engine.link in (Link.CLOSED, Link.FAILED) and not self._io.running():
             return
         if timeout is None:
             timeout = self.options.call_timeout / 1000
@@ -132,8 +131,7 @@ class Client:
             if self._engine.link is not Link.CLOSED:
                 self._engine.lost("closed by the application", time.monotonic())
         self._wake()
-        if threading.current_thread() is not self._io:
-            self._io.join(5.0)
+        self._io.join(5.0)
         if self._outbox is not None:
             self._outbox.close()
 
@@ -404,83 +402,7 @@ class Client:
         if self._engine.link in (Link.CLOSED, Link.FAILED, Link.CLOSING):
             raise self._engine.closed_error()
 
-    # ------------------------------------------------------------ I/O
-
-    def _flush(self, block: bool = True) -> None:
-        """Write what the engine produced, in order, on its current socket."""
-        engine = self._engine
-        while True:
-            if not self._write_lock.acquire(blocking=block):
-                return
-            try:
-                while True:
-                    with self._lock:
-                        socket_id, data = engine.take_output()
-                        current = self._socket
-                    if not data:
-                        break
-                    if current is None or current[0] != socket_id:
-                        continue  # that socket is gone: the engine writes again as needed
-                    try:
-                        current[1].sendall(data)
-                    except OSError as e:
-                        with self._cond:
-                            if engine.wants_socket(socket_id):
-                                engine.lost(f"write failed: {e}", time.monotonic())
-                            self._cond.notify_all()
-                        self._wake()
-            finally:
-                self._write_lock.release()
-            with self._lock:
-                if not engine.has_output():
-                    return
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except Exception as e:
-            log.exception("pairmq client I/O thread failed")
-            with self._cond:
-                self._engine.give_up(ClientError(f"internal client error: {e!r}"),
-                                     time.monotonic())
-                self._cond.notify_all()
-        finally:
-            self._close_socket()
-            with self._cond:
-                self._cond.notify_all()
-
-    def _loop(self) -> None:
-        engine = self._engine
-        while True:
-            now = time.monotonic()
-            with self._cond:
-                engine.tick(now)
-                if self._socket is not None and not engine.wants_socket(self._socket[0]):
-                    self._close_socket()
-                plan = None if self._socket is not None else engine.next_attempt(now)
-                link = engine.link
-                deadline = engine.next_deadline()
-                forwarded = engine.take_forwarded()
-                restamped = engine.take_restamped()
-                events = engine.take_events()
-                self._cond.notify_all()
-            self._after_batch(forwarded, events, restamped)
-            if link in (Link.CLOSED, Link.FAILED):
-                return
-            self._flush(block=False)
-            if self._socket is None:
-                if plan is not None:
-                    self._attempt(*plan)
-                else:
-                    self._sleep(0.05)
-                continue
-            self._read(deadline)
+    # ------------------------------------------------------------ after each batch (I/O thread)
 
     def _after_batch(self, forwarded: list[int], events: list[FailoverEvent],
                      restamped: list[tuple[int, dict[str, str]]]) -> None:
@@ -497,92 +419,6 @@ class Client:
                     listener(event)
                 except Exception:
                     log.exception("failover listener %r failed", listener)
-
-    def _attempt(self, address: tuple[str, int], at: float) -> None:
-        delay = at - time.monotonic()
-        if delay > 0:
-            self._sleep(delay)
-            return  # decided again: the client may have been closed meanwhile
-        with self._lock:
-            self._engine.trying(address)
-        sock: socket.socket | TlsSocket
-        try:
-            sock = socket.create_connection(address, timeout=self.options.connect_timeout / 1000)
-        except OSError as e:
-            with self._cond:
-                self._engine.attempt_failed(address, str(e) or type(e).__name__,
-                                            time.monotonic())
-            return
-        if self._tls is not None:
-            sock = TlsSocket(sock, self._tls, address[0])
-            try:
-                sock.handshake(self.options.connect_timeout / 1000)
-            except OSError as e:
-                sock.close()
-                with self._cond:
-                    self._engine.attempt_failed(address, tls_failure(e), time.monotonic())
-                return
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.options.call_timeout / 1000)
-        with self._cond:
-            if self._engine.link is not Link.CONNECTING:
-                sock.close()
-                return
-            self._engine.opened(address, time.monotonic())
-            self._socket = (self._engine.socket_id, sock)
-        self._flush()
-
-    def _read(self, deadline: float | None) -> None:
-        assert self._socket is not None
-        socket_id, sock = self._socket
-        timeout = 1.0 if deadline is None else max(0.0, min(deadline - time.monotonic(), 1.0))
-        # decrypted bytes may wait in the TLS layer, which the socket does not show
-        pending = isinstance(sock, TlsSocket) and sock.pending()
-        try:
-            readable, _, _ = select.select([sock, self._wake_r], [], [],
-                                           0.0 if pending else timeout)
-        except (OSError, ValueError):
-            readable = [sock]
-        if pending and sock not in readable:
-            readable.append(sock)
-        if self._wake_r in readable:
-            try:
-                self._wake_r.recv(4096)
-            except OSError:
-                pass
-        if sock not in readable:
-            return
-        try:
-            data = sock.recv(READ_BYTES)
-            why = "the server closed the connection"
-        except OSError as e:
-            data = b""
-            why = f"connection error: {e}"
-        if data is None:
-            return  # part of a TLS record: the rest comes with the next read
-        with self._cond:
-            if self._engine.wants_socket(socket_id):
-                if data:
-                    self._engine.receive(data, time.monotonic())
-                else:
-                    self._engine.lost(why, time.monotonic())
-            self._cond.notify_all()
-
-    def _sleep(self, seconds: float) -> None:
-        try:
-            select.select([self._wake_r], [], [], min(seconds, 1.0))
-            self._wake_r.recv(4096)
-        except (OSError, BlockingIOError):
-            pass
-
-    def _close_socket(self) -> None:
-        current = self._socket
-        self._socket = None
-        if current is not None:
-            try:
-                current[1].close()
-            except OSError:
-                pass
 
 
 def connect(url: str | list[str] | tuple[str, ...], *,

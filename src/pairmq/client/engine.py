@@ -12,24 +12,25 @@ The link is one explicit state (client/link.py).
 Every persistent SEND outside a transaction carries a producer stamp (client/sequences.py)
 and a receipt, and stays in `unconfirmed` until its RECEIPT, whatever happens to the
 connection; inside a transaction it carries a `dup-id`. What a failover does to the rest is
-client/recovery.py's part of the engine.
+client/recovery.py's part of the engine, BEGIN/COMMIT/ABORT client/transacting.py's; the
+state the parts share, and the steps they ask of one another, are client/engine_state.py.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from pairmq.client.errors import AckFailed, ClientClosed, ClientError, ConnectionFailed, ServerError
-from pairmq.client.link import LINK, Link
-from pairmq.client.options import Address, ClientOptions
+from pairmq.client.link import Link
+from pairmq.client.options import Address
+from pairmq.client.outcomes import Outcome
 from pairmq.client.recovery import Recovery
-from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
-from pairmq.client.sequences import Sequences, message_count, new_producer_id
+from pairmq.client.results import FailoverEvent, Message, Op, SendResult
+from pairmq.client.sequences import message_count
 from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState, SubState
-from pairmq.client.topology import Attempts, Servers
-from pairmq.client.transactions import Transacting, Transaction, TxOp, TxState
+from pairmq.client.topology import Attempts
+from pairmq.client.transacting import Transacting
+from pairmq.client.transactions import Transaction, TxOp, TxState
 from pairmq.protocol import ClientSession, Frame, ProtocolError, SessionState
 from pairmq.protocol.batch import SEND_BATCH_HEADER
 
@@ -38,52 +39,8 @@ _FATAL = ("authentication failed", "no common STOMP version")
 
 
 class Engine(Recovery, Transacting):
-    """One failover client's state; not thread-safe (the drivers serialise calls)."""
-
-    def __init__(self, options: ClientOptions, now: float, name: str | None = None) -> None:
-        self.options = options
-        self.name = name or uuid.uuid4().hex[:12]
-        self.sequences = Sequences(new_producer_id(self.name))  # client/sequences.py
-        self.restamped: list[tuple[int, dict[str, str]]] = []  # outbox rows renumbered
-        self.link = Link.CONNECTING
-        self.servers = Servers(options.servers)
-        rounds = -1 if options.outbox else options.initial_connect_attempts
-        self.attempts: Attempts | None = Attempts(self.servers, options, rounds, now)
-        self.error: ClientError | None = None  # why the client FAILED
-        # the current socket
-        self.session: ClientSession | None = None
-        self.address: Address | None = None
-        self.socket_id = 0
-        self._connect_deadline = 0.0
-        self._out: list[bytes] = []
-        self._handed = 0  # frames of this socket the driver has taken to write
-        # the current session (a resume keeps it, a fresh one replaces it)
-        self.generation = 0  # 0 until the first CONNECTED
-        self._resume: dict[str, str] | None = None  # token and key, when the server grants
-        self._last_ack = 0  # highest ack id received on this session
-        # what the server owes
-        self._seq = 0
-        self.unconfirmed: dict[str, SendResult] = {}  # persistent, outside transactions
-        self._awaiting: dict[str, tuple[int, Op]] = {}  # receipt -> (frame index, op)
-        self._log: deque[tuple[int, Frame, Op | None]] = deque()  # may be written again
-        self._pending: deque[tuple[Frame, Op | None, bool]] = deque()  # waiting for UP
-        self._resend: list[SendResult] = []  # after recovery, before the pending frames
-        self._acks: deque[AckOp] = deque()  # ACKs written on this session, unconfirmed
-        self._ack_receipt: str | None = None  # the one ACK receipt asked for, if any
-        self.in_doubt: OrderedDict[AckKey, None] = OrderedDict()
-        self.subscriptions: dict[str, SubscriptionState] = {}
-        self._recovering: dict[str, SubscriptionState] = {}  # resubscribe receipt -> subscription
-        self._granted: dict[str, str] | None = None  # resume token and key, until UP
-        self.tx: Transaction | None = None
-        self.forwarded: list[int] = []  # outbox rows confirmed since the driver last looked
-        # failover bookkeeping
-        self._failed_at: float | None = None
-        self._failed_server: str | None = None
-        self._failure: str = ""
-        self._rolled_back: tuple[str, ...] = ()
-        self.events: list[FailoverEvent] = []
-        self.stats = {"failovers": 0, "resumed": 0, "resent": 0, "in_doubt_acked": 0,
-                      "rolled_back": 0}
+    """One failover client; not thread-safe (the drivers serialise calls). Its state and
+    how its parts share it: client/engine_state.py."""
 
     def take_forwarded(self) -> list[int]:
         forwarded, self.forwarded = self.forwarded, []
@@ -101,16 +58,6 @@ class Engine(Recovery, Transacting):
 
     # ------------------------------------------------------------ small helpers
 
-    def _move(self, event: str) -> None:
-        next_link = LINK.get((self.link, event))
-        if next_link is None:
-            raise ClientError(f"internal: {event} while the link is {self.link}")
-        self.link = next_link
-
-    def _next_id(self, prefix: str) -> str:
-        self._seq += 1
-        return f"{prefix}{self._seq}"
-
     def new_dup_id(self) -> str:
         self._seq += 1
         return f"{self.name}-{self._seq}"
@@ -125,12 +72,6 @@ class Engine(Recovery, Transacting):
         numbers as it has messages) this client's next producer numbers, unless it has a
         stamp already."""
         self.sequences.stamp(headers, destination, message_count(headers))
-
-    @property
-    def server(self) -> str | None:
-        """HOST:PORT of the server the client is connected to (or last was)."""
-        address = self.servers.current
-        return f"{address[0]}:{address[1]}" if address else None
 
     def failing_since(self) -> float | None:
         """When the current failover began (None: not failing over)."""

@@ -22,7 +22,7 @@ from pairmq.core.settings import (
 )
 from pairmq.protocol.limits import HEADERS_ADDED
 from pairmq.server.tls import CLIENT_AUTH, TlsError, TlsFiles, build
-from pairmq.store.store import FULL_POLICIES, StoreSettings
+from pairmq.store.settings import FULL_POLICIES, StoreSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 HA_POLICIES = ("none", "replication", "shared-store")

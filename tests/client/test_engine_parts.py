@@ -30,7 +30,8 @@ def stubs_of(cls: type) -> list[str]:
 
 
 def test_the_state_base_declares_the_steps_the_parts_ask_of_one_another() -> None:
-    assert stubs_of(EngineState) == ["_emit", "_write", "_write_pending", "_done"]
+    assert stubs_of(EngineState) == ["_emit", "_write", "_write_pending", "_done",
+                                     "_ack_frame", "_finish_all"]
 
 
 def test_every_step_is_defined_by_the_part_its_docstring_names() -> None:

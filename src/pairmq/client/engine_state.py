@@ -1,12 +1,13 @@
 """What the parts of the failover client's engine share: its state, the one way the link
 changes, the ids it numbers frames with, and the steps each part asks of another.
 
-`Engine` (client/engine.py) is written in three parts, one file each: what the driver and
-the server tell it and what the application asks (engine.py), what a failover does to what
-was in flight (recovery.py), and the client's transaction (transactions.py). Each part
-extends this class, so every member a part reads is declared here, with its type; a step
-one part asks of another is declared below with its signature, and defined by the part
-that owns it (tests/client/test_engine_parts.py checks that the Engine defines each).
+`Engine` (client/engine.py) is written in four parts, one file each: what the driver and
+the server tell it, and what it writes (engine.py), what the application asks
+(application_calls.py), what a failover does to what was in flight (recovery.py), and the
+client's transaction (transacting.py). Each part extends this class, so every member a
+part reads is declared here, with its type; a step one part asks of another is declared
+below with its signature, and defined by the part that owns it
+(tests/client/test_engine_parts.py checks that the Engine defines each).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict, deque
 
-from pairmq.client.errors import ClientError
+from pairmq.client.errors import ClientClosed, ClientError
 from pairmq.client.link import LINK, Link
 from pairmq.client.options import Address, ClientOptions
 from pairmq.client.results import FailoverEvent, Op, SendResult
@@ -81,6 +82,12 @@ class EngineState:
         address = self.servers.current
         return f"{address[0]}:{address[1]}" if address else None
 
+    def closed_error(self) -> ClientError:
+        """What a call on a closed (or given up) client raises."""
+        if self.link is Link.FAILED and self.error is not None:
+            return ClientClosed(f"the client gave up: {self.error}")
+        return ClientClosed("the client is closed")
+
     # ------------------------------------------------------------ the link, ids
 
     def _move(self, event: str) -> None:
@@ -110,4 +117,13 @@ class EngineState:
 
     def _done(self, receipt: str, op: Op, now: float) -> None:
         """What a RECEIPT (or a resumed session) confirms (engine.py)."""
+        raise NotImplementedError
+
+    def _ack_frame(self, keys: list[AckKey], ack_id: str, tx: Transaction | None,
+                   command: str, now: float) -> Op:
+        """An ACK or NACK (application_calls.py)."""
+        raise NotImplementedError
+
+    def _finish_all(self, error: ClientError) -> None:
+        """Closed or given up: every operation still open ends (recovery.py)."""
         raise NotImplementedError

@@ -75,9 +75,6 @@ class Client:
         # the socket and the I/O thread (client/blocking_io.py)
         self._io = BlockingIO(self._engine, self._lock, self._cond, options,
                               self._after_batch)
-        # bound once: the send path calls them for every message
-        self._flush = self._io.flush
-        self._wake = self._io.wake
         self._listeners: list[Listener] = []
         self._outbox: Outbox | None = None
         self._outbox_lock = threading.Lock()
@@ -121,8 +118,8 @@ class Client:
             pass
         with self._lock:
             op = self._engine.close(time.monotonic())
-        self._flush()
-        self._wake()
+        self._io.flush()
+        self._io.wake()
         try:
             self._wait(op, min(timeout, 5.0), raise_on_failure=False)
         except ClientError:
@@ -130,7 +127,7 @@ class Client:
         with self._lock:
             if self._engine.link is not Link.CLOSED:
                 self._engine.lost("closed by the application", time.monotonic())
-        self._wake()
+        self._io.wake()
         self._io.join(5.0)
         if self._outbox is not None:
             self._outbox.close()
@@ -157,7 +154,7 @@ class Client:
         return self._settle(self.send_async(destination, body, headers, persistent), timeout)
 
     def _settle(self, result: SendResult, timeout: float | None) -> SendResult:
-        self._flush()  # this call waits: nothing of it may wait for another answer
+        self._io.flush()  # this call waits: nothing of it may wait for another answer
         if result.outcome is Outcome.PENDING and result.transaction is None:
             self._wait(result, timeout, raise_on_failure=False)
             if not result.done:
@@ -205,7 +202,7 @@ class Client:
                                  app_dup_ids=_app_dup_ids)
             later = engine.may_wait_to_write()
         if not later:
-            self._flush()
+            self._io.flush()
         result.waiter = self._wait
         return result
 
@@ -225,7 +222,7 @@ class Client:
                                            outbox_id=seq)
                 if not result.done:
                     result.outcome = Outcome.STORED
-        self._flush()
+        self._io.flush()
         result.waiter = self._wait
         return result
 
@@ -255,7 +252,7 @@ class Client:
         after every failover, with the same id and headers."""
         with self._lock:
             state, op = self._engine.subscribe(destination, ack, headers, id, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
         return Subscription(self, state)
 
@@ -267,7 +264,7 @@ class Client:
         with self._lock:
             state, op = self._engine.subscribe(destination, "auto", info_headers(must_exist),
                                                None, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
         offsets = offsets_from_receipt(destination, op.receipt_headers)
         self._unsubscribe(state, None)
@@ -276,7 +273,7 @@ class Client:
     def _unsubscribe(self, state: SubscriptionState, headers: dict[str, str] | None) -> None:
         with self._lock:
             op = self._engine.unsubscribe(state.id, headers, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None, raise_on_failure=False)
 
     def _receive(self, state: SubscriptionState, timeout: float | None) -> Message | None:
@@ -307,14 +304,14 @@ class Client:
             self._engine.ack(message, time.monotonic())
             later = self._engine.may_wait_to_write()
         if not later:
-            self._flush()
+            self._io.flush()
 
     def nack(self, message: Message) -> None:
         """Give a message back to its queue (it comes again, redelivered)."""
         with self._cond:
             self._wait_connected("nack")
             self._engine.ack(message, time.monotonic(), nack=True)
-        self._flush()
+        self._io.flush()
 
     def _wait_connected(self, what: str) -> None:
         """While a failover is under way (lock held): until it ends, by the usual rules."""
@@ -331,7 +328,7 @@ class Client:
         """Start the client's transaction: sends and acks go in it until commit()/abort()."""
         with self._lock:
             op = self._engine.begin(time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
 
     def commit(self) -> None:
@@ -339,13 +336,13 @@ class Client:
         TransactionOutcomeUnknown if the failover cut the COMMIT itself off."""
         with self._lock:
             op = self._engine.end_transaction(True, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
 
     def abort(self) -> None:
         with self._lock:
             op = self._engine.end_transaction(False, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None, raise_on_failure=False)
 
     @contextmanager
@@ -387,7 +384,7 @@ class Client:
         """Until `op` is final (see client/waiting.py for how long)."""
         engine = self._engine
         if not op.done:
-            self._flush()  # whatever the engine holds back for the reader goes out now
+            self._io.flush()  # whatever the engine holds back for the reader goes out now
         with self._cond:
             if not op.done:
                 waiting = Waiting(self.options, timeout, op.kind, time.monotonic())

@@ -84,7 +84,8 @@ class _Flag:
 def build_with_api(journal: Path, messages: int, size: int, segment_bytes: int) -> dict[str, Any]:
     """Journal `messages` persistent SENDs through Broker + Store, as the server would."""
     from pairmq.core import Broker, CoreSettings
-    from pairmq.store.store import Store, StoreSettings
+    from pairmq.store.settings import StoreSettings
+    from pairmq.store.store import Store
 
     async def build() -> dict[str, Any]:
         loop = asyncio.get_running_loop()

@@ -28,7 +28,8 @@ from pairmq.store.records import (
     encode_producer,
 )
 from pairmq.store.segments import list_segments
-from pairmq.store.store import Store, StoreSettings
+from pairmq.store.settings import StoreSettings
+from pairmq.store.store import Store
 from pairmq.store.writer import IOV_MAX, write_all
 
 NOW = 1_700_000_000_000

@@ -12,7 +12,8 @@ from pathlib import Path
 from pairmq.core import Broker, CoreSettings
 from pairmq.store.records import RECORD_HEADER
 from pairmq.store.segments import list_segments, read_records
-from pairmq.store.store import Store, StoreSettings
+from pairmq.store.settings import StoreSettings
+from pairmq.store.store import Store
 from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
 from tests.support.journal import broker_snapshot, content_only
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from pairmq.core import Broker, CoreSettings
 from pairmq.store.segments import list_segments
-from pairmq.store.store import Store, StoreSettings
+from pairmq.store.settings import StoreSettings
+from pairmq.store.store import Store
 from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
 from tests.support.journal import broker_snapshot
 

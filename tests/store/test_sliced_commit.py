@@ -13,7 +13,8 @@ import pytest
 from pairmq.core import Broker
 from pairmq.core.broker.committing import COMMIT_SLICE, STAGE_SLICE
 from pairmq.store.segments import list_segments
-from pairmq.store.store import Store, StoreSettings
+from pairmq.store.settings import StoreSettings
+from pairmq.store.store import Store
 from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
 from tests.store.test_mirror import Backup
 

@@ -12,7 +12,8 @@ from pairmq.core import Broker, CoreSettings
 from pairmq.core.settings import Retention
 from pairmq.core.stream_log import HOT
 from pairmq.store.segments import list_segments
-from pairmq.store.store import Store, StoreSettings
+from pairmq.store.settings import StoreSettings
+from pairmq.store.store import Store
 from tests.store.test_journal import NOW, close, persist, synced
 from tests.store.test_mirror import Backup
 

@@ -23,7 +23,9 @@ from pairmq.store.records import (
     decode_lone_add,
     encode_add,
 )
-from pairmq.store.store import RecoveryReport, Store, StoreSettings
+from pairmq.store.recovery import RecoveryReport
+from pairmq.store.settings import StoreSettings
+from pairmq.store.store import Store
 from pairmq.store.summary import decode_summary
 from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
 from tests.store.test_mirror import LIMIT, Backup, workload

@@ -28,7 +28,8 @@ from pairmq.client.errors import (
     TransactionRolledBack,
 )
 from pairmq.client.options import OPTIONS, ClientOptions, parse_options
-from pairmq.client.results import EventKind, FailoverEvent, Message, Outcome, SendResult
+from pairmq.client.outcomes import Outcome
+from pairmq.client.results import EventKind, FailoverEvent, Message, SendResult
 
 __all__ = [
     "OPTIONS",

@@ -21,7 +21,8 @@ from pairmq.client.errors import CallTimeout, ClientError, ConnectionFailed
 from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions, parse_options
 from pairmq.client.outbox import Outbox
-from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.outcomes import Outcome
+from pairmq.client.results import FailoverEvent, Message, Op, SendResult
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
 from pairmq.client.tls import client_context, tls_failure

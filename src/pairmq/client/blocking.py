@@ -1,16 +1,15 @@
 """The blocking failover client: usable from any number of threads.
 
 A thin driver around the sans-IO `Engine`: one I/O thread per client opens connections,
-reads the socket, keeps time (heart-beats, retries) and calls the failover listeners;
-application threads call the engine under one lock and write what it produced. Every wait
-is a `threading.Condition` on that lock, notified after each batch the I/O thread applies.
+reads the socket, keeps time (heart-beats, retries) and calls the failover listeners
+(client/blocking_io.py); application threads call the engine under one lock and write what
+it produced. Every wait is a `threading.Condition` on that lock, notified after each batch
+the I/O thread applies.
 """
 
 from __future__ import annotations
 
 import logging
-import select
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,21 +17,21 @@ from contextlib import contextmanager
 from typing import Any
 
 from pairmq.client.batching import BatchItem, pack_batch
+from pairmq.client.blocking_io import BlockingIO
 from pairmq.client.engine import Engine
 from pairmq.client.errors import CallTimeout, ClientClosed, ClientError, ConnectionFailed
 from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions
 from pairmq.client.outbox import Outbox
-from pairmq.client.results import FailoverEvent, Message, Op, Outcome, SendResult
+from pairmq.client.outcomes import Outcome
+from pairmq.client.results import FailoverEvent, Message, Op, SendResult
 from pairmq.client.streams import info_headers, offsets_from_receipt, stream_destination
 from pairmq.client.subscriptions import SubscriptionState
-from pairmq.client.tls import TlsSocket, client_context, tls_failure
 from pairmq.client.waiting import Waiting, outcome_of
 
 log = logging.getLogger("pairmq.client")
 
 Listener = Callable[[FailoverEvent], None]
-READ_BYTES = 256 * 1024
 
 
 class Subscription:
@@ -72,13 +71,11 @@ class Client:
         self.options = options
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._write_lock = threading.Lock()
         self._engine = Engine(options, time.monotonic(), name)
-        self._socket: tuple[int, socket.socket | TlsSocket] | None = None
-        self._tls = client_context(options)  # None: plaintext
+        # the socket and the I/O thread (client/blocking_io.py)
+        self._io = BlockingIO(self._engine, self._lock, self._cond, options,
+                              self._after_batch)
         self._listeners: list[Listener] = []
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
         self._outbox: Outbox | None = None
         self._outbox_lock = threading.Lock()
         if options.outbox:
@@ -89,7 +86,6 @@ class Client:
                 result = self._engine.send(stored.destination, stored.body, stored.headers,
                                            True, now, outbox_id=stored.seq)
                 result.outcome = Outcome.STORED
-        self._io = threading.Thread(target=self._run, name="pairmq-client", daemon=True)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -112,7 +108,7 @@ class Client:
         """Wait (up to `timeout` s, default call_timeout) for the persistent messages sent
         so far to be confirmed, then DISCONNECT. With an outbox, what is not confirmed by
         then stays in it for the next client on the same file."""
-        if self._engine.link in (Link.CLOSED, Link.FAILED) and not self._io.is_alive():
+        if self._engine.link in (Link.CLOSED, Link.FAILED) and not self._io.running():
             return
         if timeout is None:
             timeout = self.options.call_timeout / 1000
@@ -122,8 +118,8 @@ class Client:
             pass
         with self._lock:
             op = self._engine.close(time.monotonic())
-        self._flush()
-        self._wake()
+        self._io.flush()
+        self._io.wake()
         try:
             self._wait(op, min(timeout, 5.0), raise_on_failure=False)
         except ClientError:
@@ -131,9 +127,8 @@ class Client:
         with self._lock:
             if self._engine.link is not Link.CLOSED:
                 self._engine.lost("closed by the application", time.monotonic())
-        self._wake()
-        if threading.current_thread() is not self._io:
-            self._io.join(5.0)
+        self._io.wake()
+        self._io.join(5.0)
         if self._outbox is not None:
             self._outbox.close()
 
@@ -159,7 +154,7 @@ class Client:
         return self._settle(self.send_async(destination, body, headers, persistent), timeout)
 
     def _settle(self, result: SendResult, timeout: float | None) -> SendResult:
-        self._flush()  # this call waits: nothing of it may wait for another answer
+        self._io.flush()  # this call waits: nothing of it may wait for another answer
         if result.outcome is Outcome.PENDING and result.transaction is None:
             self._wait(result, timeout, raise_on_failure=False)
             if not result.done:
@@ -207,7 +202,7 @@ class Client:
                                  app_dup_ids=_app_dup_ids)
             later = engine.may_wait_to_write()
         if not later:
-            self._flush()
+            self._io.flush()
         result.waiter = self._wait
         return result
 
@@ -227,7 +222,7 @@ class Client:
                                            outbox_id=seq)
                 if not result.done:
                     result.outcome = Outcome.STORED
-        self._flush()
+        self._io.flush()
         result.waiter = self._wait
         return result
 
@@ -257,7 +252,7 @@ class Client:
         after every failover, with the same id and headers."""
         with self._lock:
             state, op = self._engine.subscribe(destination, ack, headers, id, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
         return Subscription(self, state)
 
@@ -269,7 +264,7 @@ class Client:
         with self._lock:
             state, op = self._engine.subscribe(destination, "auto", info_headers(must_exist),
                                                None, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
         offsets = offsets_from_receipt(destination, op.receipt_headers)
         self._unsubscribe(state, None)
@@ -278,7 +273,7 @@ class Client:
     def _unsubscribe(self, state: SubscriptionState, headers: dict[str, str] | None) -> None:
         with self._lock:
             op = self._engine.unsubscribe(state.id, headers, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None, raise_on_failure=False)
 
     def _receive(self, state: SubscriptionState, timeout: float | None) -> Message | None:
@@ -309,14 +304,14 @@ class Client:
             self._engine.ack(message, time.monotonic())
             later = self._engine.may_wait_to_write()
         if not later:
-            self._flush()
+            self._io.flush()
 
     def nack(self, message: Message) -> None:
         """Give a message back to its queue (it comes again, redelivered)."""
         with self._cond:
             self._wait_connected("nack")
             self._engine.ack(message, time.monotonic(), nack=True)
-        self._flush()
+        self._io.flush()
 
     def _wait_connected(self, what: str) -> None:
         """While a failover is under way (lock held): until it ends, by the usual rules."""
@@ -333,7 +328,7 @@ class Client:
         """Start the client's transaction: sends and acks go in it until commit()/abort()."""
         with self._lock:
             op = self._engine.begin(time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
 
     def commit(self) -> None:
@@ -341,13 +336,13 @@ class Client:
         TransactionOutcomeUnknown if the failover cut the COMMIT itself off."""
         with self._lock:
             op = self._engine.end_transaction(True, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None)
 
     def abort(self) -> None:
         with self._lock:
             op = self._engine.end_transaction(False, time.monotonic())
-        self._flush()
+        self._io.flush()
         self._wait(op, None, raise_on_failure=False)
 
     @contextmanager
@@ -389,7 +384,7 @@ class Client:
         """Until `op` is final (see client/waiting.py for how long)."""
         engine = self._engine
         if not op.done:
-            self._flush()  # whatever the engine holds back for the reader goes out now
+            self._io.flush()  # whatever the engine holds back for the reader goes out now
         with self._cond:
             if not op.done:
                 waiting = Waiting(self.options, timeout, op.kind, time.monotonic())
@@ -404,83 +399,7 @@ class Client:
         if self._engine.link in (Link.CLOSED, Link.FAILED, Link.CLOSING):
             raise self._engine.closed_error()
 
-    # ------------------------------------------------------------ I/O
-
-    def _flush(self, block: bool = True) -> None:
-        """Write what the engine produced, in order, on its current socket."""
-        engine = self._engine
-        while True:
-            if not self._write_lock.acquire(blocking=block):
-                return
-            try:
-                while True:
-                    with self._lock:
-                        socket_id, data = engine.take_output()
-                        current = self._socket
-                    if not data:
-                        break
-                    if current is None or current[0] != socket_id:
-                        continue  # that socket is gone: the engine writes again as needed
-                    try:
-                        current[1].sendall(data)
-                    except OSError as e:
-                        with self._cond:
-                            if engine.wants_socket(socket_id):
-                                engine.lost(f"write failed: {e}", time.monotonic())
-                            self._cond.notify_all()
-                        self._wake()
-            finally:
-                self._write_lock.release()
-            with self._lock:
-                if not engine.has_output():
-                    return
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except Exception as e:
-            log.exception("pairmq client I/O thread failed")
-            with self._cond:
-                self._engine.give_up(ClientError(f"internal client error: {e!r}"),
-                                     time.monotonic())
-                self._cond.notify_all()
-        finally:
-            self._close_socket()
-            with self._cond:
-                self._cond.notify_all()
-
-    def _loop(self) -> None:
-        engine = self._engine
-        while True:
-            now = time.monotonic()
-            with self._cond:
-                engine.tick(now)
-                if self._socket is not None and not engine.wants_socket(self._socket[0]):
-                    self._close_socket()
-                plan = None if self._socket is not None else engine.next_attempt(now)
-                link = engine.link
-                deadline = engine.next_deadline()
-                forwarded = engine.take_forwarded()
-                restamped = engine.take_restamped()
-                events = engine.take_events()
-                self._cond.notify_all()
-            self._after_batch(forwarded, events, restamped)
-            if link in (Link.CLOSED, Link.FAILED):
-                return
-            self._flush(block=False)
-            if self._socket is None:
-                if plan is not None:
-                    self._attempt(*plan)
-                else:
-                    self._sleep(0.05)
-                continue
-            self._read(deadline)
+    # ------------------------------------------------------------ after each batch (I/O thread)
 
     def _after_batch(self, forwarded: list[int], events: list[FailoverEvent],
                      restamped: list[tuple[int, dict[str, str]]]) -> None:
@@ -497,92 +416,6 @@ class Client:
                     listener(event)
                 except Exception:
                     log.exception("failover listener %r failed", listener)
-
-    def _attempt(self, address: tuple[str, int], at: float) -> None:
-        delay = at - time.monotonic()
-        if delay > 0:
-            self._sleep(delay)
-            return  # decided again: the client may have been closed meanwhile
-        with self._lock:
-            self._engine.trying(address)
-        sock: socket.socket | TlsSocket
-        try:
-            sock = socket.create_connection(address, timeout=self.options.connect_timeout / 1000)
-        except OSError as e:
-            with self._cond:
-                self._engine.attempt_failed(address, str(e) or type(e).__name__,
-                                            time.monotonic())
-            return
-        if self._tls is not None:
-            sock = TlsSocket(sock, self._tls, address[0])
-            try:
-                sock.handshake(self.options.connect_timeout / 1000)
-            except OSError as e:
-                sock.close()
-                with self._cond:
-                    self._engine.attempt_failed(address, tls_failure(e), time.monotonic())
-                return
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.options.call_timeout / 1000)
-        with self._cond:
-            if self._engine.link is not Link.CONNECTING:
-                sock.close()
-                return
-            self._engine.opened(address, time.monotonic())
-            self._socket = (self._engine.socket_id, sock)
-        self._flush()
-
-    def _read(self, deadline: float | None) -> None:
-        assert self._socket is not None
-        socket_id, sock = self._socket
-        timeout = 1.0 if deadline is None else max(0.0, min(deadline - time.monotonic(), 1.0))
-        # decrypted bytes may wait in the TLS layer, which the socket does not show
-        pending = isinstance(sock, TlsSocket) and sock.pending()
-        try:
-            readable, _, _ = select.select([sock, self._wake_r], [], [],
-                                           0.0 if pending else timeout)
-        except (OSError, ValueError):
-            readable = [sock]
-        if pending and sock not in readable:
-            readable.append(sock)
-        if self._wake_r in readable:
-            try:
-                self._wake_r.recv(4096)
-            except OSError:
-                pass
-        if sock not in readable:
-            return
-        try:
-            data = sock.recv(READ_BYTES)
-            why = "the server closed the connection"
-        except OSError as e:
-            data = b""
-            why = f"connection error: {e}"
-        if data is None:
-            return  # part of a TLS record: the rest comes with the next read
-        with self._cond:
-            if self._engine.wants_socket(socket_id):
-                if data:
-                    self._engine.receive(data, time.monotonic())
-                else:
-                    self._engine.lost(why, time.monotonic())
-            self._cond.notify_all()
-
-    def _sleep(self, seconds: float) -> None:
-        try:
-            select.select([self._wake_r], [], [], min(seconds, 1.0))
-            self._wake_r.recv(4096)
-        except (OSError, BlockingIOError):
-            pass
-
-    def _close_socket(self) -> None:
-        current = self._socket
-        self._socket = None
-        if current is not None:
-            try:
-                current[1].close()
-            except OSError:
-                pass
 
 
 def connect(url: str | list[str] | tuple[str, ...], *,

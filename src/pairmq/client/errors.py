@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from pairmq.client.outcomes import Outcome
 from pairmq.protocol import Frame
-
-if TYPE_CHECKING:
-    from pairmq.client.results import Outcome
 
 
 class ClientError(Exception):

@@ -183,12 +183,8 @@ class Outbox:
         return [Stored(seq, destination, json.loads(headers), bytes(body), stored)
                 for seq, destination, headers, body, stored in rows]
 
-    def oldest_age(self) -> float:
-        """Seconds the oldest waiting message has waited (0 when empty)."""
-        with self._room:
-            return self._oldest_age()
-
     def _oldest_age(self) -> float:
+        """Seconds the oldest waiting message has waited (0 when empty; lock held)."""
         row = self._db.execute("SELECT stored FROM outbox ORDER BY seq LIMIT 1").fetchone()
         return max(0.0, time.time() - row[0]) if row else 0.0
 

@@ -1,5 +1,5 @@
-"""What a failover (or a refusal) does to what was in flight: part of the `Engine` (a mixin,
-as core/broker/intake.py is of the Broker), kept apart because it is the client's one subtle part.
+"""What a failover (or a refusal) does to what was in flight: one part of the `Engine`
+(client/engine_state.py), kept apart because it is the client's one subtle part.
 
 Two ways out of a failure:
 
@@ -18,21 +18,22 @@ Two ways out of a failure:
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+from pairmq.client.engine_state import EngineState
 from pairmq.client.errors import (
     ClientClosed,
     ClientError,
     TransactionOutcomeUnknown,
 )
 from pairmq.client.link import Link
-from pairmq.client.results import EventKind, FailoverEvent, Op, Outcome, SendResult
-from pairmq.client.sequences import Sequences, message_count, stamp_in
-from pairmq.client.subscriptions import AckKey, AckOp, SubOp, SubscriptionState
-from pairmq.client.transactions import Transaction, TxOp, TxState, rolled_back_error
-from pairmq.protocol import ClientSession, Frame
+from pairmq.client.outcomes import Outcome
+from pairmq.client.results import EventKind, FailoverEvent, Op, SendResult
+from pairmq.client.sequences import message_count, stamp_in
+from pairmq.client.subscriptions import AckKey, AckOp, SubOp
+from pairmq.client.transactions import TxOp, TxState, rolled_back_error
+from pairmq.protocol import Frame
 from pairmq.protocol.stamps import STAMP_HEADERS
 
 IN_DOUBT_LIMIT = 100_000  # acknowledgements in doubt remembered (oldest forgotten first)
@@ -47,44 +48,8 @@ _AFTER_FAILOVER = {
 }
 
 
-class Recovery:
-    """The Engine's failover bookkeeping (a mixin: the Engine provides the state)."""
-
-    link: Link
-    session: ClientSession | None
-    generation: int
-    unconfirmed: dict[str, SendResult]
-    subscriptions: dict[str, SubscriptionState]
-    in_doubt: OrderedDict[AckKey, None]
-    tx: Transaction | None
-    events: list[FailoverEvent]
-    stats: dict[str, int]
-    error: ClientError | None
-    _awaiting: dict[str, tuple[int, Op]]
-    _handed: int
-    _log: deque[tuple[int, Frame, Op | None]]
-    _pending: deque[tuple[Frame, Op | None, bool]]
-    _resend: list[SendResult]
-    _acks: deque[AckOp]
-    _ack_receipt: str | None
-    _recovering: dict[str, SubscriptionState]
-    _resume: dict[str, str] | None
-    _granted: dict[str, str] | None
-    _failed_at: float | None
-    _failed_server: str | None
-    _failure: str
-    _rolled_back: tuple[str, ...]
-    sequences: Sequences
-    restamped: list[tuple[int, dict[str, str]]]
-
-    if TYPE_CHECKING:  # provided by the Engine
-        @property
-        def server(self) -> str | None: ...
-        def _move(self, event: str) -> None: ...
-        def _next_id(self, prefix: str) -> str: ...
-        def _write(self, frame: Frame, op: Op | None, log: bool, now: float) -> None: ...
-        def _write_pending(self, now: float) -> None: ...
-        def _done(self, receipt: str, op: Op, now: float) -> None: ...
+class Recovery(EngineState):
+    """The Engine's failover bookkeeping."""
 
     def _resumed(self, applied: int, now: float) -> None:
         """The server still held the session and applied (and confirmed) its first

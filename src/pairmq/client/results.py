@@ -1,4 +1,5 @@
-"""The client's value types: what an operation became, a received message, a failover event.
+"""The client's value types: an operation (what it became is an `Outcome`,
+client/outcomes.py), a received message, a failover event.
 
 They hold no I/O. The blocking and asyncio clients give an operation's `wait()` its meaning
 (`waiter`), and the engine completes operations by setting their outcome.
@@ -11,24 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pairmq.client.errors import ClientError
+from pairmq.client.outcomes import FINAL, Outcome
 from pairmq.client.sequences import stamp_in
 from pairmq.protocol.stamps import Stamp
-
-
-class Outcome(StrEnum):
-    """What became of an operation, as far as the client knows."""
-
-    PENDING = "pending"  # written (or waiting to be), no answer yet
-    STORED = "stored"  # in the durable connection's outbox, to be forwarded
-    SENT = "sent"  # a non-persistent message, written: nothing confirms it
-    CONFIRMED = "confirmed"  # the server confirmed it (on disk, and on the backup in a pair)
-    ROLLED_BACK = "rolled-back"  # it did not happen (its transaction was lost or aborted)
-    UNKNOWN = "unknown"  # it may have happened or not (a COMMIT the failover cut off)
-    FAILED = "failed"  # the server refused it: `error` says why
-
-
-FINAL = frozenset({Outcome.SENT, Outcome.CONFIRMED, Outcome.ROLLED_BACK, Outcome.UNKNOWN,
-                   Outcome.FAILED})
 
 
 class Op:

@@ -13,7 +13,8 @@ from pairmq.client.engine import Engine
 from pairmq.client.errors import CallTimeout, FailoverError
 from pairmq.client.link import Link
 from pairmq.client.options import ClientOptions
-from pairmq.client.results import Op, Outcome
+from pairmq.client.outcomes import Outcome
+from pairmq.client.results import Op
 
 POLL = 0.25  # longest single wait, so the rules are checked while nothing happens
 

@@ -84,7 +84,7 @@ class CommitLedger:
         return undecided
 
     def holds(self, segment_id: int) -> bool:
-        """A run under way needs this segment (store/store.py compacts and deletes it
+        """A run under way needs this segment (store/compaction.py compacts and deletes it
         later)."""
         return any(run.segment == segment_id for run in self.runs.values())
 

@@ -47,8 +47,9 @@ from pairmq.store.gcpause import (
     report_slow_collections,
 )
 from pairmq.store.reading import JournalCorrupt
+from pairmq.store.recovery import RecoveryReport
 from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
-from pairmq.store.store import RecoveryReport, Store
+from pairmq.store.store import Store
 
 DRAIN_TIMEOUT_S = 10.0
 

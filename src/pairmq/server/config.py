@@ -21,7 +21,7 @@ from pairmq.core.settings import (
 )
 from pairmq.server.settings import KEYS, KEYS_BY_SECTION, Key, Settings
 from pairmq.server.tls import TlsError, TlsFiles, build
-from pairmq.store.store import StoreSettings
+from pairmq.store.settings import StoreSettings
 
 
 class ConfigError(Exception):

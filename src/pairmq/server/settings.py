@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pairmq.core.settings import ADDRESS_FULL_POLICIES, EXPIRED_POLICIES
 from pairmq.protocol.limits import HEADERS_ADDED
 from pairmq.server.tls import CLIENT_AUTH
-from pairmq.store.store import FULL_POLICIES
+from pairmq.store.settings import FULL_POLICIES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 HA_POLICIES = ("none", "replication", "shared-store")

@@ -1,5 +1,7 @@
 """The journal: record encoding (records.py), segment files (segments.py), group commit
-(writer.py), recovery (reading.py, summary.py), compaction and paging (store.py, pages.py,
-paging.py), a backup's mirror (mirror.py), the replication stream's framing
-(replication_frames.py), the shared store's lock (sharedlock.py), `pairmq journal`
-(check.py)."""
+(writer.py) and how long its syncs take (synctimes.py), the store and its parts (store.py:
+appends, liveness and paging; recovery.py, with reading.py and summary.py; compaction.py; a
+backup's mirror, mirror.py; what they share, store_state.py; its settings, settings.py),
+paged entries and bodies (pages.py, paging.py), the replication stream's framing
+(replication_frames.py), the shared store's lock (sharedlock.py), the garbage collector of
+a broker that holds millions of messages (gcpause.py), `pairmq journal` (check.py)."""

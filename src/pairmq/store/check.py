@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pairmq.store.records import CorruptRecord, decode_entries
-from pairmq.store.segments import SEGMENT_HEADER, SegmentScan, list_segments, scan_segment
+from pairmq.store.records import SEGMENT_HEADER, CorruptRecord, decode_entries
+from pairmq.store.segments import SegmentScan, list_segments, scan_segment
 from pairmq.store.summary import remove_summary
 
 

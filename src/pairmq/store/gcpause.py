@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 _pauses = 0  # gc_paused blocks open now (one may span an await: a recovery in a thread)
 
@@ -158,12 +159,13 @@ class SteppedCollector:
         return self.plan.next_in(time.perf_counter() - started, thaw)
 
 
-def report_slow_collections(threshold_s: float, report) -> None:
+def report_slow_collections(threshold_s: float,
+                            report: Callable[[int | None, float], object]) -> None:
     """Call `report(generation, seconds)` after every collection that took longer than
     `threshold_s`: a pause of the whole process (leases and lock proofs run meanwhile)."""
     started: dict[str, float] = {}
 
-    def callback(phase: str, info: dict) -> None:
+    def callback(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             started["t"] = time.perf_counter()
         elif "t" in started:

@@ -1,12 +1,12 @@
 """A backup's store: the active server's records appended as they are, and applied to the
 backup's broker as they arrive, so that taking over is switching the journal to appends.
 
-Part of the Store (a mixin, like core/broker/follow.py for the Broker). Each mirrored record is
-decoded as recovery decodes it (store/records.py) and applied by the broker's follower
-(core/broker/follow.py); the store keeps the same liveness it keeps when serving (which segment
-holds the newest record of each live object) and pages bodies the same way (over the
-paging budget, or for a full destination under address_full_policy page, a body stays in
-the journal once synced and the broker keeps its index). A backup never compacts: the
+One part of the Store (store/store_state.py). Each mirrored record is decoded as recovery
+decodes it (store/records.py) and applied by the broker's follower (core/broker/follow.py);
+the store keeps the same liveness it keeps when serving (which segment holds the newest
+record of each live object) and pages bodies the same way (over the paging budget, or for
+a full destination under address_full_policy page, a body stays in the journal once synced
+and the broker keeps its index). A backup never compacts: the
 active's compaction copies come through the stream and its horizon drops the segments
 they emptied. `serve_mirrored` ends following; compaction then runs as on any active.
 """
@@ -16,62 +16,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pairmq.core import Broker, Message
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.store import records as disk
-from pairmq.store.pages import PagedEntries
 from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
-from pairmq.store.records import RECORD_HEADER, decode_entries
+from pairmq.store.records import RECORD_HEADER, DecodedEntry, decode_entries
 from pairmq.store.segments import list_segments
+from pairmq.store.store_state import KEY_OVERHEAD, StoreState
 from pairmq.store.summary import Added, SummaryBuilder, remove_all_summaries
-from pairmq.store.writer import JournalWriter, SegmentInfo
-
-if TYPE_CHECKING:
-    from pairmq.store.store import StoreSettings
+from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
 
-KEY_OVERHEAD = 64  # bytes a destination/durable/dup/epoch record takes, for live-byte estimates
 
-
-class Mirroring:
-    """The Store's backup side (a mixin: the Store provides the state and helpers)."""
-
-    directory: Path
-    settings: StoreSettings
-    writer: JournalWriter | None
-    broker: Broker | None
-    mirror: bool
-    epoch: int
-    epochs: list[tuple[int, int]]
-    hold_compaction: int
-    memory_bytes: int
-    paged: PagedBytes
-    _segments: list[SegmentInfo]
-    _last_seq: int
-    _to_page: list[tuple[int, Message]]
-    _where: dict[tuple, int]
-    _read_fds: dict[int, int]
-    pages: PagedEntries
-    summaries: SummaryBuilder
-
-    if TYPE_CHECKING:  # provided by the Store
-        def _open(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None: ...
-        def account(self, broker: Broker) -> None: ...
-        def _listen(self) -> None: ...
-        def _locate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
-                    body_offset: int, seq: int, counted: bool = False) -> None: ...
-        def _release(self, message: Message, queue_key: str) -> None: ...
-        def _release_all(self, message: Message, keep_body: bool = False) -> None: ...
-        def _forget(self, key: tuple) -> None: ...
-        def _drop_segment(self, segment_id: int) -> None: ...
-        def _maybe_compact(self) -> None: ...
-        def _close_read_fds(self) -> None: ...
-        @property
-        def appended_seq(self) -> int: ...
+class Mirroring(StoreState):
+    """The Store's backup side."""
 
     def open_mirror(self, loop: asyncio.AbstractEventLoop, broker: Broker) -> None:
         """Open the recovered journal for a backup: records come framed from the active and
@@ -128,11 +89,11 @@ class Mirroring:
         broker.take_records()
         broker.take_events()
 
-    def _summarise(self, entries: list[tuple], seq: int, epoch: int, segment_id: int,
+    def _summarise(self, entries: list[DecodedEntry], seq: int, epoch: int, segment_id: int,
                    offset: int, end: int) -> None:
         """Tell the summary builder what the record holds (as `Store.persist` does)."""
         added: list[Added] = []
-        producers: list[tuple] = []
+        producers: list[tuple[str, str, int, int, int]] = []
         dups: list[tuple[str, str]] = []
         for entry in entries:
             if entry[0] == disk.ADD and not entry[1].deliveries:
@@ -151,14 +112,14 @@ class Mirroring:
         else:
             self.summaries.opaque(seq, epoch, segment_id, offset, end)
 
-    def _follow(self, entries: list[tuple], payload: memoryview, seq: int, info: SegmentInfo,
-                offset: int) -> None:
+    def _follow(self, entries: list[DecodedEntry], payload: memoryview, seq: int,
+                info: SegmentInfo, offset: int) -> None:
         """Apply one record's entries to the broker and to the liveness of the segments."""
         broker = self.broker
         assert broker is not None
         paged_before = self.paged.total
-        keys: list[tuple] = []
-        forget: list[tuple] = []
+        keys: list[LiveKey] = []
+        forget: list[LiveKey] = []
         for entry in entries:
             kind = entry[0]
             if kind == disk.ADD:

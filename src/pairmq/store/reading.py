@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +33,16 @@ from pairmq.core.replay import Replay
 from pairmq.core.session import PendingSend
 from pairmq.core.stream_log import OFFSET_HEADER
 from pairmq.store import records as disk
-from pairmq.store.records import BAD_BYTES, CorruptRecord, decode_entries
-from pairmq.store.segments import SEGMENT_HEADER, list_segments, scan_segment
+from pairmq.store.records import (
+    BAD_BYTES,
+    SEGMENT_HEADER,
+    CorruptRecord,
+    DecodedEntry,
+    decode_entries,
+)
+from pairmq.store.segments import Visitor, list_segments, scan_segment
 from pairmq.store.summary import ADDS, Item, SegmentSummary, read_summary, remove_summary
-from pairmq.store.writer import SegmentInfo
+from pairmq.store.writer import LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
 
@@ -72,7 +78,7 @@ class JournalReading:
         self.last_seq = 0
         self.epoch = 0  # the epoch of the newest record
         self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
-        self.where: dict[tuple, int] = {}  # destination/durable/dup/epoch key -> segment id
+        self.where: dict[LiveKey, int] = {}  # destination/durable/dup/epoch key -> segment id
         self.segments: dict[int, SegmentRead] = {}
         self.bytes_read = 0  # by the last pass
         self.summarised = 0  # segments read through their summaries (store/summary.py)
@@ -214,7 +220,7 @@ class JournalReading:
         log.warning("Journal segment %s ended with a torn write (%s): dropped %d "
                     "bytes at offset %d", path.name, problem, dropped, valid_end)
 
-    def _visitor(self, segment_id: int, path: Path):
+    def _visitor(self, segment_id: int, path: Path) -> Visitor:
         replay, rebuild, adds, apply = self.replay, self.rebuild, _apply_adds, self._apply
         where = self.where
 
@@ -234,7 +240,7 @@ class JournalReading:
 
         return visit
 
-    def _apply(self, entries: list[tuple], segment_id: int, offset: int) -> None:
+    def _apply(self, entries: list[DecodedEntry], segment_id: int, offset: int) -> None:
         replay, where = self.replay, self.where
         for entry in entries:
             kind = entry[0]
@@ -308,7 +314,7 @@ class JournalReading:
 COMMIT_ENTRIES = (disk.TX_SEND, disk.TX_END, disk.TX_DONE, disk.TX_DROP)
 
 
-def follow_commit(commits: CommitLedger, entry: tuple, segment_id: int) -> None:
+def follow_commit(commits: CommitLedger, entry: DecodedEntry, segment_id: int) -> None:
     """A COMMIT in slices (core/broker/committing.py), as recovery and a backup read it."""
     kind = entry[0]
     if kind == disk.TX_SEND:
@@ -329,21 +335,21 @@ def message_of(e: disk.AddEntry) -> Message:
     return message
 
 
-def _stream_record(replay: Replay, stream: str, headers, segment_id: int, at: int,
-                   length: int, order: int, size: int) -> None:
+def _stream_record(replay: Replay, stream: str, headers: Mapping[str, str], segment_id: int,
+                   at: int, length: int, order: int, size: int) -> None:
     """A stream's record: its entry into the stream's log, by the offset it names."""
     replay.add_stream_record(stream, int(headers[OFFSET_HEADER]),
                              int(headers.get("timestamp", "0")), segment_id, at, length,
                              order, size)
 
 
-def _apply_adds(replay: Replay, where: dict[tuple, int], payload: memoryview, segment_id: int,
+def _apply_adds(replay: Replay, where: dict[LiveKey, int], payload: memoryview, segment_id: int,
                 offset: int) -> bool:
     """The common record, messages added (and their producers' sequences) and nothing
     else, straight into Messages: a million of them are read at every start, and by a
     shared-store backup. False when the record holds other entries (the general path
     decodes it then)."""
-    producers: list[tuple] = []
+    producers: list[DecodedEntry] = []
     adds = disk.decode_adds(payload, producers)
     if adds is None:
         return False

@@ -24,6 +24,7 @@ import struct
 import zlib
 from collections.abc import ItemsView, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 FORMAT_VERSION = 1
 SEGMENT_MAGIC = b"PMQJ"
@@ -304,8 +305,15 @@ class AddEntry:
 
 _ADD_HEAD = struct.Struct("<BQQBBII")  # the fixed part, then the metadata's length
 
+# One decoded entry: (ADD, AddEntry), (DEL, queue, id, order), ... (`decode_entries`)
+DecodedEntry = tuple[Any, ...]
+# One message added, its headers left packed (`decode_lone_add`, `decode_adds`): order,
+# expires, priority, persistent, deliveries, message id, destination, headers, queues, body
+# offset, body length, metadata length
+LoneAdd = tuple[int, int, int, int, int, str, str, Mapping[str, str], list[str], int, int, int]
 
-def decode_lone_add(buf: memoryview) -> tuple | None:
+
+def decode_lone_add(buf: memoryview) -> LoneAdd | None:
     """The common record, one message added, decoded without the general loop or an
     AddEntry, its headers left packed: (order, expires, priority, persistent, deliveries,
     message id, destination, PackedHeaders, queues, body offset, body length, metadata
@@ -322,7 +330,7 @@ def decode_lone_add(buf: memoryview) -> tuple | None:
             queues, body_at, body_length, n)
 
 
-def decode_adds(buf: memoryview, producers: list[tuple]) -> list[tuple] | None:
+def decode_adds(buf: memoryview, producers: list[DecodedEntry]) -> list[LoneAdd] | None:
     """A record made only of ADD entries (one SEND, or a group of them written together)
     and the PRODUCER entries of their producers, decoded without AddEntry objects and with
     headers left packed: one tuple per message, as `decode_lone_add` returns them (the
@@ -331,7 +339,7 @@ def decode_adds(buf: memoryview, producers: list[tuple]) -> list[tuple] | None:
     BAD_BYTES or CorruptRecord on damaged bytes."""
     end = len(buf)
     pos = 0
-    out: list[tuple] = []
+    out: list[LoneAdd] = []
     head, u32, head_size = _ADD_HEAD.unpack_from, _U32.unpack_from, _ADD_HEAD.size
     while pos < end:
         if buf[pos] != ADD:
@@ -356,7 +364,7 @@ def decode_adds(buf: memoryview, producers: list[tuple]) -> list[tuple] | None:
     return out
 
 
-def _decode_producer(buf: memoryview, pos: int, out: list[tuple]) -> int:
+def _decode_producer(buf: memoryview, pos: int, out: list[DecodedEntry]) -> int:
     """One PRODUCER entry at `pos` into `out`; returns where the next entry starts."""
     u32 = _U32.unpack_from
     pos += 1
@@ -384,7 +392,8 @@ def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
                     deliveries, headers, queues, body, body_at, body_length, meta_length)
 
 
-def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> list[tuple]:
+def decode_entries(payload: bytes | memoryview, load_bodies: bool = True
+                   ) -> list[DecodedEntry]:
     """Decode a batch payload into tuples: (ADD, AddEntry), (DEL, queue, id, order), ..."""
     buf = memoryview(payload)
     end = len(buf)
@@ -396,7 +405,7 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True) -> lis
         if single is not None:
             return [(ADD, single)]
     pos = 0
-    out: list[tuple] = []
+    out: list[DecodedEntry] = []
     u32 = _U32.unpack_from
 
     def string() -> str:

@@ -1,10 +1,14 @@
-"""The durable store: journals the broker's records, recovers them, compacts, pages.
+"""The durable store: journals the broker's records, pages their bodies, reads them back.
 
 Liveness: every object whose newest record is in a segment (a message held by a
 durable queue, a destination, a durable subscription, a remembered dup-id) is in
 that segment's `live` set. A segment with nothing live is deleted; an old segment
 with little live is compacted by re-appending its live objects at the head, in
 small steps on the event loop, then deleting it once those records are on disk.
+
+`Store` is written in parts (store/store_state.py): appends, liveness and reading bodies
+back here, recovery in store/recovery.py, compaction in store/compaction.py, a backup's
+mirror in store/mirror.py.
 """
 
 from __future__ import annotations
@@ -12,19 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 from pairmq.core import Broker, Message
 from pairmq.core import records as rec
+from pairmq.core.commit_ledger import CommitRun
 from pairmq.core.paged_log import PagedLog
-from pairmq.core.replay import Replay
-from pairmq.store.mirror import KEY_OVERHEAD, Mirroring
-from pairmq.store.pages import PagedEntries
-from pairmq.store.paging import PagedBytes, load_bodies
-from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD, JournalReading
+from pairmq.core.records import Record
+from pairmq.store.compaction import Compacting
+from pairmq.store.mirror import Mirroring
+from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD
 from pairmq.store.records import (
     encode_add,
     encode_del,
@@ -47,162 +48,22 @@ from pairmq.store.records import (
     encode_unuser,
     encode_user,
 )
+from pairmq.store.recovery import Recovering
+from pairmq.store.store_state import KEY_OVERHEAD
 from pairmq.store.summary import Added, SummaryBuilder
-from pairmq.store.writer import JournalWriter, SegmentInfo
+from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
 
-FULL_POLICIES = ("fail", "block")
 # Record kinds a run of new messages may hold (store/summary.py): the messages and their
 # dup-ids, and bookkeeping that writes nothing
 _SUMMARISED = (rec.ADD, rec.DUP, rec.DUP_EVICT, rec.PRODUCER_FORGET)
-COMPACT_STEP = 500  # live objects re-appended per event-loop turn
 _RUN_GAP = 16 * 1024  # read_bodies: record bytes between two bodies read along with them
 _RUN_BYTES = 8 * 1024 * 1024  # ... and at most this much in one pread
 
 
-@dataclass(frozen=True)
-class StoreSettings:
-    segment_bytes: int = 64 * 1024 * 1024
-    max_journal_bytes: int = 0  # 0 = only the disk limits it
-    full_policy: str = "fail"  # "fail" (ERROR to the sender) or "block" (stop reading)
-    paging_bytes: int = 256 * 1024 * 1024  # message bodies held in memory before paging
-    compact_ratio: float = 0.5  # rewrite the oldest segment once less than this is live
-    # Destination name -> bytes of its messages recovery loads before leaving the rest on
-    # disk (a destination under address_full_policy "page": its limit); 0 = no such cap.
-    paged_beyond: Callable[[str], int] | None = None
-
-
-@dataclass
-class RecoveryReport:
-    segments: int = 0
-    records: int = 0
-    messages: int = 0
-    queues: int = 0  # holding messages
-    destinations: int = 0  # every one recovered, empty ones included
-    durables: int = 0
-    torn_bytes: int = 0
-    read_ahead: int = 0  # records read before the final pass (a shared-store backup's)
-    seconds: float = 0.0
-    paged: bool = False  # the paging budget was spent: some bodies stay on disk
-    in_memory: int = 0  # messages whose bodies were loaded
-    in_logs: int = 0  # messages kept only in the journal (paged logs, store/pages.py)
-    summarised: int = 0  # segments read through their summaries (store/summary.py)
-
-    def describe(self) -> str:
-        return (f"Recovered {self.messages} messages in {self.queues} queues"
-                + (f" ({self.destinations} destinations in all, the others empty)"
-                   if self.destinations > self.queues else "")
-                + f" and {self.durables} durable subscriptions from {self.records} records in "
-                f"{self.segments} segments in {self.seconds:.2f} s"
-                + (f" ({self.summarised} of the segments through their summaries)"
-                   if self.summarised else "")
-                + (f" ({self.read_ahead} of the records read ahead, before)"
-                   if self.read_ahead else "")
-                + (f" (paging: {self.in_memory} bodies in memory, the others read from disk "
-                   "when delivered"
-                   + (f"; {self.in_logs} messages only in the journal, in paged logs"
-                      if self.in_logs else "") + ")"
-                   if self.paged or self.in_logs else ""))
-
-
-class Store(Mirroring):
-    def __init__(self, directory: Path, settings: StoreSettings | None = None) -> None:
-        self.directory = directory
-        self.settings = settings or StoreSettings()
-        self.writer: JournalWriter | None = None
-        self._segments: list[SegmentInfo] = []
-        self._last_seq = 0
-        self._where: dict[tuple, int] = {}  # destination/durable/dup key -> segment id
-        self._read_fds: dict[int, int] = {}
-        self.memory_bytes = 0  # bodies of live persistent messages held in memory
-        self.paged = PagedBytes()  # ... and those kept on disk only (read back when delivered)
-        self._to_page: list[tuple[int, Message]] = []  # (seq, message) to page once synced
-        self._compacting: int | None = None
-        self._compact_queue: list = []
-        self._full_listeners: list[Callable[[bool], None]] = []
-        self.broker: Broker | None = None
-        self.epoch = 0  # the epoch of the newest record
-        self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
-        self._was_full = False
-        self.hold_compaction = 0  # a backup is reading the segment files: delete nothing
-        self.mirror = False  # a backup's journal: records arrive framed from the active
-        self._reading: JournalReading | None = None  # a shared-store backup's, read ahead
-        self.pages = PagedEntries(self._writer_segments, self._read_fd)  # store/pages.py
-        # what each sealed segment holds, for a quick start (store/summary.py)
-        self.summaries = SummaryBuilder(lambda segment_id, data: None)
-        self._accounted: Broker | None = None  # the broker `account` was done for
-        # segment of a sliced COMMIT's first record -> seq of its last (final TX_DONE or
-        # TX_DROP): the segment stays until that is on disk (core/broker/committing.py)
-        self._commit_tails: dict[int, int] = {}
-
-    # ------------------------------------------------------------ recovery
-
-    def recover(self, dup_cache_size: int | Callable[[str], int] = 20000,
-                rebuild: bool = True) -> tuple[Replay, RecoveryReport]:
-        """Read every segment back, cut a torn tail, refuse corruption. Before serving.
-
-        With rebuild=False the records are only checked, not decoded (a fifth of the
-        time): for tools that need where the journal ends, not the broker state. After
-        `read_ahead`, only what was appended since is read."""
-        started = time.monotonic()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        reading, self._reading = self._reading, None
-        beyond = self.settings.paged_beyond if rebuild else None
-        if reading is None or not rebuild or not reading.advance(final=True):
-            reading = JournalReading(self.directory, dup_cache_size, rebuild,
-                                     paged_beyond=beyond)
-            reading.advance(final=True)
-        if reading.replay.legacy_miss:
-            log.warning("The journal names some removed messages by id only (it was written "
-                        "by an earlier version): recovering every message into memory, "
-                        "without paged logs")
-            reading = JournalReading(self.directory, dup_cache_size, rebuild)
-            reading.advance(final=True)
-        reading.replay.settle_streams()
-        self.epoch, self.epochs, self._where = reading.epoch, reading.epochs, reading.where
-        self._segments = reading.segment_infos()
-        self._last_seq = reading.last_seq
-        replay = reading.replay
-        report = RecoveryReport(segments=len(self._segments), records=reading.records,
-                                read_ahead=reading.read_ahead,
-                                torn_bytes=reading.torn_bytes,
-                                summarised=reading.summarised)
-        report.durables = len(replay.durables)
-        report.destinations = len(replay.destinations)
-        report.queues = len(set(replay.queues).union(
-            *(log.cursors for log in replay.logs.values())))
-        report.in_logs = sum(log.waiting(key) for log in replay.logs.values()
-                             for key in log.cursors)
-        report.in_logs += sum(log.located_end - first  # a stream's records: all on disk
-                              for log, first, *_ in replay.streams.values())
-        report.messages = sum(len(held) for held in replay.queues.values()) + report.in_logs
-        if rebuild:
-            self.memory_bytes = load_bodies(self.directory, replay, report,
-                                            self.settings.paging_bytes, self.memory_bytes,
-                                            self.settings.paged_beyond)
-        report.seconds = time.monotonic() - started
-        return replay, report
-
-    @property
-    def read_ahead_seq(self) -> int:
-        """The last record read ahead (0: none)."""
-        return self._reading.last_seq if self._reading is not None else 0
-
-    def read_ahead(self, dup_cache_size: int | Callable[[str], int] = 20000,
-                   limit_bytes: int = 0) -> int:
-        """Shared store, before holding the lock: read what the active server appended
-        since the last call, about `limit_bytes` of it (0 = all; store/reading.py says why
-        nothing is missed), so that `recover` reads only the rest. Never changes a file.
-        Returns the bytes read by this call. One thread at a time, never during
-        `recover`."""
-        reading = self._reading
-        if reading is None or not reading.advance(final=False, limit_bytes=limit_bytes):
-            reading = self._reading = JournalReading(
-                self.directory, dup_cache_size, ahead=True,
-                paged_beyond=self.settings.paged_beyond)
-            reading.advance(final=False, limit_bytes=limit_bytes)
-        return reading.bytes_read
+class Store(Recovering, Compacting, Mirroring):
+    """The journal of one server (its state: store/store_state.py)."""
 
     # ------------------------------------------------------------ serving
 
@@ -218,61 +79,10 @@ class Store(Mirroring):
             self.account(broker)
         self._listen()
 
-    def account(self, broker: Broker) -> None:
-        """Which segment holds the newest record of what the recovered broker holds, and
-        which bodies recovery left on disk. Before the journal opens, it may run in a
-        thread with the recovery (ten million paged messages take a second here)."""
-        self.broker = broker
-        segments = self.writer.segments if self.writer is not None \
-            else {info.segment_id: info for info in self._segments}
-        for q in _durable_queues(broker):
-            for entry in q.entries():
-                message = entry.message
-                if message.journal_queues is None:
-                    message.journal_queues = []
-                    info = segments.get(message.journal_segment)
-                    if info is not None:
-                        info.live.add(message)
-                        info.live_bytes += message.size
-                    if message.body is None:
-                        self.paged.count(message, 1)
-                assert q.key is not None
-                message.journal_queues.append(q.key)
-        broker.set_paged_bytes(self.paged.total)
-        for address in broker.addresses.values():
-            if address.log is not None:
-                self.pages.hold_recovered(address.log, segments)
-        for stream in broker.streams.values():  # every record a stream holds
-            self.pages.hold_recovered(stream.log, segments)
-        for key, segment_id in self._where.items():
-            info = segments.get(segment_id)
-            if info is not None and self._still_live(key):
-                info.live.add(key)
-                info.live_bytes += KEY_OVERHEAD
-        self._where.clear()
-        self._accounted = broker
-
     def _listen(self) -> None:
         assert self.writer is not None
         self.writer.on_synced(self._synced)
         self.writer.on_failure(lambda error: self._notify_full())
-
-    def _still_live(self, key: tuple) -> bool:
-        broker = self.broker
-        assert broker is not None
-        if key[0] == "dest":
-            return key[1] in broker.queues or key[1] in broker.streams
-        if key[0] == "group":
-            return broker.group_offset(key[1], key[2]) is not None
-        if key[0] == "durable":
-            return key[1] in broker.durables
-        if key[0] == "epoch":
-            return True
-        address = broker.addresses.get(key[1])
-        if key[0] == "producer":
-            return address is not None and address.producers is not None \
-                and key[2] in address.producers
-        return address is not None and key[2] in address.dups
 
     @property
     def full(self) -> bool:
@@ -305,30 +115,22 @@ class Store(Mirroring):
         for listener in self._full_listeners:
             listener(full)
 
-    @property
-    def synced_seq(self) -> int:
-        return self.writer.synced_seq if self.writer else self._last_seq
-
-    @property
-    def appended_seq(self) -> int:
-        return self.writer.appended_seq if self.writer else self._last_seq
-
-    def persist(self, records: list[tuple]) -> int:
+    def persist(self, records: list[Record]) -> int:
         """Journal one command's records as one atomic group; returns its sequence number."""
         writer = self.writer
         assert writer is not None
         parts: list[bytes] = []
         added: list[tuple[Message, list[str], int, bytes]] = []  # message, queues, body at, body
-        keys: list[tuple] = []
+        keys: list[LiveKey] = []
         pending: dict[int, int] = {}  # id(message) -> its place in `added` (an ADD here)
         # a producer's newest state in this group: one entry each, after the messages
-        producers: dict[tuple[str, str], tuple] = {}
+        producers: dict[tuple[str, str], Record] = {}
         size = 0
         paged: list[tuple[Message, int, int]] = []  # paged messages: entry at, its length
         summarised: list[Added] | None = []  # new messages, while nothing else comes
         dups: list[tuple[str, str]] = []  # ... and their dup-ids
-        runs_begun: list = []  # COMMITs in slices whose first TX_SEND this is
-        runs_ended: list = []  # ... and those whose last record this is
+        runs_begun: list[CommitRun] = []  # COMMITs in slices whose first TX_SEND this is
+        runs_ended: list[CommitRun] = []  # ... and those whose last record this is
         for record in records:
             kind = record[0]
             if kind == rec.PRODUCER:
@@ -520,7 +322,7 @@ class Store(Mirroring):
             self.memory_bytes -= message.body_length
         message.journal_queues = None
 
-    def _forget(self, key: tuple) -> None:
+    def _forget(self, key: LiveKey) -> None:
         writer = self.writer
         assert writer is not None
         for info in writer.segments.values():
@@ -528,17 +330,6 @@ class Store(Mirroring):
                 info.live.discard(key)
                 info.live_bytes -= KEY_OVERHEAD
                 return
-
-    def _writer_segments(self) -> dict[int, SegmentInfo]:
-        assert self.writer is not None
-        return self.writer.segments
-
-    def _read_fd(self, segment_id: int) -> int:
-        fd = self._read_fds.get(segment_id)
-        if fd is None:
-            path = self.directory / f"journal-{segment_id:08d}.seg"
-            fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
-        return fd
 
     def page_in(self, log: PagedLog, numbers: list[int], queue_key: str) -> list[Message]:
         """Paged messages of a queue (its entries `numbers`), read back from the journal;
@@ -645,117 +436,6 @@ class Store(Mirroring):
         if self.settings.max_journal_bytes:
             self._notify_full()
 
-    # ------------------------------------------------------------ compaction
-
-    def _maybe_compact(self) -> None:
-        writer = self.writer
-        if writer is None or self._compacting is not None or self.hold_compaction \
-                or self.mirror:
-            return
-        while len(writer.segments) > 1:
-            oldest = writer.segments[min(writer.segments)]
-            if oldest is writer.current or oldest.last_seq > writer.synced_seq:
-                return
-            if self.broker is not None and self.broker.commits.holds(oldest.segment_id):
-                return  # a COMMIT under way began there: core/broker/committing.py says why
-            tail = self._commit_tails.pop(oldest.segment_id, 0)
-            if tail > writer.synced_seq:  # one that began there ended, not on disk yet
-                self._commit_tails[oldest.segment_id] = tail
-                return
-            if not oldest.live and not oldest.paged:
-                self._drop_segment(oldest.segment_id)
-                continue
-            if oldest.paged:
-                return  # paged messages keep it until they are consumed (docs/durability.md)
-            if oldest.live_bytes < self.settings.segment_bytes * self.settings.compact_ratio:
-                self._compacting = oldest.segment_id
-                self._compact_queue = list(oldest.live)
-                writer.loop.call_soon(self._compact_step)
-            return
-
-    def _drop_segment(self, segment_id: int) -> None:
-        assert self.writer is not None
-        fd = self._read_fds.pop(segment_id, None)
-        if fd is not None:
-            os.close(fd)
-        self.writer.unlink_segment(segment_id)
-        log.debug("Journal segment %d deleted: nothing in it is live", segment_id)
-        if self.settings.max_journal_bytes:
-            self._notify_full()
-
-    def _compact_step(self) -> None:
-        """Re-append a few live objects of the oldest segment at the head."""
-        writer, broker = self.writer, self.broker
-        assert writer is not None and broker is not None
-        segment_id = self._compacting
-        info = writer.segments.get(segment_id) if segment_id is not None else None
-        if info is None:
-            self._compacting = None
-            return
-        batch, self._compact_queue = (self._compact_queue[:COMPACT_STEP],
-                                      self._compact_queue[COMPACT_STEP:])
-        records: list[tuple] = []
-        dup_destinations: list[str] = []
-        for obj in batch:
-            if obj not in info.live:
-                continue  # it died or moved meanwhile
-            if isinstance(obj, Message):
-                if obj.journal_queues:
-                    records.append((rec.ADD, obj, list(obj.journal_queues)))
-                    # ... with how often it was handed out, so it comes back redelivered
-                    for queue_key, count in (obj.journal_delivered or {}).items():
-                        if queue_key in obj.journal_queues:
-                            records.append((rec.DELIVERED, queue_key, obj, count))
-            elif obj[0] == "dest":
-                records.append(broker.dest_record(obj[1]))  # with its settings, if any
-            elif obj[0] == "epoch":
-                records.append((EPOCH_RECORD, obj[1]))
-            elif obj[0] == "group":
-                offset = broker.group_offset(obj[1], obj[2])
-                if offset is not None:
-                    records.append((rec.GROUP, obj[1], obj[2], offset))
-            elif obj[0] == "durable":
-                q = broker.durables.get(obj[1])
-                if q is not None:
-                    records.append((rec.DURABLE, obj[1], q.address.name))
-            elif obj[0] == "user":
-                users = broker.accounts.users
-                if obj[1] in users:
-                    account = users[obj[1]]
-                    if account is None:
-                        records.append((rec.UNUSER, obj[1]))
-                    else:
-                        records.append((rec.USER, obj[1], account.password, account.roles))
-            elif obj[0] == "rule":
-                grants = broker.accounts.rules.get(obj[1], False)
-                if grants is None:
-                    records.append((rec.UNRULE, obj[1]))
-                elif grants is not False:
-                    records.append((rec.RULE, obj[1], grants))
-            elif obj[0] == "producer":
-                address = broker.addresses.get(obj[1])
-                state = address.producers.get(obj[2]) \
-                    if address is not None and address.producers is not None else None
-                if state is not None:
-                    records.append((rec.PRODUCER, obj[1], obj[2], state.epoch, state.seq,
-                                    state.seen))
-            elif obj[1] not in dup_destinations:
-                # Rewrite the destination's whole cache in order: copying single ids after
-                # newer ones would change which ids a restart evicts first.
-                dup_destinations.append(obj[1])
-                address = broker.addresses.get(obj[1])
-                if address is not None:
-                    records.append((DUPS_RECORD, obj[1], list(address.dups)))
-        if records:
-            self.persist(records)
-        if self._compact_queue:
-            writer.loop.call_soon(self._compact_step)
-            return
-        self._compacting = None
-        if not info.live and not info.paged:
-            self._drop_segment(info.segment_id)
-            log.debug("Journal segment %d compacted", info.segment_id)
-
     def fence(self, guard: Callable[[], bool]) -> None:
         """Write only while `guard()` says so (a shared journal: while the lock is proven);
         held groups are written once it does again, or dropped with the writer."""
@@ -774,15 +454,3 @@ class Store(Mirroring):
         if self.writer is not None:
             self.writer.close()
         self._close_read_fds()
-
-    def _close_read_fds(self) -> None:
-        for fd in self._read_fds.values():
-            os.close(fd)
-        self._read_fds.clear()
-
-
-def _durable_queues(broker: Broker):
-    for q in broker.queues.values():
-        yield q
-    for q in broker.durables.values():
-        yield q

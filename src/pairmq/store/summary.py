@@ -47,6 +47,7 @@ from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.stream_log import OFFSET_HEADER
@@ -118,12 +119,12 @@ class Item:
     # offset in the file, length), its enqueue order and the size it counts
     destination: str = ""
     queue_keys: tuple[str, ...] = ()
-    offsets: array = field(default_factory=lambda: array("I"))
-    lengths: array = field(default_factory=lambda: array("I"))
-    orders: array = field(default_factory=lambda: array("Q"))
-    sizes: array = field(default_factory=lambda: array("I"))
+    offsets: array[int] = field(default_factory=lambda: array("I"))
+    lengths: array[int] = field(default_factory=lambda: array("I"))
+    orders: array[int] = field(default_factory=lambda: array("Q"))
+    sizes: array[int] = field(default_factory=lambda: array("I"))
     stream_first: int = -1  # a stream's records: the offset of the first (-1: not a stream)
-    stamps: array = field(default_factory=lambda: array("Q"))
+    stamps: array[int] = field(default_factory=lambda: array("Q"))
     producers: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
     dups: list[str] = field(default_factory=list)  # dup-ids of the destination, in order
 
@@ -268,7 +269,7 @@ def _string(value: str) -> bytes:
     return _U32.pack(len(raw)) + raw
 
 
-def _raw(values: array) -> bytes:
+def _raw(values: array[int]) -> bytes:
     if _SWAP:
         values = array(values.typecode, values)
         values.byteswap()
@@ -306,7 +307,7 @@ class _Reader:
         self.data = data
         self.pos = 0
 
-    def unpack(self, shape: struct.Struct) -> tuple:
+    def unpack(self, shape: struct.Struct) -> tuple[Any, ...]:
         values = shape.unpack_from(self.data, self.pos)
         self.pos += shape.size
         return values
@@ -317,7 +318,7 @@ class _Reader:
         self.pos += length
         return value
 
-    def array(self, typecode: str, count: int) -> array:
+    def array(self, typecode: str, count: int) -> array[int]:
         values = array(typecode)
         end = self.pos + count * values.itemsize
         if end > len(self.data):

@@ -17,7 +17,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from pairmq.core.message import Message
+from pairmq.core.paged_log import PagedLog
 from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, frame_record
 from pairmq.store.segments import fsync_directory, segment_header, segment_name
 from pairmq.store.summary import remove_summary, write_summary_file
@@ -36,16 +39,25 @@ class Fenced(Exception):
     """The guard refused a write: this server may not write the journal now (shared store)."""
 
 
+# What keeps a segment, besides its messages: the key of an object whose newest record is
+# there, ("dest", name), ("durable", key), ("dup", destination, dup id), ("group", stream,
+# group), ("producer", destination, producer), ("user", name), ("rule", pattern) or
+# ("epoch", epoch) (store/store_state.py)
+LiveKey = tuple[Any, ...]
+
+
 @dataclass
 class SegmentInfo:
     segment_id: int
     path: Path
     size: int = 0  # bytes assigned (written or waiting to be)
     durable_size: int = 0  # bytes known to be on disk
-    live: set = field(default_factory=set)  # objects whose newest record lives here
+    # objects whose newest record lives here
+    live: set[Message | LiveKey] = field(default_factory=set)
     live_bytes: int = 0  # theirs, and the paged entries'
     paged: int = 0  # entries of paged logs here (store/pages.py): they keep it too
-    tail: dict = field(default_factory=dict)  # paged log -> [count, lowest, highest entry]
+    # paged log -> [count, lowest, highest entry]
+    tail: dict[PagedLog, list[int]] = field(default_factory=dict)
     last_seq: int = 0
     first_seq: int = 0
 
@@ -181,8 +193,8 @@ class JournalWriter:
         future.add_done_callback(
             lambda f: self._written(f, job, unlinks, summaries, target, sizes))
 
-    def _written(self, future: asyncio.Future, job: list[tuple[int, bytes]], unlinks: list[int],
-                 summaries: list[tuple[int, bytes]], target: int,
+    def _written(self, future: asyncio.Future[None], job: list[tuple[int, bytes]],
+                 unlinks: list[int], summaries: list[tuple[int, bytes]], target: int,
                  sizes: dict[int, int]) -> None:
         self.writing = False
         if self.closed:

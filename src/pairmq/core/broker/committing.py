@@ -24,7 +24,7 @@ commit record, and the commit record decides):
 - After TX_END, recovery (and a backup taking over) finds the sends not routed yet (those
   after the last TX_DONE) and the server routes them when it serves: every record of a
   routed slice is in the same atomic record as its TX_DONE, so none is routed twice.
-- The journal deletes segments oldest first (store/store.py), and the segment holding a
+- The journal deletes segments oldest first (store/compaction.py), and the segment holding a
   run's first TX_SEND is kept, uncompacted, until the run is DONE or DROPPED
   (`CommitLedger.holds`): whatever of a run a later recovery reads, it reads its TX_DONE
   records whenever it reads its TX_END.

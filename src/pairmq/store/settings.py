@@ -1,0 +1,21 @@
+"""How a store is configured ([store] in the server's file): a value of its own, which the
+store and its parts read and the server's configuration builds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FULL_POLICIES = ("fail", "block")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    segment_bytes: int = 64 * 1024 * 1024
+    max_journal_bytes: int = 0  # 0 = only the disk limits it
+    full_policy: str = "fail"  # "fail" (ERROR to the sender) or "block" (stop reading)
+    paging_bytes: int = 256 * 1024 * 1024  # message bodies held in memory before paging
+    compact_ratio: float = 0.5  # rewrite the oldest segment once less than this is live
+    # Destination name -> bytes of its messages recovery loads before leaving the rest on
+    # disk (a destination under address_full_policy "page": its limit); 0 = no such cap.
+    paged_beyond: Callable[[str], int] | None = None

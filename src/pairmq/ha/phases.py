@@ -1,5 +1,10 @@
 """The replication machine's phases and step values, its settings, and its view of the
-journal (ha/replication.py)."""
+journal (ha/replication.py).
+
+Every phase change it may make is TRANSITIONS, at the end. Which input a phase takes is
+its step function (STEPS, ha/replication.py); what the machine does of its own accord
+after every input, in which phase, on what condition and why, is one table: DECISIONS in
+ha/decisions.py, which `_decide` walks."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pairmq.ha import channel as ch
 from pairmq.ha.events import Log, Send
-from pairmq.ha.messages import FailbackStep
+from pairmq.ha.messages import Failback, FailbackStep
 from pairmq.ha.phases import Phase
 from pairmq.ha.rules import FAREWELL_HEARD
 from pairmq.ha.rules import ReplicationRules as Machine
@@ -127,7 +127,7 @@ def _ask_to_fail_back(m: Machine, now: float) -> None:
     m._enter(P.FAILBACK_ASKED, "in sync: asking to fail back")
     m._emit(Log(INFO, f"In sync with {m.peer.name}: asking to fail back "
                       "(allow_failback = true)"))
-    m._emit(Send(ch.FAILBACK, {"phase": FailbackStep.REQUEST.value}))
+    m._emit(Send(ch.FAILBACK, Failback(FailbackStep.REQUEST)))
 
 
 def _backup_of_nobody(m: Machine, now: float) -> None:

@@ -184,9 +184,10 @@ class Journal(Protocol):
 
 
 class IllegalTransition(Exception):
-    """A phase change the transition table does not allow: a bug, never an input's fault."""
+    """A phase change the transition table does not allow: a bug, never an input's fault
+    (either machine's: this one's TRANSITIONS, or ha/shared_store.py's)."""
 
-    def __init__(self, old: Phase, new: Phase, why: str) -> None:
+    def __init__(self, old: StrEnum, new: StrEnum, why: str) -> None:
         super().__init__(f"illegal transition {old.value} -> {new.value} ({why})")
         self.old, self.new = old, new
 

@@ -9,7 +9,6 @@ and docs/ha.md.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.activation import ActivationSteps
@@ -25,7 +24,7 @@ from pairmq.ha.events import (
     WipeJournal,
 )
 from pairmq.ha.handover import HandOverSteps
-from pairmq.ha.messages import PeerHello
+from pairmq.ha.messages import PeerHello, SeqMessage, SyncRequest
 from pairmq.ha.phases import Phase, SteppingDown
 from pairmq.ha.states import State
 from pairmq.ha.witnessing import WitnessRequests
@@ -107,10 +106,10 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         if self.phase is Phase.STOPPED:
             return []
         if self.connected:
-            self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
+            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
         if self.serving:
             if self.connected and self.sync_done_seq is not None:
-                self._emit(Send(ch.HORIZON, {"seq": self.journal.oldest_seq}))
+                self._emit(Send(ch.HORIZON, SeqMessage(self.journal.oldest_seq)))
             if not self._expired(now) and self.cfg.witness and now >= self.next_renew \
                     and self.phase is not Phase.HANDING_OVER:
                 self.next_renew = now + self.cfg.heartbeat
@@ -198,7 +197,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
 
     def _say_hello(self) -> None:
         """This server's hello at once (a new channel, a new phase the peer waits for)."""
-        self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
+        self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
 
     def _set_peer_state(self, state: State) -> bool:
         """True: the peer served and now says it does not (nor is it gone): a backup that
@@ -334,7 +333,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         self._renew()
         self._emit(ConfirmationsChanged())
 
-    def _serve_sync(self, request: dict[str, Any]) -> None:
+    def _serve_sync(self, request: SyncRequest) -> None:
         """Serve the backup what it lacks (a full copy replaces a journal that is not a
         prefix of ours)."""
         self.sync_done_seq = None
@@ -348,9 +347,8 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         self.sync_done_seq = None
         self._enter(Phase.SYNCING, f"copying {self.peer.name}'s journal")
         journal = self.journal
-        self._emit(Send(ch.SYNC, {"request": True, "epoch": journal.epoch,
-                                  "last_seq": journal.appended_seq,
-                                  "epochs": journal.epochs}))
+        self._emit(Send(ch.SYNC, SyncRequest(journal.epoch, journal.appended_seq,
+                                             tuple(journal.epochs))))
 
     def _on_sync_offered(self, mode: str, first: int) -> None:
         name = self.peer.name
@@ -363,8 +361,8 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
 
     def _ack_mirror(self, appended: int, synced: int) -> None:
         if self.connected:
-            self._emit(Send(ch.ACK, {"seq": synced if self.cfg.backup_ack_fsync
-                                     else appended}))
+            self._emit(Send(ch.ACK, SeqMessage(synced if self.cfg.backup_ack_fsync
+                                               else appended)))
 
     def _check_in_sync(self, now: float) -> None:
         """SYNCING: in sync once the mirror holds what the active said it sent."""
@@ -377,7 +375,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
             self.promise_until = now + self.cfg.activation
             self._enter(Phase.PASSIVE, f"synchronized with live server "
                                            f"{self.peer.name} at seq {target}")
-            self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
+            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
 
     def _go_heard(self, seq: int | None) -> str:
         """The active handed over at `seq` ("go"): no promise holds this server back, and a

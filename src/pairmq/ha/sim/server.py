@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
-from pairmq.ha.messages import PeerHello, WitnessPurpose
+from pairmq.ha.messages import PeerHello, SeqMessage, SyncOffer, SyncRequest, WitnessPurpose
 from pairmq.ha.phases import Settings
 from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
@@ -139,7 +139,7 @@ class SimServer(Process):
         match effect:
             case ev.Send(kind, payload):
                 if kind != ch.HORIZON and self.link is not None:
-                    self.link.send(self, kind, _copy(payload))
+                    self.link.send(self, kind, payload.to_wire())  # the receiver's own copy
                 return
             case ev.ConfirmationsChanged():
                 self.update_confirmed()
@@ -302,11 +302,11 @@ class SimServer(Process):
                 self.link.send(self, ch.RECORDS, self.outgoing)
             self.outgoing = []
 
-    def _serve_sync(self, link: Conn, request: dict[str, Any]) -> None:
+    def _serve_sync(self, link: Conn, request: SyncRequest) -> None:
         journal = self.journal
         plan = plan_sync(request, journal.appended_seq, journal.oldest_seq, journal.epochs)
         self.live_buffer = []
-        link.send(self, ch.SYNC, {"mode": plan.mode, "from": plan.first, "to": plan.upto})
+        link.send(self, ch.SYNC, SyncOffer(plan.mode, plan.first, plan.upto).to_wire())
         self.later(self.world.sync_delay(plan.upto - plan.first + 1), self._sync_read, link,
                    plan.first, plan.upto)
 
@@ -329,7 +329,7 @@ class SimServer(Process):
         if buffered:
             link.send(self, ch.RECORDS, buffered)
         done = self.journal.appended_seq
-        link.send(self, ch.SYNC_DONE, {"seq": done})
+        link.send(self, ch.SYNC_DONE, SeqMessage(done).to_wire())
         self.feed(ev.SyncServed(done))
 
     # ------------------------------------------------------------ the HA channel

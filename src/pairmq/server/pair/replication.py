@@ -22,7 +22,14 @@ from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha.lag import FollowerLag, ReplicationLag
 from pairmq.ha.lease import LeaseView
-from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
+from pairmq.ha.messages import (
+    MessageError,
+    PeerHello,
+    SeqMessage,
+    SyncOffer,
+    SyncRequest,
+    WitnessPurpose,
+)
 from pairmq.ha.phases import Settings
 from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
@@ -211,7 +218,7 @@ class ReplicationDriver:
         match effect:
             case ev.Send(kind, payload):
                 if self.link is not None:
-                    self.link.send_json(kind, payload)
+                    self.link.send_json(kind, payload.to_wire())
             case ev.ConfirmationsChanged():
                 server.update_confirmed()
             case ev.AskWitness(purpose, request):
@@ -321,7 +328,7 @@ class ReplicationDriver:
             self._feed(event)
         elif kind == ch.HORIZON:
             if self.server.store.mirror:
-                self.server.store.drop_below(int(message["seq"]))
+                self.server.store.drop_below(SeqMessage.from_wire(message).seq)
         else:
             raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
 
@@ -345,7 +352,7 @@ class ReplicationDriver:
 
     # ------------------------------------------------------------ active: the stream
 
-    async def _serve_sync(self, link: Link, request: dict[str, Any]) -> None:
+    async def _serve_sync(self, link: Link, request: SyncRequest) -> None:
         try:
             await asyncio.wait_for(self._sync(link, request), self.machine.cfg.sync_timeout)
         except TimeoutError:
@@ -359,11 +366,11 @@ class ReplicationDriver:
             if self.link is not link:
                 self.live_buffer = None
 
-    async def _sync(self, link: Link, request: dict[str, Any]) -> None:
+    async def _sync(self, link: Link, request: SyncRequest) -> None:
         store = self.server.store
         plan = plan_sync(request, store.appended_seq, store.oldest_seq, store.epochs)
         self.live_buffer = []
-        link.send_json(ch.SYNC, {"mode": plan.mode, "from": plan.first, "to": plan.upto})
+        link.send_json(ch.SYNC, SyncOffer(plan.mode, plan.first, plan.upto).to_wire())
         log.info("Synchronising %s: %s, records %d to %d", self.machine.peer.name,
                  "incremental" if plan.mode == "incremental" else "full copy", plan.first,
                  plan.upto)
@@ -387,7 +394,7 @@ class ReplicationDriver:
         if buffered:
             link.send(ch.encode(ch.RECORDS, b"".join(buffered)))
         done = store.appended_seq
-        link.send_json(ch.SYNC_DONE, {"seq": done})
+        link.send_json(ch.SYNC_DONE, SeqMessage(done).to_wire())
         self._feed(ev.SyncServed(done))
 
     def on_append(self, seq: int, record: bytes) -> None:

@@ -17,7 +17,7 @@ import secrets
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
@@ -82,7 +82,7 @@ class ReplicationDriver:
         self._throttled = False  # clients paused: the replication stream is too far ahead
         self._wake = asyncio.Event()
         self._deadline: float | None = None
-        self._stepping_down: asyncio.Task | None = None  # the journal read back (StepDown)
+        self._stepping_down: asyncio.Task[None] | None = None  # the journal read back (StepDown)
         if not self.witness_address:
             log.warning("No witness is configured: if the network splits the pair, both "
                         "servers may serve at once (split brain). Configure [ha] witness.")
@@ -244,6 +244,8 @@ class ReplicationDriver:
                 log.info("New status of remote server = %s", new)
             case ev.Log(level, message):
                 log.log(level, message)
+            case _:
+                assert_never(effect)
 
     async def _become_active(self, epoch: int | None) -> None:
         assert epoch is not None  # the replication machine always opens a new epoch

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
@@ -183,6 +183,8 @@ class SharedStorePair:
             case ev.BecomePassive(why, drain):
                 self._roles.put_nowait(lambda: self.server.stand_by(
                     why, self.activation if drain else 0.0))
+            case _:
+                assert_never(effect)
 
     async def _role_worker(self) -> None:
         while True:
@@ -308,6 +310,6 @@ class SharedStorePair:
             log.exception("HA tick failed")
 
 
-async def _resolve(future: asyncio.Future) -> None:
+async def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

@@ -425,7 +425,7 @@ class SharedStoreNode:
                            Phase.TAKING_OVER)
         elif step is FailbackStep.SHUTDOWN and self.phase in BACKING:
             self._enter(Phase.HELD_BACK, "the active server stopped cleanly and "
-                                      "failover_on_shutdown is off: not taking over")
+                                         "failover_on_shutdown is off: not taking over")
 
     def _hand_over(self, why: str) -> None:
         """Stop serving, let the journal reach the disk, release the lock, tell the peer."""

@@ -19,6 +19,18 @@ HEARTBEAT = 0.2
 wire_hello = PeerHello.from_wire  # a hello as the channel carries it
 
 
+def wire_sync(message: dict[str, object]) -> ev.SyncRequested:
+    """A backup's request to synchronise, as the channel carries it."""
+    asked = ev.from_channel(ch.SYNC, message)
+    assert isinstance(asked, ev.SyncRequested)
+    return asked
+
+
+def on_the_wire(effects: list[ev.Effect]) -> list[object]:
+    """The effects, each `Send` as (kind, what it says on the wire)."""
+    return [(e.kind, e.payload.to_wire()) if isinstance(e, ev.Send) else e for e in effects]
+
+
 @dataclass
 class FakeJournal:
     epoch: int = 0
@@ -110,7 +122,7 @@ def test_stepping_down_decides_nothing_until_the_journal_is_read_back() -> None:
     journal.mirror = True  # what the read-back opened
     out = m.handle(ev.SteppedDown(), end + 2.5)
     sync = one(out, ev.Send)
-    assert sync.kind == ch.SYNC and sync.payload["last_seq"] == 5
+    assert sync.kind == ch.SYNC and sync.payload.to_wire()["last_seq"] == 5
     assert m.state is State.SYNCING
 
 
@@ -133,7 +145,7 @@ def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
     m.handle(ev.PeerConnected(wire_hello({"name": "backup", "identity": "backup#1",
                                           "role": "backup",
                                "state": "SYNCING", "stomp": "backup:61614"})), 0.1)
-    out = m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
+    out = m.handle(wire_sync({"request": True, "last_seq": 0}), 0.1)
     one(out, ev.ServeSync)
     m.handle(ev.SyncServed(0), 0.1)
     out = m.handle(ev.BackupAcked(0), 0.1)
@@ -154,7 +166,7 @@ def test_a_hand_over_waits_for_the_backup_then_says_go() -> None:
     assert release.request["op"] == "release" and release.request["keep_standby"] is True
     out = reply(m, out, 0.35, granted=True, holder="primary#1", epoch=1)
     go = [e for e in out if isinstance(e, ev.Send) and e.kind == ch.FAILBACK]
-    assert go == [ev.Send(ch.FAILBACK, {"phase": "go", "seq": 7})]
+    assert on_the_wire(go) == [(ch.FAILBACK, {"phase": "go", "seq": 7})]
     assert m.state is State.WAITING and m.phase is Phase.STEPPING_DOWN
     assert m.handing_over_to() is None
     one(out, ev.StepDown)
@@ -169,7 +181,7 @@ def test_a_renewal_never_goes_out_after_the_hand_over_began() -> None:
     m.handle(ev.PeerConnected(wire_hello({"name": "backup", "identity": "backup#1",
                                           "role": "backup",
                                "state": "SYNCING"})), 0.1)
-    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.1)
+    m.handle(wire_sync({"request": True, "last_seq": 0}), 0.1)
     m.handle(ev.SyncServed(0), 0.1)
     out = m.handle(ev.BackupAcked(0), 0.1)
     renewal = one(out, ev.AskWitness)  # out, unanswered
@@ -263,7 +275,7 @@ def elected() -> tuple[ReplicationMachine, FakeJournal]:
 
 def test_an_elected_server_serves_the_backup_it_was_elected_over() -> None:
     m, _ = elected()
-    out = m.handle(ev.SyncRequested({"request": True, "epoch": 1, "last_seq": 3,
+    out = m.handle(wire_sync({"request": True, "epoch": 1, "last_seq": 3,
                                      "epochs": [[1, 1]]}), 0.4)
     one(out, ev.ServeSync)
     assert m.phase is Phase.STANDALONE and m.state is State.STANDALONE
@@ -277,7 +289,7 @@ def test_an_elected_server_steps_down_when_its_backup_served_meanwhile() -> None
     have wiped the records it confirmed, and its promise then let this server confirm
     without them. Its journal is not the one this server was elected over: step down."""
     m, _ = elected()
-    out = m.handle(ev.SyncRequested({"request": True, "epoch": 2, "last_seq": 8,
+    out = m.handle(wire_sync({"request": True, "epoch": 2, "last_seq": 8,
                                      "epochs": [[1, 1], [2, 4]]}), 0.4)
     assert not [e for e in out if isinstance(e, ev.ServeSync)]
     one(out, ev.StepDown)
@@ -301,7 +313,7 @@ def test_a_followed_server_without_lease_steps_down_when_the_channel_ends() -> N
     sync = {"request": True, "epoch": 1, "last_seq": 3, "epochs": [[1, 1]]}
     for end in ("closed", "replaced"):
         m, _ = elected()
-        one(m.handle(ev.SyncRequested(sync), 0.4), ev.ServeSync)
+        one(m.handle(wire_sync(sync), 0.4), ev.ServeSync)
         assert m.phase is Phase.STANDALONE and m.serving
         if end == "closed":
             out = m.handle(ev.PeerLost("closed by the peer"), 0.45)

@@ -20,6 +20,7 @@ from tests.ha.test_machine import (
     machine,
     reply,
     standalone,
+    wire_sync,
 )
 from tests.ha.test_machine_transitions import BACKUP, active_with_backup
 
@@ -68,7 +69,7 @@ def active() -> Machine:
 def _backup_catches_up(m: Machine, acked: int, now: float = 0.1) -> Machine:
     """A backup connects, synchronises up to `acked` and acknowledges it."""
     m.handle(ev.PeerConnected(_hello(BACKUP, "SYNCING")), now)
-    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), now)
+    m.handle(wire_sync({"request": True, "last_seq": 0}), now)
     m.handle(ev.SyncServed(acked), now)
     m.handle(ev.BackupAcked(acked), now)
     return m
@@ -316,7 +317,7 @@ def recovered_on_the_election(m: Machine) -> None:
 
 
 def sync_asked(epoch: int, last_seq: int) -> Action:
-    return lambda m: m.handle(ev.SyncRequested({"request": True, "epoch": epoch,
+    return lambda m: m.handle(wire_sync({"request": True, "epoch": epoch,
                                                 "last_seq": last_seq}), 0.5)
 
 

@@ -23,7 +23,7 @@ from pairmq.ha.phases import (
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.shared_store import Tick
 from pairmq.ha.states import State
-from tests.ha.test_machine import ACTIVATION_MS, FakeJournal, one, reply, standalone
+from tests.ha.test_machine import ACTIVATION_MS, FakeJournal, one, reply, standalone, wire_sync
 
 BACKUP = {"name": "backup", "identity": "backup#1", "role": "backup", "stomp": "backup:61614"}
 
@@ -44,7 +44,7 @@ def active_with_backup(now: float = 0.1) -> tuple[ReplicationMachine, FakeJourna
                                                    list[ev.Effect]]:
     m, journal = standalone(now=0.0)
     out = m.handle(ev.PeerConnected(wire_hello({**BACKUP, "state": "SYNCING"})), now)
-    out += m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), now)
+    out += m.handle(wire_sync({"request": True, "last_seq": 0}), now)
     out += m.handle(ev.SyncServed(0), now)
     acked = m.handle(ev.BackupAcked(0), now)
     out += acked + reply(m, acked, now, granted=True, holder="primary#1", epoch=1,
@@ -68,7 +68,7 @@ def test_a_backup_that_rejoins_is_announced_at_every_step() -> None:
 
     journal.appended_seq = journal.synced_seq = 7
     out = m.handle(ev.PeerConnected(wire_hello({**BACKUP, "state": "SYNCING"})), 0.3)
-    out += m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), 0.3)
+    out += m.handle(wire_sync({"request": True, "last_seq": 0}), 0.3)
     out += m.handle(ev.SyncServed(5), 0.3)
     out += m.handle(ev.BackupAcked(5), 0.3)
     assert m.phase is Phase.JOINING
@@ -104,7 +104,7 @@ def test_active_needs_a_lease_or_the_backups_promise() -> None:
     assert end is not None
     m.check(end + 1.0)
     assert m.state is State.STANDALONE and not m.witness_lease.valid(end + 1.0)
-    m.handle(ev.SyncRequested({"request": True, "last_seq": 0}), end + 1.0)
+    m.handle(wire_sync({"request": True, "last_seq": 0}), end + 1.0)
     m.handle(ev.SyncServed(0), end + 1.0)
     out = m.handle(ev.BackupAcked(0), end + 1.0)
     assert m.phase is Phase.JOINING and m.state is State.STANDALONE

@@ -17,7 +17,7 @@ from pairmq.ha.messages import FailbackStep
 from pairmq.ha.phases import Phase
 from pairmq.ha.replication import STEPS, ReplicationMachine
 from pairmq.ha.shared_store import Tick
-from tests.ha.test_machine import elected
+from tests.ha.test_machine import elected, wire_sync
 from tests.ha.test_machine_steps import (
     activating,
     active,
@@ -47,7 +47,7 @@ def stopped() -> Machine:
     return m
 
 
-SYNC_ASKED = ev.SyncRequested({"request": True, "epoch": 1, "last_seq": 1})
+SYNC_ASKED = wire_sync({"request": True, "epoch": 1, "last_seq": 1})
 GO = ev.FailbackMessage(FailbackStep.GO, 1)
 # For each phase: a machine in it, and an input its step function does not take (its
 # step's docstring says why, where it is not plain).

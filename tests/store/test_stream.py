@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pairmq.ha.messages import SyncRequest
 from pairmq.ha.syncplan import SyncPlan, plan_sync
 from pairmq.store.records import frame_record
 from pairmq.store.replication_frames import MirrorError, new_records
@@ -41,15 +42,17 @@ def test_a_chunk_cut_inside_a_header_is_refused() -> None:
 
 
 def test_sync_is_incremental_only_when_both_histories_agree() -> None:
+    wire = SyncRequest.from_wire  # the backup's request as the channel carries it
     epochs = [(1, 1), (2, 50)]
     # The backup stopped at 40, written in epoch 1 on both sides: send 41 on.
-    assert plan_sync({"last_seq": 40, "epochs": [[1, 1]]}, 100, 1, epochs) == \
+    assert plan_sync(wire({"last_seq": 40, "epochs": [[1, 1]]}), 100, 1, epochs) == \
         SyncPlan("incremental", 41, 100)
     # Its record 60 was written in an epoch we never had (it served alone): replace it.
-    assert plan_sync({"last_seq": 60, "epochs": [[1, 1], [3, 55]]}, 100, 1, epochs) == \
+    assert plan_sync(wire({"last_seq": 60, "epochs": [[1, 1], [3, 55]]}), 100, 1, epochs) == \
         SyncPlan("full", 1, 100)
     # We no longer hold what follows its end (compacted): a full copy from our oldest.
-    assert plan_sync({"last_seq": 40, "epochs": [[1, 1]]}, 100, 60, epochs) == \
+    assert plan_sync(wire({"last_seq": 40, "epochs": [[1, 1]]}), 100, 60, epochs) == \
         SyncPlan("full", 60, 100)
     # An empty backup.
-    assert plan_sync({"last_seq": 0, "epochs": []}, 100, 1, epochs) == SyncPlan("full", 1, 100)
+    assert plan_sync(wire({"last_seq": 0, "epochs": []}), 100, 1, epochs) == \
+        SyncPlan("full", 1, 100)

@@ -190,7 +190,7 @@ class ActivationSteps(MachineState):
         else:
             self._enter(Phase.STANDALONE, f"{act.why}; epoch {act.epoch}")
         if self.connected:
-            self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
+            self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
 
     def _election_stands(self, elected_over: tuple[int, int],
                          says: tuple[int, int]) -> bool:

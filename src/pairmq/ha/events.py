@@ -10,14 +10,19 @@ monotonic clock; nothing here reads a clock or touches a socket.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.messages import (
+    ChannelMessage,
+    Failback,
     FailbackStep,
     MessageError,
     PeerHello,
+    SeqMessage,
+    SyncOffer,
+    SyncRequest,
     WitnessPurpose,
     WitnessReply,
 )
@@ -46,12 +51,12 @@ class Heartbeat:
 class SyncRequested:
     """Active side: the backup asks to be synchronised (its journal's end and epochs)."""
 
-    request: dict[str, Any]
+    request: SyncRequest
 
     @property
     def journal(self) -> tuple[int, int]:
         """The asking backup's journal as it states it: (epoch, last seq)."""
-        return int(self.request.get("epoch", 0)), int(self.request.get("last_seq", 0))
+        return self.request.journal
 
 
 @dataclass(frozen=True)
@@ -138,10 +143,11 @@ Event = (PeerConnected | PeerLost | Heartbeat | SyncRequested | SyncServed | Syn
 
 @dataclass(frozen=True)
 class Send:
-    """A control message to the peer (ha/channel.py kinds)."""
+    """A control message to the peer: its kind (ha/channel.py) and what it says (its wire
+    form is the payload's `to_wire()`)."""
 
     kind: int
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: ChannelMessage
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,7 @@ class BeginEpoch:
 class ServeSync:
     """Active side: stream the records the backup lacks, then `SyncServed`."""
 
-    request: dict[str, Any]
+    request: SyncRequest
 
 
 @dataclass(frozen=True)
@@ -253,19 +259,17 @@ def from_channel(kind: int, message: dict[str, Any]) -> Event | None:
         if kind == ch.HEARTBEAT:
             return Heartbeat(PeerHello.from_wire(message))
         if kind == ch.ACK:
-            return BackupAcked(int(message["seq"]))
+            return BackupAcked(SeqMessage.from_wire(message).seq)
         if kind == ch.SYNC:
             if "request" in message:
-                asked = SyncRequested(message)
-                _ = asked.journal  # read here: a bad one is the message's fault
-                return asked
-            return SyncOffered(str(message["mode"]), int(message["from"]))
+                return SyncRequested(SyncRequest.from_wire(message))
+            offer = SyncOffer.from_wire(message)
+            return SyncOffered(offer.mode, offer.first)
         if kind == ch.SYNC_DONE:
-            return SyncDone(int(message["seq"]))
+            return SyncDone(SeqMessage.from_wire(message).seq)
         if kind == ch.FAILBACK:
-            seq = message.get("seq")
-            return FailbackMessage(FailbackStep(str(message.get("phase"))),
-                                   int(seq) if seq is not None else None)
+            failback = Failback.from_wire(message)
+            return FailbackMessage(failback.step, failback.seq)
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, MessageError):
             raise

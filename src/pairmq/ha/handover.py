@@ -13,7 +13,7 @@ from dataclasses import replace
 from pairmq.ha import channel as ch
 from pairmq.ha.events import CloseClients, ConfirmationsChanged, Log, Persist, Send
 from pairmq.ha.machine_state import MachineState
-from pairmq.ha.messages import FailbackStep, WitnessPurpose, WitnessReply
+from pairmq.ha.messages import Failback, FailbackStep, WitnessPurpose, WitnessReply
 from pairmq.ha.phases import HandOver, HandOverStep, Phase
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
@@ -58,7 +58,7 @@ class HandOverSteps(MachineState):
         ho = self.hand_over
         assert ho is not None and ho.target is not None
         self.witness_lease.revoke()
-        self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.GO.value, "seq": ho.target}))
+        self._emit(Send(ch.FAILBACK, Failback(FailbackStep.GO, ho.target)))
         if ho.stopping:
             self._enter(Phase.STOPPED, f"{ho.why}: handed over")
             return
@@ -77,7 +77,7 @@ class HandOverSteps(MachineState):
         """Shutdown while serving, without a hand-over: the peer hears the farewell, and does
         not take this server's silence for a failure (FAREWELL_HEARD)."""
         if self.connected:
-            self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.SHUTDOWN.value}))
+            self._emit(Send(ch.FAILBACK, Failback(FailbackStep.SHUTDOWN)))
         self._stop_serving()
 
     def _stop_after_hand_over(self) -> None:

@@ -1,11 +1,13 @@
 """What the parts of the replication machine share: its state, the one way its phase
 changes, its output, and the steps each part asks of another.
 
-`ReplicationMachine` (ha/replication.py) is written in four parts, one file each: the
-peer and the decisions (replication.py), activations (activation.py), hand-overs
-(handover.py) and the witness's requests (witnessing.py). Each part extends this class,
-so every member a part reads is declared here, with its type; a step one part asks of
-another is declared below with its signature, and defined by the part that owns it.
+`ReplicationMachine` (ha/replication.py: the dispatch of inputs to its phases' step
+functions, ha/steps.py and ha/serving_steps.py) is written in parts, one file each: the
+peer, serving and the backup side (rules.py), activations (activation.py), hand-overs
+(handover.py) and the witness's requests (witnessing.py); what it does of its own accord
+after every input is the table of decisions.py. Each part extends this class, so every
+member a part reads is declared here, with its type; a step one part asks of another is
+declared below with its signature, and defined by the part that owns it.
 """
 
 from __future__ import annotations
@@ -155,15 +157,20 @@ class MachineState:
     # ------------------------------------------------------------ steps of other parts
 
     def hello(self, now: float) -> PeerHello:
-        """What this server says of itself (replication.py)."""
+        """What this server says of itself (rules.py)."""
+        raise NotImplementedError
+
+    def _decide(self, now: float) -> None:
+        """Take the next safe step for the situation, after every input: the first rule of
+        decisions.py's table that holds (replication.py)."""
         raise NotImplementedError
 
     def _step_down(self, why: str, then: Phase = Phase.WAITING) -> None:
-        """Stop serving, reported and carried out in this step (replication.py)."""
+        """Stop serving, reported and carried out in this step (rules.py)."""
         raise NotImplementedError
 
     def _backup_lost(self) -> None:
-        """Confirm alone once the witness knows the backup is out of sync (replication.py)."""
+        """Confirm alone once the witness knows the backup is out of sync (rules.py)."""
         raise NotImplementedError
 
     def _ask(self, purpose: WitnessPurpose, fields: dict[str, Any]) -> None:

@@ -59,6 +59,17 @@ def _int(message: Mapping[str, Any], key: str, default: int = 0) -> int:
     return value
 
 
+def _needed_int(message: Mapping[str, Any], key: str) -> int:
+    """An integer the message must carry (no default stands in for it)."""
+    if message.get(key) is None:
+        raise MessageError(f"{key!r} is missing")
+    return _int(message, key)
+
+
+def _optional_int(message: Mapping[str, Any], key: str) -> int | None:
+    return None if message.get(key) is None else _int(message, key)
+
+
 def _float(message: Mapping[str, Any], key: str) -> float:
     value = message.get(key, 0.0)
     if value is None:
@@ -138,6 +149,120 @@ class PeerHello:
 
 
 NO_PEER = PeerHello()  # the peer before it said anything
+
+
+@dataclass(frozen=True)
+class StoreHello:
+    """What a shared-store server says of itself (its peer reads it as a `PeerHello`, the
+    fields it lacks taking their defaults): no journal crosses that channel, so no sequence
+    numbers, only the state and the shared journal's epoch."""
+
+    name: str
+    role: str
+    stomp: str
+    stomp_tls: str
+    ts: float
+    state: State
+    epoch: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "stomp": self.stomp,
+                "stomp_tls": self.stomp_tls, "ts": self.ts, "state": self.state.value,
+                "epoch": self.epoch}
+
+
+# ---------------------------------------------------------------- the HA channel's control
+# messages besides the hello, one value per kind (ha/channel.py), each read and written here
+
+
+@dataclass(frozen=True)
+class SyncRequest:
+    """SYNC from a backup: what its journal holds (its end, and the first record of each
+    epoch), so that the serving peer can tell whether it is a prefix of its own
+    (ha/syncplan.py) and, while elected, whether it is the journal elected over."""
+
+    epoch: int = 0
+    last_seq: int = 0
+    epochs: tuple[tuple[int, int], ...] = ()  # (epoch, its first sequence number)
+
+    @classmethod
+    def from_wire(cls, message: Mapping[str, Any]) -> SyncRequest:
+        return cls(epoch=_int(message, "epoch"), last_seq=_int(message, "last_seq"),
+                   epochs=_epochs(message))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"request": True, "epoch": self.epoch, "last_seq": self.last_seq,
+                "epochs": [list(e) for e in self.epochs]}
+
+    @property
+    def journal(self) -> tuple[int, int]:
+        """The asking backup's journal as it states it: (epoch, last seq)."""
+        return self.epoch, self.last_seq
+
+
+@dataclass(frozen=True)
+class SyncOffer:
+    """SYNC from the serving peer (no "request" in it): a synchronisation starts, "full"
+    (replace the journal) or "incremental", with records `first` to `upto` (more follow
+    live, then SYNC_DONE)."""
+
+    mode: str
+    first: int
+    upto: int
+
+    @classmethod
+    def from_wire(cls, message: Mapping[str, Any]) -> SyncOffer:
+        if not isinstance(message.get("mode"), str):
+            raise MessageError(f"'mode' must be a string, not {message.get('mode')!r}")
+        return cls(mode=message["mode"], first=_needed_int(message, "from"),
+                   upto=_int(message, "to"))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"mode": self.mode, "from": self.first, "to": self.upto}
+
+
+@dataclass(frozen=True)
+class SeqMessage:
+    """A message that names one sequence number: ACK (the backup holds the records up to
+    it), SYNC_DONE (everything up to it was sent: the live stream follows), HORIZON (the
+    records below it are superseded)."""
+
+    seq: int
+
+    @classmethod
+    def from_wire(cls, message: Mapping[str, Any]) -> SeqMessage:
+        return cls(_needed_int(message, "seq"))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"seq": self.seq}
+
+
+@dataclass(frozen=True)
+class Failback:
+    """FAILBACK: a step of handing the active's place over (`FailbackStep`); "go" names the
+    last record the backup must hold (`seq`)."""
+
+    step: FailbackStep
+    seq: int | None = None
+
+    @classmethod
+    def from_wire(cls, message: Mapping[str, Any]) -> Failback:
+        value = _str(message, "phase")
+        try:
+            step = FailbackStep(value)
+        except ValueError:
+            raise MessageError(f"unknown failback step {value!r}") from None
+        return cls(step, _optional_int(message, "seq"))
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"phase": self.step.value}
+        if self.seq is not None:
+            wire["seq"] = self.seq
+        return wire
+
+
+# What a machine sends its peer (`Send.payload`, ha/events.py).
+ChannelMessage = PeerHello | SyncRequest | SyncOffer | SeqMessage | Failback
 
 
 @dataclass(frozen=True)

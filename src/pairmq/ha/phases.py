@@ -1,5 +1,10 @@
 """The replication machine's phases and step values, its settings, and its view of the
-journal (ha/replication.py)."""
+journal (ha/replication.py).
+
+Every phase change it may make is TRANSITIONS, at the end. Which input a phase takes is
+its step function (STEPS, ha/replication.py); what the machine does of its own accord
+after every input, in which phase, on what condition and why, is one table: DECISIONS in
+ha/decisions.py, which `_decide` walks."""
 
 from __future__ import annotations
 
@@ -179,9 +184,10 @@ class Journal(Protocol):
 
 
 class IllegalTransition(Exception):
-    """A phase change the transition table does not allow: a bug, never an input's fault."""
+    """A phase change the transition table does not allow: a bug, never an input's fault
+    (either machine's: this one's TRANSITIONS, or ha/shared_store.py's)."""
 
-    def __init__(self, old: Phase, new: Phase, why: str) -> None:
+    def __init__(self, old: StrEnum, new: StrEnum, why: str) -> None:
         super().__init__(f"illegal transition {old.value} -> {new.value} ({why})")
         self.old, self.new = old, new
 

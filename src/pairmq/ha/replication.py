@@ -2,10 +2,12 @@
 
 `ReplicationMachine.handle(event, now)` takes one input (ha/events.py) and returns the
 effects to carry out, in order; `tick(now)` is called every heartbeat and at
-`deadline()`. No clock, socket or task lives here: the driver (server/pair/replication.py) does
-the I/O. What each phase answers to is its step function (`STEPS`, at the end; the steps
-are in ha/steps.py and ha/serving_steps.py): an input the current phase does not take is
-logged at debug level and dropped. The rules (docs/ha.md has the argument):
+`deadline()`. No clock, socket or task lives here: the driver (server/pair/replication.py)
+does the I/O. What each phase answers to is its step function (`STEPS`, at the end; the
+steps are in ha/steps.py and ha/serving_steps.py): an input the current phase does not
+take is logged at debug level and dropped. After every input, taken or dropped, `_decide`
+applies the first rule of the table DECISIONS (ha/decisions.py) that holds. The rules
+(docs/ha.md has the argument):
 
 - A server confirms writes only while serving and while it holds the witness's lease
   or its in-sync backup's promise not to take over (no witness configured: always,
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pairmq.ha.decisions import decide
 from pairmq.ha.events import Effect, Event
 from pairmq.ha.phases import Phase
 from pairmq.ha.rules import ReplicationRules
@@ -55,7 +58,8 @@ __all__ = ["STEPS", "ReplicationMachine"]
 
 class ReplicationMachine(ReplicationRules):
     """The pair under the replication policy: inputs go to the current phase's step
-    function (`STEPS`); the rules they apply are ReplicationRules' (ha/rules.py)."""
+    function (`STEPS`); the rules they apply are ReplicationRules' (ha/rules.py); what it
+    does of its own accord after each is the table DECISIONS (ha/decisions.py)."""
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         """One input: the current phase's step function (`STEPS`) takes it, or drops it with
@@ -65,6 +69,9 @@ class ReplicationMachine(ReplicationRules):
         STEPS[self.phase](self, event, now)
         self._decide(now)
         return self._drain()
+
+    def _decide(self, now: float) -> None:
+        decide(self, now)
 
 P = Phase
 # What each phase answers to: its step function (ha/steps.py, ha/serving_steps.py), one per

@@ -1,14 +1,14 @@
-"""The replication machine's rules: its queries, its decisions (`_decide`, serving and
-stepping down, the backup side) and the helpers its phases' step functions apply
-(ha/steps.py, ha/serving_steps.py). `ReplicationMachine` (ha/replication.py) adds the
-dispatch of inputs to those step functions; the rules and their safety argument are in
-ha/replication.py's docstring and docs/ha.md.
+"""The replication machine's rules: its queries, what every phase records of the peer,
+serving and stepping down, the backup side, and the helpers its phases' step functions
+(ha/steps.py, ha/serving_steps.py) and its decisions (ha/decisions.py, the table `_decide`
+walks) apply. `ReplicationMachine` (ha/replication.py) adds the dispatch of inputs to those
+step functions; the rules and their safety argument are in ha/replication.py's docstring
+and docs/ha.md.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.activation import ActivationSteps
@@ -24,15 +24,8 @@ from pairmq.ha.events import (
     WipeJournal,
 )
 from pairmq.ha.handover import HandOverSteps
-from pairmq.ha.messages import (
-    FailbackStep,
-    PeerHello,
-)
-from pairmq.ha.phases import (
-    SERVING,
-    Phase,
-    SteppingDown,
-)
+from pairmq.ha.messages import PeerHello, SeqMessage, SyncRequest
+from pairmq.ha.phases import Phase, SteppingDown
 from pairmq.ha.states import State
 from pairmq.ha.witnessing import WitnessRequests
 
@@ -113,10 +106,10 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         if self.phase is Phase.STOPPED:
             return []
         if self.connected:
-            self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
+            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
         if self.serving:
             if self.connected and self.sync_done_seq is not None:
-                self._emit(Send(ch.HORIZON, {"seq": self.journal.oldest_seq}))
+                self._emit(Send(ch.HORIZON, SeqMessage(self.journal.oldest_seq)))
             if not self._expired(now) and self.cfg.witness and now >= self.next_renew \
                     and self.phase is not Phase.HANDING_OVER:
                 self.next_renew = now + self.cfg.heartbeat
@@ -204,7 +197,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
 
     def _say_hello(self) -> None:
         """This server's hello at once (a new channel, a new phase the peer waits for)."""
-        self._emit(Send(ch.HEARTBEAT, self.hello(self._now).to_wire()))
+        self._emit(Send(ch.HEARTBEAT, self.hello(self._now)))
 
     def _set_peer_state(self, state: State) -> bool:
         """True: the peer served and now says it does not (nor is it gone): a backup that
@@ -284,64 +277,6 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
                                   "meanwhile. Stepping down"))
             self._step_down("the peer's journal has a higher epoch")
 
-    # ------------------------------------------------------------ decisions
-
-    def _decide(self, now: float) -> None:
-        """Take the next safe step for the current situation (after every input)."""
-        phase = self.phase
-        if phase in SERVING or phase in (Phase.ACTIVATING, Phase.STEPPING_DOWN, Phase.STOPPING,
-                                         Phase.STOPPED):
-            return
-        if phase is Phase.TAKING_OVER and not (self.connected and self.peer_state.serving):
-            self._activate("the active server handed over", force=True,
-                           back_to=Phase.TAKING_OVER)
-            return
-        if self.connected:
-            if self.peer_state.serving:
-                if self.order:
-                    self.order = False
-                    self._emit(Log(WARNING, f"Forced activation cancelled: "
-                                            f"{self.peer.name} is serving, this server "
-                                            "synchronises from it"))
-                if phase not in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED,
-                                 Phase.TAKING_OVER):
-                    self._request_sync()
-                elif (phase is Phase.PASSIVE and self.cfg.role == "primary"
-                      and self.cfg.allow_failback and self.peer.role == "backup"):
-                    self._enter(Phase.FAILBACK_ASKED, "in sync: asking to fail back")
-                    self._emit(Log(INFO, f"In sync with {self.peer.name}: asking to "
-                                         "fail back (allow_failback = true)"))
-                    self._emit(Send(ch.FAILBACK, {"phase": FailbackStep.REQUEST.value}))
-                return
-            if phase is Phase.DEFERRING:
-                return
-            if phase in (Phase.ORPHANED, Phase.PASSIVE, Phase.FAILBACK_ASKED):
-                # Connected to a peer that serves nothing: a backup of nobody. Saying
-                # PASSIVE would keep the peer waiting for us to follow it (simulator seed 92).
-                self._enter(Phase.WAITING, f"{self.peer.name} does not serve")
-                phase = Phase.WAITING
-            if self.peer_state in (State.STARTING, State.WAITING, State.DEAD):
-                won = self._won()
-                if self.cfg.witness:
-                    # The witness is the pair's memory: the server it last granted
-                    # activates; the journals decide only on a new witness, or when the
-                    # witness cannot be reached (the two servers agree).
-                    self._activate("the witness names this server", query=True, won=won)
-                elif won:
-                    self._activate("the peer's journal is older")
-                elif phase is Phase.STARTING:
-                    self._enter(Phase.WAITING, f"{self.peer.name} holds the newer "
-                                               "journal and should become active")
-            return
-        if phase is Phase.ORPHANED:
-            if self.peer_farewell:
-                self._enter(Phase.WAITING, FAREWELL_HEARD)
-            elif now >= self.promise_until:
-                self._activate("the active server is gone", back_to=Phase.ORPHANED)
-            return
-        if phase in (Phase.STARTING, Phase.WAITING, Phase.DEFERRING):
-            self._activate_alone()
-
     # ------------------------------------------------------------ serving
 
     def _valid_until(self) -> float:
@@ -398,7 +333,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         self._renew()
         self._emit(ConfirmationsChanged())
 
-    def _serve_sync(self, request: dict[str, Any]) -> None:
+    def _serve_sync(self, request: SyncRequest) -> None:
         """Serve the backup what it lacks (a full copy replaces a journal that is not a
         prefix of ours)."""
         self.sync_done_seq = None
@@ -412,9 +347,8 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         self.sync_done_seq = None
         self._enter(Phase.SYNCING, f"copying {self.peer.name}'s journal")
         journal = self.journal
-        self._emit(Send(ch.SYNC, {"request": True, "epoch": journal.epoch,
-                                  "last_seq": journal.appended_seq,
-                                  "epochs": journal.epochs}))
+        self._emit(Send(ch.SYNC, SyncRequest(journal.epoch, journal.appended_seq,
+                                             tuple(journal.epochs))))
 
     def _on_sync_offered(self, mode: str, first: int) -> None:
         name = self.peer.name
@@ -427,8 +361,8 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
 
     def _ack_mirror(self, appended: int, synced: int) -> None:
         if self.connected:
-            self._emit(Send(ch.ACK, {"seq": synced if self.cfg.backup_ack_fsync
-                                     else appended}))
+            self._emit(Send(ch.ACK, SeqMessage(synced if self.cfg.backup_ack_fsync
+                                               else appended)))
 
     def _check_in_sync(self, now: float) -> None:
         """SYNCING: in sync once the mirror holds what the active said it sent."""
@@ -441,7 +375,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
             self.promise_until = now + self.cfg.activation
             self._enter(Phase.PASSIVE, f"synchronized with live server "
                                            f"{self.peer.name} at seq {target}")
-            self._emit(Send(ch.HEARTBEAT, self.hello(now).to_wire()))
+            self._emit(Send(ch.HEARTBEAT, self.hello(now)))
 
     def _go_heard(self, seq: int | None) -> str:
         """The active handed over at `seq` ("go"): no promise holds this server back, and a

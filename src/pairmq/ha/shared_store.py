@@ -9,8 +9,9 @@ The driver (server/pair/shared_store.py) feeds `SharedStoreNode.step` with `Tick
 `PeerConnected(hello)`, `Heartbeat(hello)`, `PeerLost(reason)`, `LockResult(...)`,
 `Recovered(epoch, now)`, `FailbackMessage(phase)`, `Force()` and `Shutdown()` (all but
 `Tick` and the lock's from ha/events.py, as the replication machine), and carries out the
-effects in order: `Send`, `TryLock`, `VerifyLock`, `ReleaseLock`, `BecomeActive`,
-`BecomePassive`, `CloseClients`, `StateChanged`.
+effects in order: `Send`, `SayHello`, `TryLock`, `VerifyLock`, `ReleaseLock`,
+`BecomeActive`, `BecomePassive`, `CloseClients`, `StateChanged`. Its phase changes only by
+`_enter`, along TRANSITIONS.
 
 Why two servers never write or confirm at once (V = activation interval, D = drift):
 
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from pairmq.ha import channel as ch
 from pairmq.ha.events import (
@@ -53,7 +53,8 @@ from pairmq.ha.events import (
     Shutdown,
     StateChanged,
 )
-from pairmq.ha.messages import FailbackStep, PeerHello
+from pairmq.ha.messages import Failback, FailbackStep, PeerHello
+from pairmq.ha.phases import IllegalTransition
 from pairmq.ha.states import State
 from pairmq.store.sharedlock import NO_PROOF, Proof, wait_out
 
@@ -93,6 +94,46 @@ HOLDING = (Phase.WAITING_OUT, Phase.RECOVERING, Phase.PROVING, Phase.STANDALONE,
 SERVING = (Phase.STANDALONE, Phase.ACTIVE)
 BACKING = (Phase.BACKUP, Phase.FAILBACK_ASKED)  # the serving peer is connected
 TRYING = (Phase.FIRST_LOCK, Phase.LOCKING, Phase.TAKING_OVER)
+
+
+def _to(*phases: Phase) -> frozenset[Phase]:
+    return frozenset(phases)
+
+
+_P = Phase
+# Every phase change the shared-store machine makes, and nothing else (`_enter` raises on
+# any other). Read a row as "from here, on these grounds, to there". Every phase may stop.
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    # the first tick tries the lock
+    _P.STARTING: _to(_P.FIRST_LOCK, _P.STOPPED),
+    # acquired (wait out the previous holder's proof); busy: back up the serving peer, or
+    # seek the lock
+    _P.FIRST_LOCK: _to(_P.WAITING_OUT, _P.BACKUP, _P.SEEKING, _P.STOPPED),
+    _P.LOCKING: _to(_P.WAITING_OUT, _P.BACKUP, _P.SEEKING, _P.STOPPED),
+    _P.TAKING_OVER: _to(_P.WAITING_OUT, _P.BACKUP, _P.SEEKING, _P.STOPPED),
+    # try the lock (a tick, an operator); the peer serves; the holder's "go"
+    _P.SEEKING: _to(_P.LOCKING, _P.BACKUP, _P.TAKING_OVER, _P.STOPPED),
+    # failback asked; the peer stopped serving; lost it (try the lock); its "go"; its
+    # clean stop without failover
+    _P.BACKUP: _to(_P.FAILBACK_ASKED, _P.SEEKING, _P.LOCKING, _P.TAKING_OVER, _P.HELD_BACK,
+                   _P.STOPPED),
+    _P.FAILBACK_ASKED: _to(_P.SEEKING, _P.LOCKING, _P.TAKING_OVER, _P.HELD_BACK, _P.STOPPED),
+    # the peer serves again; an operator's force; its "go"
+    _P.HELD_BACK: _to(_P.BACKUP, _P.LOCKING, _P.TAKING_OVER, _P.STOPPED),
+    # the peer did not take the lock; it serves; lost it; its "go" back
+    _P.DEFERRING: _to(_P.SEEKING, _P.BACKUP, _P.LOCKING, _P.TAKING_OVER, _P.STOPPED),
+    # waited out: replay; the lock not proven
+    _P.WAITING_OUT: _to(_P.RECOVERING, _P.SEEKING, _P.STOPPED),
+    # replayed: serve, or prove the lock first; the lock not proven
+    _P.RECOVERING: _to(_P.STANDALONE, _P.ACTIVE, _P.PROVING, _P.SEEKING, _P.STOPPED),
+    _P.PROVING: _to(_P.STANDALONE, _P.ACTIVE, _P.SEEKING, _P.STOPPED),
+    # a backup connected; the lock not proven
+    _P.STANDALONE: _to(_P.ACTIVE, _P.SEEKING, _P.STOPPED),
+    # the backup lost; the lock not proven; handed over (failback, failover on shutdown)
+    _P.ACTIVE: _to(_P.STANDALONE, _P.SEEKING, _P.DEFERRING, _P.STOPPED),
+    # a second shutdown changes nothing
+    _P.STOPPED: _to(_P.STOPPED),
+}
 
 
 class LockOutcome(StrEnum):
@@ -138,8 +179,14 @@ class ReleaseLock:
     pass
 
 
-Effect = Send | TryLock | VerifyLock | ReleaseLock | BecomeActive | BecomePassive | \
-    CloseClients | StateChanged
+@dataclass(frozen=True)
+class SayHello:
+    """Send this server's hello to the peer (the driver's `StoreHello`, ha/messages.py),
+    with the state and epoch of the instant it goes out."""
+
+
+Effect = Send | SayHello | TryLock | VerifyLock | ReleaseLock | BecomeActive | BecomePassive \
+    | CloseClients | StateChanged
 
 
 @dataclass(frozen=True)
@@ -198,9 +245,6 @@ class SharedStoreNode:
                    "WAITING server"
         return None
 
-    def hello(self) -> dict[str, Any]:
-        return {"state": self.state.value, "epoch": self.epoch}
-
     # ------------------------------------------------------------ the step
 
     def step(self, event: Input) -> list[Effect]:
@@ -232,7 +276,8 @@ class SharedStoreNode:
                     else:
                         # A long replay outlasted the proof (a million messages, a busy
                         # machine): the lock is still ours unless a verification says not.
-                        self.phase = Phase.PROVING
+                        self._enter(Phase.PROVING, "the journal replay outlasted the "
+                                                   "proof: verifying the lock before serving")
                         self._verify_now()
             case FailbackMessage(step):
                 self._failback(step)
@@ -242,13 +287,17 @@ class SharedStoreNode:
             case Shutdown():
                 self._shutdown()
         if self.phase is Phase.BACKUP and self._wants_failback():
-            self.phase = Phase.FAILBACK_ASKED  # reported PASSIVE all the same
-            self._out.append(Send(ch.FAILBACK, {"phase": FailbackStep.REQUEST.value}))
+            self._enter(Phase.FAILBACK_ASKED, "asking to fail back")  # PASSIVE all the same
+            self._out.append(Send(ch.FAILBACK, Failback(FailbackStep.REQUEST)))
         return self._out
 
     # ------------------------------------------------------------ steps
 
-    def _go(self, phase: Phase, why: str) -> None:
+    def _enter(self, phase: Phase, why: str) -> None:
+        """The one way the phase changes: a transition TRANSITIONS allows (any other
+        raises); a change of the reported state is announced, and said to the peer."""
+        if phase not in TRANSITIONS[self.phase]:
+            raise IllegalTransition(self.phase, phase, why)
         old = self.state
         self.phase = phase
         if self.state != old:
@@ -257,12 +306,12 @@ class SharedStoreNode:
 
     def _heartbeat(self) -> None:
         if self.peer is not None and self.phase is not Phase.STOPPED:
-            self._out.append(Send(ch.HEARTBEAT, self.hello()))
+            self._out.append(SayHello())
 
     def _tick(self) -> None:
         now = self.now
         if self.phase is Phase.STARTING:
-            self.phase = Phase.FIRST_LOCK
+            self._enter(Phase.FIRST_LOCK, "trying the lock")
             self._out.append(TryLock())
             return
         if self.phase in SERVING and not self.proof.valid(now):
@@ -272,14 +321,14 @@ class SharedStoreNode:
         # Holding the lock but neither serving nor confirming yet (waiting out, replaying,
         # proving): an expired proof only means verifying again before serving.
         if self.phase is Phase.WAITING_OUT and now >= self.ready_at:
-            self._go(Phase.RECOVERING, "holding the lock: replaying the journal")
+            self._enter(Phase.RECOVERING, "holding the lock: replaying the journal")
             self._out.append(BecomeActive(None))
         if self.phase in HOLDING and now >= self.verify_due:
             self._verify_now()
         elif self.phase is Phase.SEEKING and now >= self.next_try and not _serving(self.peer):
             self._try_lock("the lock may be free")
         elif self.phase is Phase.DEFERRING and now >= self.deferred_until:
-            self._go(Phase.SEEKING, "the peer did not take the lock over")
+            self._enter(Phase.SEEKING, "the peer did not take the lock over")
         self._heartbeat()
 
     def _proof_lasts(self, now: float) -> bool:
@@ -294,7 +343,7 @@ class SharedStoreNode:
             self._out.append(VerifyLock())
 
     def _try_lock(self, why: str, phase: Phase = Phase.LOCKING) -> None:
-        self._go(phase, why)
+        self._enter(phase, why)
         self._out.append(TryLock())
 
     def _lock_result(self, result: LockResult) -> None:
@@ -324,38 +373,38 @@ class SharedStoreNode:
             self.verifying = False
             handed_over = self.phase is Phase.TAKING_OVER  # the holder released it itself
             self.ready_at = result.now if handed_over else wait_out(result.now, s.activation)
-            self._go(Phase.WAITING_OUT, "acquired the lock of the shared store")
+            self._enter(Phase.WAITING_OUT, "acquired the lock of the shared store")
             return
         self.next_try = result.now + s.heartbeat
         if _serving(self.peer):
-            self._go(Phase.BACKUP, f"{self._peer_name()} holds the lock and serves")
+            self._enter(Phase.BACKUP, f"{self._peer_name()} holds the lock and serves")
         else:
-            self._go(Phase.SEEKING, f"the lock is held by {result.detail or 'another server'}")
+            self._enter(Phase.SEEKING, f"the lock is held by {result.detail or 'another server'}")
 
     def _serve(self, why: str) -> None:
         if self.peer is not None:
-            self._go(Phase.ACTIVE, f"{why}; backup {self._peer_name()} connected")
+            self._enter(Phase.ACTIVE, f"{why}; backup {self._peer_name()} connected")
         else:
-            self._go(Phase.STANDALONE, why)
+            self._enter(Phase.STANDALONE, why)
 
     def _lose(self, why: str) -> None:
         """Stop at once: not serving, clients closed, the journal left alone, lock let go."""
         self.proof = NO_PROOF
         self.verifying = False
         self.next_try = self.now + self.settings.heartbeat
-        self._go(Phase.SEEKING, why)
+        self._enter(Phase.SEEKING, why)
         self._out += [CloseClients(f"this server stopped serving: {why}", None),
                       BecomePassive(why), ReleaseLock()]
 
     def _peer_changed(self, why: str) -> None:
         serving = _serving(self.peer)
         if self.phase is Phase.STANDALONE:
-            self._go(Phase.ACTIVE, f"backup {self._peer_name()} connected")
+            self._enter(Phase.ACTIVE, f"backup {self._peer_name()} connected")
         elif self.phase in (Phase.SEEKING, Phase.HELD_BACK, Phase.DEFERRING) and serving:
-            self._go(Phase.BACKUP, f"{self._peer_name()} serves: backing it up")
+            self._enter(Phase.BACKUP, f"{self._peer_name()} serves: backing it up")
         elif self.phase in BACKING and not serving:
             self.next_try = self.now
-            self._go(Phase.SEEKING, f"{why}: the lock may be free")
+            self._enter(Phase.SEEKING, f"{why}: the lock may be free")
 
     def _wants_failback(self) -> bool:
         return (self.settings.role == "primary" and self.settings.allow_failback
@@ -363,7 +412,7 @@ class SharedStoreNode:
 
     def _peer_lost(self, reason: str) -> None:
         if self.phase is Phase.ACTIVE:
-            self._go(Phase.STANDALONE, f"backup lost: {reason}")
+            self._enter(Phase.STANDALONE, f"backup lost: {reason}")
         elif self.phase in (*BACKING, Phase.DEFERRING):
             self._try_lock(f"lost the active server: {reason}")
 
@@ -375,8 +424,8 @@ class SharedStoreNode:
             self._try_lock(f"{self._peer_name()} handed the shared store over",
                            Phase.TAKING_OVER)
         elif step is FailbackStep.SHUTDOWN and self.phase in BACKING:
-            self._go(Phase.HELD_BACK, "the active server stopped cleanly and "
-                                      "failover_on_shutdown is off: not taking over")
+            self._enter(Phase.HELD_BACK, "the active server stopped cleanly and "
+                                         "failover_on_shutdown is off: not taking over")
 
     def _hand_over(self, why: str) -> None:
         """Stop serving, let the journal reach the disk, release the lock, tell the peer."""
@@ -384,20 +433,20 @@ class SharedStoreNode:
         self._out.append(CloseClients(f"this server is handing over to {stomp or 'its peer'} "
                                       f"({why})", stomp or None))
         self.deferred_until = self.now + 4 * self.settings.activation
-        self._go(Phase.DEFERRING, why)
+        self._enter(Phase.DEFERRING, why)
         self._out += [BecomePassive(why, drain=True), ReleaseLock(),
-                      Send(ch.FAILBACK, {"phase": FailbackStep.GO.value})]
+                      Send(ch.FAILBACK, Failback(FailbackStep.GO))]
 
     def _shutdown(self) -> None:
         was = self.phase
         if was in SERVING and self.settings.failover_on_shutdown and self.peer is not None:
             self._hand_over("shutting down (failover_on_shutdown = true)")
-            self._go(Phase.STOPPED, "shutting down")
+            self._enter(Phase.STOPPED, "shutting down")
             return
         if was in SERVING and self.peer is not None:
             # Tell the peer first: it must not take the lock released below.
-            self._out.append(Send(ch.FAILBACK, {"phase": FailbackStep.SHUTDOWN.value}))
-        self._go(Phase.STOPPED, "shutting down")
+            self._out.append(Send(ch.FAILBACK, Failback(FailbackStep.SHUTDOWN)))
+        self._enter(Phase.STOPPED, "shutting down")
         if was in SERVING:
             self._out.append(BecomePassive("shutting down", drain=True))
         if was in HOLDING:

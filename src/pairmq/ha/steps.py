@@ -3,16 +3,17 @@ per group of phases that answer alike (etcd raft's stepFollower/stepCandidate/st
 Here the phases that do not serve; the serving ones are in ha/serving_steps.py.
 
 `ReplicationMachine.handle` (ha/replication.py) hands every input to the step function of
-the current phase (`STEPS`, there), then runs `_decide`. A step function is a `match` on
-the input that lists exactly the inputs its phases take, and what they do with them; any
-other input is logged at debug level with the phase and dropped (`dropped`), on purpose.
-The inputs every phase takes alike (the stream's bookkeeping, the witness's reply to the
-request out, the peer's farewell) fall through every step to `as_every_phase`, which
-drops anything else: no phase can miss one (a missed WitnessReplied would stall the
-witness queue); a phase that does more with one takes it in its own case first.
+the current phase (`STEPS`, there), then runs `_decide` (the table of ha/decisions.py). A
+step function is a `match` on the input that lists exactly the inputs its phases take, and
+what they do with them; any other input is logged at debug level with the phase and
+dropped (`dropped`), on purpose. The inputs every phase takes alike (the stream's
+bookkeeping, the witness's reply to the request out, the peer's farewell) fall through
+every step to `as_every_phase`, which drops anything else: no phase can miss one (a missed
+WitnessReplied would stall the witness queue); a phase that does more with one takes it in
+its own case first.
 
 The rules themselves (what to enter, what to emit) are the machine's, in its parts:
-ha/replication.py (the peer, serving, the backup side), ha/activation.py, ha/handover.py,
+ha/rules.py (the peer, serving, the backup side), ha/activation.py, ha/handover.py,
 ha/witnessing.py. A step only says which of them a phase applies, and in what order.
 """
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from pairmq.ha.messages import SyncRequest
 
 
-def epoch_at(epochs: list[tuple[int, int]] | list[list[int]], seq: int) -> int | None:
+def epoch_at(epochs: Sequence[tuple[int, int]], seq: int) -> int | None:
     """The epoch a history says record `seq` was written in (None: before its start)."""
     found = None
     for epoch, first in epochs:
@@ -22,13 +25,13 @@ class SyncPlan(NamedTuple):
     upto: int  # the last record to send (more follow live)
 
 
-def plan_sync(request: dict[str, Any], appended: int, oldest: int,
-              epochs: list[tuple[int, int]]) -> SyncPlan:
+def plan_sync(request: SyncRequest, appended: int, oldest: int,
+              epochs: Sequence[tuple[int, int]]) -> SyncPlan:
     """Incremental only when the backup's last record is one we still hold, written in the
     same epoch on both sides (so the two histories agree up to it)."""
-    last = int(request.get("last_seq", 0))
+    last = request.last_seq
     compatible = (0 < last <= appended and last + 1 >= oldest
-                  and epoch_at(request.get("epochs") or [], last) == epoch_at(epochs, last))
+                  and epoch_at(request.epochs, last) == epoch_at(epochs, last))
     if compatible:
         return SyncPlan("incremental", last + 1, appended)
     return SyncPlan("full", oldest, appended)

@@ -1,25 +1,24 @@
-"""A simulated pairmq server: the replication machine with what server/pair/replication.py and the
-server around it do for it (the HA channel, the replication stream, synchronisation,
-witness requests with timeout and retry, roles, receipts), on simulated time."""
+"""A simulated pairmq server: the replication machine with what server/pair/replication.py
+and the server around it do for it (the HA channel, the replication stream,
+synchronisation, witness requests with timeout and retry as server/pair/witness_client.py
+makes them, roles, receipts), on simulated time. What it asks of the world around it is
+`SimWorld` (world.py's `World` is one)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
-from pairmq.ha.messages import PeerHello, WitnessPurpose
+from pairmq.ha.messages import PeerHello, SeqMessage, SyncOffer, SyncRequest, WitnessPurpose
 from pairmq.ha.phases import Settings
 from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.sim.journal import JournalError, Rec, SimJournal
-from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process
+from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process, Scheduler
 from pairmq.ha.syncplan import plan_sync
-
-if TYPE_CHECKING:
-    from pairmq.ha.sim.world import World
 
 STANDBY, SERVING = "standby", "serving"  # the server's role kind (server/role/role.py)
 
@@ -33,8 +32,38 @@ class Ticket:
     generation: int
 
 
+class SimWorld(Protocol):
+    """What a simulated server asks of the world it runs in: the clock and the randomness
+    of the disk and of recoveries, the network to its peer and the witness, and the
+    invariants' bookkeeping (what was appended and confirmed, a violation, the trace)."""
+
+    sched: Scheduler
+    activation: float  # seconds of silence after which a channel is given up
+
+    def recovery_delay(self) -> float: ...
+
+    def disk_delay(self) -> float: ...
+
+    def sync_delay(self, records: int) -> float: ...
+
+    def new_marker(self) -> int: ...
+
+    def dial(self, server: SimServer) -> None: ...
+
+    def to_witness(self, server: SimServer, key: tuple[int, int],
+                   request: dict[str, Any]) -> None: ...
+
+    def appended(self, server: SimServer, rec: Rec) -> None: ...
+
+    def confirmed(self, server: SimServer, ticket: Ticket) -> None: ...
+
+    def violation(self, message: str) -> None: ...
+
+    def trace(self, proc: Process | None, what: str, detail: Any) -> None: ...
+
+
 class SimServer(Process):
-    def __init__(self, world: World, name: str, role: str, settings: Settings,
+    def __init__(self, world: SimWorld, name: str, role: str, settings: Settings,
                  rate: float, offset: float) -> None:
         super().__init__(name, world.sched, rate, offset)
         self.world = world
@@ -139,7 +168,7 @@ class SimServer(Process):
         match effect:
             case ev.Send(kind, payload):
                 if kind != ch.HORIZON and self.link is not None:
-                    self.link.send(self, kind, _copy(payload))
+                    self.link.send(self, kind, payload.to_wire())  # the receiver's own copy
                 return
             case ev.ConfirmationsChanged():
                 self.update_confirmed()
@@ -181,8 +210,10 @@ class SimServer(Process):
                 if old in ("ACTIVE", "STANDALONE") and new not in ("ACTIVE", "STANDALONE"):
                     self.tickets = []
                 self.update_confirmed()
-            case ev.Persist() | ev.PeerStateChanged():
+            case ev.Persist() | ev.PeerStateChanged() | ev.Log():
                 pass
+            case _:
+                assert_never(effect)
         self.world.trace(self, "out", effect)
 
     # ------------------------------------------------------------ timers
@@ -302,11 +333,11 @@ class SimServer(Process):
                 self.link.send(self, ch.RECORDS, self.outgoing)
             self.outgoing = []
 
-    def _serve_sync(self, link: Conn, request: dict[str, Any]) -> None:
+    def _serve_sync(self, link: Conn, request: SyncRequest) -> None:
         journal = self.journal
         plan = plan_sync(request, journal.appended_seq, journal.oldest_seq, journal.epochs)
         self.live_buffer = []
-        link.send(self, ch.SYNC, {"mode": plan.mode, "from": plan.first, "to": plan.upto})
+        link.send(self, ch.SYNC, SyncOffer(plan.mode, plan.first, plan.upto).to_wire())
         self.later(self.world.sync_delay(plan.upto - plan.first + 1), self._sync_read, link,
                    plan.first, plan.upto)
 
@@ -329,7 +360,7 @@ class SimServer(Process):
         if buffered:
             link.send(self, ch.RECORDS, buffered)
         done = self.journal.appended_seq
-        link.send(self, ch.SYNC_DONE, {"seq": done})
+        link.send(self, ch.SYNC_DONE, SeqMessage(done).to_wire())
         self.feed(ev.SyncServed(done))
 
     # ------------------------------------------------------------ the HA channel

@@ -87,7 +87,7 @@ async def listen(accepted: Accepted, host: str, port: int, tls: ssl.SSLContext |
     if tls is None:
         return await asyncio.start_server(accepted, host, port, reuse_address=True)
     loop = asyncio.get_running_loop()
-    handshakes: set[asyncio.Task] = set()
+    handshakes: set[asyncio.Task[None]] = set()
     refusals: dict[tuple[str, str], float] = {}  # (host, why) -> when last told
 
     class Secured(asyncio.StreamReaderProtocol):
@@ -106,7 +106,7 @@ async def listen(accepted: Accepted, host: str, port: int, tls: ssl.SSLContext |
             self.peer = _address(transport.get_extra_info("peername"))
             super().connection_made(transport)
 
-    async def handshake(waiter: asyncio.Future, protocol: Secured,
+    async def handshake(waiter: asyncio.Future[None], protocol: Secured,
                         reader: asyncio.StreamReader, tls_protocol: PeerTls) -> None:
         try:
             await waiter

@@ -2,9 +2,10 @@
 
 Every decision is taken by `ReplicationMachine` (ha/replication.py), which is fed what
 happens here (a channel message, a lost link, a witness answer, a tick) and returns the
-effects this driver carries out in order. What stays here is I/O: the HA channel's
-listener, connector and reader, the replication stream (records sent to the backup, a
-synchronisation read from segment files), the witness connection, and the timers.
+effects this driver carries out in order. What stays here is I/O: the HA channel
+(peer_channel.py), the replication stream (records sent to the backup, a synchronisation
+read from segment files), the witness's requests (through an `Arbiter`,
+witness_client.py), and the timers.
 """
 
 from __future__ import annotations
@@ -16,21 +17,22 @@ import secrets
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha.lag import FollowerLag, ReplicationLag
 from pairmq.ha.lease import LeaseView
-from pairmq.ha.messages import MessageError, PeerHello, WitnessPurpose
+from pairmq.ha.messages import PeerHello, SeqMessage, SyncOffer, SyncRequest, WitnessPurpose
 from pairmq.ha.phases import Settings
 from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
-from pairmq.server.pair.ha_link import Link, open_link, peer_tls, split_address
+from pairmq.server.pair.ha_link import Link, peer_tls
 from pairmq.server.pair.peer_channel import BackgroundTasks, PeerChannel
 from pairmq.server.pair.policy import PairHost
+from pairmq.server.pair.witness_client import Arbiter, WitnessClient
 from pairmq.store.replication_frames import MirrorError, new_records, segment_chunks
 
 REPLICATION_HIGH = 32 * 1024 * 1024  # bytes for the backup, unsent, past which clients wait
@@ -69,19 +71,18 @@ class ReplicationDriver:
         self.pump: EffectPump[ev.Event, ev.Effect] = EffectPump(
             lambda event: self.machine.handle(event, time.monotonic()), self._carry_out,
             self._after)
-        self.witness: Link | None = None
-        self._witness_lock = asyncio.Lock()
+        self.arbiter: Arbiter = WitnessClient(
+            cfg.witness, cfg.secret, cfg.name, self.heartbeat, self.activation,
+            lambda: peer_tls(server, "peer_client"))
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.lag = ReplicationLag()  # the backup's, as this server counts it while active
         self.following = FollowerLag()  # its own, as this server counts it while a backup
-        self._witness_answered: float | None = None  # when the witness last answered
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
         self._throttled = False  # clients paused: the replication stream is too far ahead
-        self._said: set[str] = set()
         self._wake = asyncio.Event()
         self._deadline: float | None = None
-        self._stepping_down: asyncio.Task | None = None  # the journal read back (StepDown)
+        self._stepping_down: asyncio.Task[None] | None = None  # the journal read back (StepDown)
         if not self.witness_address:
             log.warning("No witness is configured: if the network splits the pair, both "
                         "servers may serve at once (split brain). Configure [ha] witness.")
@@ -138,7 +139,7 @@ class ReplicationDriver:
             "backup_promise_remaining_ms": (_remaining_ms(m.peer_lease, now)
                                             if m.backup_in_sync else 0),
             "witness": {"address": self.witness_address or None,
-                        "reachable": self._witness_reachable(now),
+                        "reachable": self.arbiter.reachable(now),
                         "lease_valid": m.witness_lease.valid(now),
                         "holder": info.holder_name, "holder_identity": info.holder,
                         "holder_remaining_ms": info.remaining_ms},  # at its last answer
@@ -164,11 +165,6 @@ class ReplicationDriver:
         else:
             self.following.forget()
 
-    def _witness_reachable(self, now: float) -> bool:
-        """It answered within an activation interval (a renewal is asked every heartbeat)."""
-        answered = self._witness_answered
-        return answered is not None and now - answered <= self.activation
-
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -189,8 +185,7 @@ class ReplicationDriver:
             await asyncio.wait([self._stepping_down])  # a thread: the server closes its store
         self.tasks.cancel_all()
         self.channel.close()
-        if self.witness is not None:
-            self.witness.close()
+        self.arbiter.close()
 
     # ------------------------------------------------------------ feeding the machine
 
@@ -211,7 +206,7 @@ class ReplicationDriver:
         match effect:
             case ev.Send(kind, payload):
                 if self.link is not None:
-                    self.link.send_json(kind, payload)
+                    self.link.send_json(kind, payload.to_wire())
             case ev.ConfirmationsChanged():
                 server.update_confirmed()
             case ev.AskWitness(purpose, request):
@@ -249,6 +244,8 @@ class ReplicationDriver:
                 log.info("New status of remote server = %s", new)
             case ev.Log(level, message):
                 log.log(level, message)
+            case _:
+                assert_never(effect)
 
     async def _become_active(self, epoch: int | None) -> None:
         assert epoch is not None  # the replication machine always opens a new epoch
@@ -321,7 +318,7 @@ class ReplicationDriver:
             self._feed(event)
         elif kind == ch.HORIZON:
             if self.server.store.mirror:
-                self.server.store.drop_below(int(message["seq"]))
+                self.server.store.drop_below(SeqMessage.from_wire(message).seq)
         else:
             raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
 
@@ -345,7 +342,7 @@ class ReplicationDriver:
 
     # ------------------------------------------------------------ active: the stream
 
-    async def _serve_sync(self, link: Link, request: dict[str, Any]) -> None:
+    async def _serve_sync(self, link: Link, request: SyncRequest) -> None:
         try:
             await asyncio.wait_for(self._sync(link, request), self.machine.cfg.sync_timeout)
         except TimeoutError:
@@ -359,11 +356,11 @@ class ReplicationDriver:
             if self.link is not link:
                 self.live_buffer = None
 
-    async def _sync(self, link: Link, request: dict[str, Any]) -> None:
+    async def _sync(self, link: Link, request: SyncRequest) -> None:
         store = self.server.store
         plan = plan_sync(request, store.appended_seq, store.oldest_seq, store.epochs)
         self.live_buffer = []
-        link.send_json(ch.SYNC, {"mode": plan.mode, "from": plan.first, "to": plan.upto})
+        link.send_json(ch.SYNC, SyncOffer(plan.mode, plan.first, plan.upto).to_wire())
         log.info("Synchronising %s: %s, records %d to %d", self.machine.peer.name,
                  "incremental" if plan.mode == "incremental" else "full copy", plan.first,
                  plan.upto)
@@ -387,7 +384,7 @@ class ReplicationDriver:
         if buffered:
             link.send(ch.encode(ch.RECORDS, b"".join(buffered)))
         done = store.appended_seq
-        link.send_json(ch.SYNC_DONE, {"seq": done})
+        link.send_json(ch.SYNC_DONE, SeqMessage(done).to_wire())
         self._feed(ev.SyncServed(done))
 
     def on_append(self, seq: int, record: bytes) -> None:
@@ -437,53 +434,8 @@ class ReplicationDriver:
 
     async def _ask_witness(self, purpose: WitnessPurpose, request: dict[str, Any]) -> None:
         requested = time.monotonic()
-        raw = await self._witness_request(request)
-        try:
-            replied = ev.witness_replied(purpose, raw, requested)
-            if raw is not None:
-                self._witness_answered = time.monotonic()
-        except MessageError as e:
-            log.warning("The witness's answer to %s makes no sense (%s): taken as no answer",
-                        purpose.value, e)
-            replied = ev.witness_replied(purpose, None, requested)
-        self._feed(replied)
-
-    def _reply_timeout(self, request: dict[str, Any]) -> float:
-        """How long to wait for the witness's answer. A renewal's answer is worth waiting
-        for as long as the lease it asks for could still run (it counts from the request):
-        a busy event loop that reads it late must not count as a lost witness. Other
-        requests give up after a heartbeat, so an unreachable witness is known soon."""
-        if request.get("op") == "renew":
-            return max(self.heartbeat, self.activation / 2)
-        return self.heartbeat
-
-    async def _witness_request(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        async with self._witness_lock:
-            for _ in range(2):
-                try:
-                    if self.witness is None or self.witness.closed:
-                        host, port = split_address(self.witness_address)
-                        self.witness = await open_link(host, port, self.config.secret,
-                                                       {"name": self.config.name},
-                                                       self.heartbeat,
-                                                       peer_tls(self.server, "peer_client"))
-                        self._said.discard("witness")
-                    self.witness.send_json(ch.LEASE, request)
-                    return await self.witness.recv_json(ch.LEASE_REPLY,
-                                                        self._reply_timeout(request))
-                except ch.ChannelError as e:
-                    if "witness" not in self._said:
-                        self._said.add("witness")
-                        log.info("Witness at %s refused: %s", self.witness_address, e)
-                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                    trace.debug("Witness request failed: %s", e)
-                if self.witness is not None:
-                    self.witness.close()
-                    self.witness = None
-            if "witness" not in self._said:
-                self._said.add("witness")
-                log.info("Cannot reach the witness at %s", self.witness_address)
-            return None
+        reply = await self.arbiter.ask(purpose, request)
+        self._feed(ev.WitnessReplied(purpose, reply, requested))
 
 
 class _CurrentJournal:

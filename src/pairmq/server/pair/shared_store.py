@@ -13,13 +13,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
 from pairmq.ha import shared_store as m
 from pairmq.ha.events import Heartbeat, from_channel
-from pairmq.ha.messages import NO_PEER, PeerHello
+from pairmq.ha.messages import NO_PEER, PeerHello, StoreHello
 from pairmq.ha.pump import EffectPump
 from pairmq.ha.states import State
 from pairmq.server.pair.ha_link import Link
@@ -149,10 +149,12 @@ class SharedStorePair:
     # ------------------------------------------------------------ the machine
 
     def hello(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.node.settings.role,
-                "stomp": self.server.client_address, "stomp_tls": self.server.tls_address,
-                "ts": time.monotonic(),
-                **self.node.hello()}
+        """What this server says of itself now, on the wire (at the handshake, and in every
+        heartbeat)."""
+        return StoreHello(name=self.name, role=self.node.settings.role,
+                          stomp=self.server.client_address, stomp_tls=self.server.tls_address,
+                          ts=time.monotonic(), state=self.node.state,
+                          epoch=self.node.epoch).to_wire()
 
     def step(self, event: m.Input) -> None:
         self.pump.feed(event)
@@ -164,7 +166,10 @@ class SharedStorePair:
                 self.server.state_changed(State(old), State(new), why)
             case ev.Send(kind, payload):
                 if self.link is not None:
-                    self.link.send_json(kind, self.hello() if kind == ch.HEARTBEAT else payload)
+                    self.link.send_json(kind, payload.to_wire())
+            case m.SayHello():
+                if self.link is not None:
+                    self.link.send_json(ch.HEARTBEAT, self.hello())
             case ev.CloseClients(message, active):
                 self.server.close_clients(message, active)
             case m.VerifyLock():
@@ -178,6 +183,8 @@ class SharedStorePair:
             case ev.BecomePassive(why, drain):
                 self._roles.put_nowait(lambda: self.server.stand_by(
                     why, self.activation if drain else 0.0))
+            case _:
+                assert_never(effect)
 
     async def _role_worker(self) -> None:
         while True:
@@ -303,6 +310,6 @@ class SharedStorePair:
             log.exception("HA tick failed")
 
 
-async def _resolve(future: asyncio.Future) -> None:
+async def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

@@ -52,15 +52,14 @@ def _without_refused(lines: list[str]) -> list[str]:
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Start servers with `server_factory(*flags, config_text=..., anonymous=...)`.
 
-    Every server started is stopped (SIGTERM, then SIGKILL) when the test ends.
+    Every server started is stopped (SIGTERM, then SIGKILL) when the test ends, and so is
+    every later start of one (tests/support/servers.py's `restart`).
     """
     started: list[ServerProcess] = []
 
     def factory(*flags: str, **kwargs) -> ServerProcess:
         kwargs.setdefault("name", f"s{len(started)}")
-        srv = start_server(tmp_path, *flags, **kwargs)
-        started.append(srv)
-        return srv
+        return start_server(tmp_path, *flags, on_start=started.append, **kwargs)
 
     yield factory
     for srv in started:

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.ha.pair import Pair
-from tests.integration.clients import Client, wait_until
+from tests.integration.clients import Client
 from tests.serverproc import free_port
 from tests.support.admin import ADMIN, admin_request, managed_server
 from tests.support.browser import Browser, missing
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -236,7 +237,7 @@ def test_a_dead_letter_is_retried_and_a_connection_closed(server_factory, stomp_
     worker = stomp_client(srv, login=ALICE[0], passcode=ALICE[1])
     worker.subscribe("/queue/work", id="w", ack="client-individual")
     worker.nack(worker.wait_messages(1)[0])
-    wait_until(lambda: depth(admin, "/queue/DLQ.work") == 1, what="the dead letter")
+    wait_until(lambda: depth(admin, "/queue/DLQ.work") == 1, "the dead letter")
     worker.unsubscribe("w")
 
     browser.open_console(admin)

@@ -16,22 +16,9 @@ import stomp
 from stomp.utils import Frame
 
 from tests.integration.rawstomp import unique
-
-WAIT = 10.0  # default bound for anything the server should do promptly
+from tests.support.waiting import WAIT
 
 _CONNECTIONS = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 class Collector(stomp.ConnectionListener):

@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from tests.integration.clients import wait_until
 from tests.integration.rawstomp import ConnectionClosed, encode_frame, unique
+from tests.support.waiting import wait_until
 
 
 def fill(server, stomp_client, queue: str, count: int) -> None:
@@ -132,7 +132,7 @@ def test_full_destination_blocks_its_producer_until_drained(server_factory, raw_
         f"{len(first)} SENDs were accepted into a queue limited to 20000 bytes "
         f"({len(first) * len(body)} bytes of bodies): the producer was not blocked"
     )
-    warnings = wait_until(lambda: log_lines(srv, name, "full"), 5, "a log line saying full")
+    warnings = wait_until(lambda: log_lines(srv, name, "full"), "a log line saying full", 5)
     assert any("WARNING" in line for line in warnings), warnings
 
     # Other connections and destinations are unaffected.

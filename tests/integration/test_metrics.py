@@ -5,8 +5,8 @@ per-destination series off (docs/operations.md, "Metrics")."""
 
 from __future__ import annotations
 
-from tests.integration.clients import wait_until
 from tests.support.admin import managed_server, metric_samples
+from tests.support.waiting import wait_until
 
 QUEUE = "/queue/metered"
 
@@ -52,7 +52,8 @@ def test_destination_figures_follow_what_clients_do(server_factory, stomp_client
 
     consumer.unsubscribe("c")
     wait_until(lambda: one(metric_samples(admin), "pairmq_destination_consumers",
-                           **dest) == 0, what="the consumer to leave")
+                           **dest) == 0,
+               "the consumer to leave")
 
 
 def test_names_follow_prometheus_conventions(server_factory) -> None:

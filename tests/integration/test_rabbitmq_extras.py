@@ -10,8 +10,7 @@ import time
 
 from tests.integration.clients import Client
 from tests.integration.rawstomp import unique
-from tests.serverproc import ServerProcess
-from tests.support.servers import shared_server
+from tests.support.servers import restart, shared_server
 
 # One server for the tests that need no fresh one (each names its own queues).
 server = shared_server("rabbitmq-extras")
@@ -39,12 +38,6 @@ def drain(server, stomp_client, destination: str, expected: int) -> list:
     consumer.unsubscribe(sub)
     assert len(consumer.messages) == expected, consumer.bodies()
     return got
-
-
-def restart(server_factory, srv: ServerProcess) -> ServerProcess:
-    """kill -9, then start again on the same data directory and port."""
-    srv.kill()
-    return server_factory(name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
 
 
 # -- NACK requeue:false --------------------------------------------------------------------------
@@ -246,7 +239,7 @@ def test_queue_arguments_and_a_requeue_false_dead_letter_survive_a_restart(
     consumer = stomp_client(srv)
     consumer.subscribe(rejected, ack="client-individual")
     nack(consumer, consumer.wait_messages(1)[0], requeue="false")
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     drain(srv, stomp_client, rejected, 0)
     assert drain(srv, stomp_client, f"/queue/DLQ.{name}", 1)[0].body == "doomed"
     client = stomp_client(srv)  # the queue's settings came back from the journal

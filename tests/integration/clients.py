@@ -283,6 +283,14 @@ class Client:
 
         return listener.wait_for(find, timeout, f"message {body!r}")
 
+    def bodies_up_to_marker(self, destination: str, marker: str = "after") -> list[str]:
+        """Send `marker` to `destination`, which this client consumes, and wait for it: the
+        bodies received by then, in order. A queue hands out what it held before the marker,
+        so `["after"]` says it held nothing."""
+        self.send(destination, marker)
+        self.wait_body(marker)
+        return self.bodies()
+
     def clear(self) -> None:
         with self.listener.cond:
             self.listener.messages.clear()

@@ -117,10 +117,8 @@ def test_nack_in_client_mode_is_cumulative(server, stomp_client):
     consumer.drop()
     check = stomp_client(server)
     check.subscribe(queue)
-    check.send(queue, "after")
-    check.wait_body("after")
     # m2 was delivered before the redelivered m1, so the cumulative ACK covered it.
-    assert check.bodies() == ["after"]
+    assert check.bodies_up_to_marker(queue) == ["after"]
 
 
 def test_unsubscribe_returns_unacked_messages(server, stomp_client):

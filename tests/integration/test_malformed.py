@@ -309,6 +309,21 @@ def assert_others_unaffected(srv, bystander: Bystander) -> None:
         fresh.close()
 
 
+def assert_nothing_stored(srv, destination: str, problem: str) -> None:
+    """A marker sent to `destination` is the first message it hands out: nothing else was
+    stored there (else AssertionError: `problem`, and what came instead)."""
+    client = RawClient(srv.address)
+    try:
+        client.connect()
+        client.send(frame("SEND", [("destination", destination), ("receipt", "m")], b"marker"))
+        got = client.read_frame()
+        assert got is not None and got.command == "RECEIPT", got
+        got = client.first_message(destination)
+        assert got.body == b"marker", f"{problem}: {got}"
+    finally:
+        client.close()
+
+
 def error_case(srv, bystander, data: bytes, pattern: str, version: str | None = "1.2") -> Frame:
     """Connect (unless version is None), send `data`, expect ERROR + close, check the others."""
     client = RawClient(srv.address)
@@ -487,16 +502,7 @@ def test_error_stops_the_connection_frames_after_it_are_ignored(broker, bystande
     own = f"/queue/after-error-{uuid.uuid4().hex}"
     data = b"FROBNICATE\n\n\x00" + frame("SEND", [("destination", own)], b"must not arrive")
     error_case(broker, bystander, data, UNKNOWN_COMMAND)
-    client = RawClient(broker.address)
-    try:
-        client.connect()
-        client.send(frame("SEND", [("destination", own), ("receipt", "m")], b"marker"))
-        got = client.read_frame()
-        assert got is not None and got.command == "RECEIPT", got
-        got = client.first_message(own)
-        assert got.body == b"marker", f"a frame after the ERROR was processed: {got}"
-    finally:
-        client.close()
+    assert_nothing_stored(broker, own, "a frame after the ERROR was processed")
 
 
 def test_header_values_cannot_forge_headers_for_a_1_0_subscriber(broker, bystander):
@@ -717,16 +723,7 @@ def test_abrupt_disconnect_mid_frame(broker, bystander, abort):
                 c.close()
         assert_others_unaffected(broker, bystander)
     # none of the cut SENDs was delivered
-    client = RawClient(broker.address)
-    try:
-        client.connect()
-        client.send(frame("SEND", [("destination", own), ("receipt", "m")], b"marker"))
-        got = client.read_frame()
-        assert got is not None and got.command == "RECEIPT", got
-        got = client.first_message(own)
-        assert got.body == b"marker", f"a cut frame was delivered: {got}"
-    finally:
-        client.close()
+    assert_nothing_stored(broker, own, "a cut frame was delivered")
 
 
 def test_disconnect_while_server_is_sending(broker, bystander):

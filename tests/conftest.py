@@ -19,6 +19,23 @@ serverproc.LOG_LEVEL = "debug"
 LOG_TAIL_LINES = 80
 
 
+# `make test` runs the suite in two steps: first the tests that mostly wait on servers, on
+# two pytest-xdist workers; then the heavy ones, one at a time, each with the machine to
+# itself as far as the suite goes. Heavy: marked `slow` (long campaigns) or `machine` (two
+# busy processes, or a time bound under a second), and the tests on a SparkSession (each
+# worker would start its own, a JVM: tests/spark/conftest.py). Marked here `heavy`, which
+# `-m` selects on.
+HEAVY_MARKERS = ("slow", "machine")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in HEAVY_MARKERS) \
+                or "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.heavy)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     """On a failure, show the tail of every server and witness log the test wrote: a CI run

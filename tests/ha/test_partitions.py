@@ -826,6 +826,7 @@ def test_ha_link_cut_the_witness_keeps_the_primary_active(partitioned) -> None:
     assert confirmed > 100
 
 
+@pytest.mark.machine
 def test_primary_isolated_the_backup_takes_over(partitioned) -> None:
     """(b) the primary is cut from the backup and from the witness at once: it stops
     confirming and steps down; the backup activates; nothing confirmed is lost."""
@@ -870,6 +871,7 @@ def test_primary_isolated_the_backup_takes_over(partitioned) -> None:
     net.assert_nothing_lost("backup")
 
 
+@pytest.mark.machine
 def test_an_isolated_active_with_a_backlog_reports_at_once(partitioned) -> None:
     """(b) with 100,000 messages waiting: stepping down reads them all back (a thread), and
     closes every client. /status, asked back to back meanwhile, answers each time within

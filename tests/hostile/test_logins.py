@@ -10,6 +10,8 @@ import statistics
 import threading
 import time
 
+import pytest
+
 from tests.serverproc import free_port
 from tests.support.admin import admin_request
 from tests.support.canary import WORST_S, Canary
@@ -49,6 +51,7 @@ def up(admin: str, credentials: tuple[str, str]) -> bool:
         return False
 
 
+@pytest.mark.machine
 def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, config_text=CONFIG)
@@ -70,6 +73,7 @@ def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> No
     assert 0.5 < ratio < 2, f"HTTP: unknown {unknown}, wrong {wrong}"
 
 
+@pytest.mark.machine
 def test_a_crowd_of_bad_logins_starves_no_one(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, config_text=CONFIG)

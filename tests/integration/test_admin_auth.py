@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from tests.ha.pair import Pair
 from tests.integration.rawstomp import connect as raw_connect
 from tests.integration.rawstomp import unique
@@ -141,6 +143,7 @@ def test_a_hashed_password_from_pairmq_passwd_is_accepted(server_factory) -> Non
                                 "wrong password")
 
 
+@pytest.mark.machine
 def test_stomp_keeps_serving_while_a_slow_hash_is_checked(server_factory) -> None:
     """A password hash is checked in a thread: a hash made slow on purpose (scrypt with
     N = 2**17, about half a second) never holds up STOMP clients meanwhile."""

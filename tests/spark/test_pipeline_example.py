@@ -6,11 +6,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from tests.support.cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.machine  # its own Spark (a JVM) beside the servers
 def test_the_example_pipeline_computes_every_window_and_alert_exactly(tmp_path: Path):
     done = run(sys.executable, "-m", "examples.pipeline.run", "--orders", "2000", "--minutes",
                "3", "--workdir", str(tmp_path), cwd=ROOT, timeout=300)

@@ -13,6 +13,7 @@ from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 from tests.support.admin import hashed
+from tests.support.certs import Pki, make_pki
 
 serverproc.LOG_LEVEL = "debug"
 
@@ -87,6 +88,12 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 def server(server_factory) -> ServerProcess:
     """One server with default settings, anonymous access allowed, and a user admin/secret."""
     return server_factory("--user", f"admin:{hashed('secret')}")
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    """A CA and the server's and clients' certificates signed by it (tests/support/certs.py)."""
+    return make_pki(tmp_path / "pki")
 
 
 @pytest.fixture

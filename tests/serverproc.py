@@ -101,6 +101,10 @@ class ServerProcess:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def log_lines(self, *needles: str) -> list[str]:
+        """The lines of its log that hold every one of `needles`."""
+        return [line for line in self.logs().splitlines() if all(n in line for n in needles)]
+
     def kill(self) -> None:
         """A real crash: SIGKILL, no cleanup."""
         if self.proc.poll() is None:

@@ -23,7 +23,7 @@ import pytest
 from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import free_port
-from tests.support.admin import ADMIN, admin_request, managed_server
+from tests.support.admin import admin_request, api, managed_server
 from tests.support.browser import Browser, missing
 from tests.support.waiting import wait_until
 
@@ -53,12 +53,6 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
     b = Browser(tmp_path)
     yield b
     b.close()
-
-
-def api(admin: str, path: str, credentials: tuple[str, str] = ADMIN) -> dict:
-    code, _, body = admin_request(admin, path, credentials=credentials)
-    assert code == 200, (code, body)
-    return body
 
 
 def depth(admin: str, destination: str) -> int:

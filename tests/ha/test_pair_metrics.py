@@ -9,14 +9,8 @@ import re
 from pathlib import Path
 
 from tests.ha.pair import Pair
-from tests.support.admin import admin_request, metric_samples
+from tests.support.admin import admin_request, metric_samples, sample_value
 from tests.support.waiting import wait_until
-
-
-def one(samples, name: str, **labels: str) -> float:
-    key = tuple(sorted(labels.items()))
-    assert name in samples and key in samples[name], f"no {name}{labels} in /metrics"
-    return samples[name][key]
 
 
 def states(samples) -> dict[str, float]:
@@ -31,29 +25,29 @@ def test_each_server_reports_the_pair_and_a_kill_counts_one_failover(pair: Pair)
 
     seen = metric_samples(active)
     assert [s for s, v in states(seen).items() if v == 1] == ["ACTIVE"]
-    assert one(seen, "pairmq_witness_reachable") == 1
-    assert one(seen, "pairmq_lease_remaining_seconds") > 0
-    epoch = one(seen, "pairmq_ha_epoch")
+    assert sample_value(seen, "pairmq_witness_reachable") == 1
+    assert sample_value(seen, "pairmq_lease_remaining_seconds") > 0
+    epoch = sample_value(seen, "pairmq_ha_epoch")
     assert epoch >= 1
     # every send was receipted, so the backup holds them: no lag once its acks are in
     seen = wait_until(lambda: (s := metric_samples(active)) and
-                      one(s, "pairmq_replication_lag_records") == 0 and s, "no lag", 5)
-    assert one(seen, "pairmq_replication_lag_bytes") == 0
-    assert one(seen, "pairmq_replication_lag_seconds") == 0
+                      sample_value(s, "pairmq_replication_lag_records") == 0 and s, "no lag", 5)
+    assert sample_value(seen, "pairmq_replication_lag_bytes") == 0
+    assert sample_value(seen, "pairmq_replication_lag_seconds") == 0
     lag = pair.status("primary")["ha"]["backup_lag"]
     assert lag == {"records": 0, "bytes": 0, "seconds": 0.0}
 
     backup = metric_samples(passive)
     assert [s for s, v in states(backup).items() if v == 1] == ["PASSIVE"]
-    assert one(backup, "pairmq_failovers_total") == 0
+    assert sample_value(backup, "pairmq_failovers_total") == 0
     assert "pairmq_replication_lag_records" not in backup  # only the active counts it
 
     pair.kill("primary")
     pair.wait_active(name="backup")
     after = wait_until(lambda: (s := metric_samples(passive)) and
                        states(s)["STANDALONE"] == 1 and s, "the backup serving", 10)
-    assert one(after, "pairmq_failovers_total") == 1
-    assert one(after, "pairmq_ha_epoch") > epoch
+    assert sample_value(after, "pairmq_failovers_total") == 1
+    assert sample_value(after, "pairmq_ha_epoch") > epoch
     assert "pairmq_replication_lag_records" not in after  # no backup attached
 
 

@@ -19,11 +19,6 @@ from tests.support.waiting import wait_until
 POLICIES = ["replication", "shared-store"]
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
-
-
 def tls_pair(pair_factory, pki: Pki, policy: str = "replication",
              certs: dict[str, Pki | None] | None = None, witness_pki: Pki | None = None
              ) -> tuple[Pair, dict[str, int]]:

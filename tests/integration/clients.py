@@ -283,6 +283,10 @@ class Client:
 
         return listener.wait_for(find, timeout, f"message {body!r}")
 
+    def sync(self) -> None:
+        """A receipted round trip: anything the server sent before it has arrived."""
+        self.send(f"/queue/{unique('sync')}", "sync")
+
     def bodies_up_to_marker(self, destination: str, marker: str = "after") -> list[str]:
         """Send `marker` to `destination`, which this client consumes, and wait for it: the
         bodies received by then, in order. A queue hands out what it held before the marker,
@@ -294,3 +298,13 @@ class Client:
     def clear(self) -> None:
         with self.listener.cond:
             self.listener.messages.clear()
+
+
+def fill(server: Any, stomp_client: Callable[..., Client], queue: str, count: int,
+         prefix: str = "m") -> None:
+    """`count` messages PREFIX0, PREFIX1, ... sent to `queue` by a producer of their own (the
+    last one receipted, so all are there), which then disconnects."""
+    producer = stomp_client(server)
+    for i in range(count):
+        producer.send(queue, f"{prefix}{i}", receipt=(i == count - 1))
+    producer.disconnect()

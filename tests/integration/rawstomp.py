@@ -26,6 +26,12 @@ def unique(prefix: str = "r") -> str:
     return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 1_000_000}"
 
 
+def unique_queue(prefix: str = "q") -> tuple[str, str]:
+    """A queue of its own: (its name, its destination /queue/NAME)."""
+    name = unique(prefix)
+    return name, f"/queue/{name}"
+
+
 class ConnectionClosed(Exception):
     """The server closed the connection."""
 

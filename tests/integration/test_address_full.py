@@ -61,10 +61,6 @@ class Admin:
         raise AssertionError(f"no {line.strip()} in /metrics")
 
 
-def log_lines(srv: ServerProcess, *needles: str) -> list[str]:
-    return [line for line in srv.logs().splitlines() if all(n in line for n in needles)]
-
-
 def send_numbered(client: RawStomp, queue: str, numbers: range, body: bytes = b"x" * KiB,
                   dup_ids: bool = True, persistent: bool = True) -> None:
     """Pipelined SENDs with receipt r<n>, x-seq n and dup-id d<n>; waits for nothing."""
@@ -130,7 +126,7 @@ def test_page_is_the_default_producers_carry_on_and_bodies_stay_on_disk(server_f
     assert admin.metric("pairmq_destination_paged_bytes", destination=queue) \
         == held["paged_bytes"]
     assert admin.metric("pairmq_destination_full", destination=queue, policy="page") == 1
-    assert log_lines(srv, "WARNING", queue, "is full", "on disk only")
+    assert srv.log_lines("WARNING", queue, "is full", "on disk only")
 
     drain(srv.address, queue, 0, 3000)  # in order, every body exact
     drained = admin.destination(queue)
@@ -181,12 +177,12 @@ def test_page_keeps_non_persistent_messages_in_memory_up_to_the_global_budget(se
     assert taken == list(range(len(taken)))
     assert admin.capacity()["full"] == ["memory"]
     assert admin.metric("pairmq_server_full", reason="memory", policy="block") == 1
-    assert log_lines(srv, "WARNING", "Server is full", "global_max_size_bytes")
+    assert srv.log_lines("WARNING", "Server is full", "global_max_size_bytes")
 
     consumer, _ = raw_client(srv)
     assert consume_seqs(consumer, queue, 400) == numbers(400)
     assert taken + receipts(producer, stall=3) == list(range(400))
-    assert log_lines(srv, "INFO", "Server has room again")
+    assert srv.log_lines("INFO", "Server has room again")
     assert admin.capacity()["full"] == []
 
 
@@ -221,7 +217,7 @@ def test_block_holds_new_messages_but_answers_duplicates_of_a_full_destination(s
     resender.send_raw(encode_frame("SEND", {"destination": queue, "receipt": "rnew",
                                             "x-seq": "new", "dup-id": "new", **P}, "new"))
     assert receipts(resender, stall=1.5) == taken
-    assert "Destination" in srv.logs() and log_lines(srv, "WARNING", queue, "blocking")
+    assert "Destination" in srv.logs() and srv.log_lines("WARNING", queue, "blocking")
 
     consumer, _ = raw_client(srv)
     got = consume_seqs(consumer, queue)
@@ -273,9 +269,9 @@ def test_drop_discards_counts_and_still_receipts(server_factory, raw_client):
     dropped = 60 - len(kept)
     assert admin.metric("pairmq_messages_dropped_total") == dropped
     assert admin.destination(queue)["dropped"] == dropped
-    warnings = log_lines(srv, "WARNING", queue, "dropping")
+    warnings = srv.log_lines("WARNING", queue, "dropping")
     assert len(warnings) == 1, warnings  # one line per full period, not one per message
-    resumed = log_lines(srv, "INFO", queue, f"{dropped} messages were dropped")
+    resumed = srv.log_lines("INFO", queue, f"{dropped} messages were dropped")
     assert len(resumed) == 1, srv.logs()[-2000:]
 
 
@@ -326,7 +322,7 @@ def test_disk_usage_guard_refuses_persistent_sends_and_answers_duplicates(server
     send_numbered(producer, queue, range(3))
     assert receipts(producer, stall=1.0) == [0, 1, 2]
     srv = admin.started(restart(srv, "--max-disk-usage", "1", *admin.flags))
-    wait_until(lambda: log_lines(srv, "WARNING", "Server is full", "max_disk_usage (1%)"),
+    wait_until(lambda: srv.log_lines("WARNING", "Server is full", "max_disk_usage (1%)"),
                "a warning about the disk usage", 5)
     assert admin.capacity()["full"] == ["disk"]
     assert admin.metric("pairmq_server_full", reason="disk", policy="fail") == 1
@@ -350,7 +346,7 @@ def test_disk_usage_guard_holds_producers_until_there_is_room(server_factory, ra
         srv = server_factory("--max-disk-usage", "60", "--full-policy", "block",
                              name="small")
         try:
-            wait_until(lambda: log_lines(srv, "WARNING", "Server is full", "disk usage"),
+            wait_until(lambda: srv.log_lines("WARNING", "Server is full", "disk usage"),
                        "a warning about the disk usage", 5)
             producer, _ = raw_client(srv)
             queue = f"/queue/{unique('room')}"
@@ -360,7 +356,7 @@ def test_disk_usage_guard_holds_producers_until_there_is_room(server_factory, ra
                 producer.read_frame(1.5)
             ballast.unlink()
             assert producer.wait_receipt("held", timeout=5).command == "RECEIPT"
-            assert log_lines(srv, "INFO", "Server has room again", "disk usage")
+            assert srv.log_lines("INFO", "Server has room again", "disk usage")
         finally:
             srv.stop()  # before the file system goes away
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from pairmq.protocol.limits import HEADERS_ADDED
+from tests.integration.rawstomp import escape, unescape
 from tests.serverproc import start_server
 
 MAX_FRAME_BYTES = 8192
@@ -51,29 +52,12 @@ class Frame:
     body: bytes
 
 
-def escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
-
-
-def unescape(text: str) -> str:
-    table = {"n": "\n", "r": "\r", "c": ":", "\\": "\\"}
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in table:
-            out.append(table[text[i + 1]])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
 def frame(command: str, headers=(), body: bytes = b"") -> bytes:
     """A well-formed 1.2 frame (headers escaped, except on CONNECT/STOMP)."""
     if command in ("CONNECT", "STOMP"):
         lines = [command] + [f"{k}:{v}" for k, v in headers]
     else:
-        lines = [command] + [f"{escape(k)}:{escape(v)}" for k, v in headers]
+        lines = [command] + [f"{escape(k, '1.2')}:{escape(v, '1.2')}" for k, v in headers]
     return ("\n".join(lines) + "\n\n").encode() + body + b"\x00"
 
 
@@ -160,7 +144,7 @@ class RawClient:
             key, sep, value = raw.decode("utf-8").partition(":")
             assert sep, f"server sent a header line without colon: {raw!r}"
             if command != "CONNECTED" and self.version != "1.0":
-                key, value = unescape(key), unescape(value)
+                key, value = unescape(key, "1.2"), unescape(value, "1.2")
             headers.setdefault(key, value)
         if command == "CONNECTED":
             self.version = headers.get("version", "1.0")

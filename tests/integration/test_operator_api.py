@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import time
 
-from tests.support.admin import admin_request, managed_server
+from tests.support.admin import admin_request, api, managed_server
 from tests.support.waiting import wait_until
 
 P = {"persistent": "true"}
-
-
-def api(admin: str, path: str, data=None) -> dict:
-    code, _, body = admin_request(admin, path, method="GET" if data is None else "POST",
-                                  data=data)
-    assert code == 200, (code, body)
-    return body
 
 
 def row(admin: str, destination: str) -> dict:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from pathlib import Path
 
 import pytest
 import stomp
@@ -23,16 +22,11 @@ from pairmq.client import ConnectionFailed
 from tests.integration.clients import Collector
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import admin_request
-from tests.support.certs import Pki, client_context, make_pki
+from tests.support.certs import Pki, client_context
 from tests.support.cli import run, run_pairmq
 from tests.support.waiting import wait_until
 
 HOST = "127.0.0.1"
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
 
 
 def tls_server(server_factory, pki: Pki, *flags: str, client_auth: str = "none"

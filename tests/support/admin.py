@@ -109,6 +109,16 @@ def metric(address: str, name: str) -> float:
     raise AssertionError(f"no {name} in /metrics: {str(body)[:300]!r}")
 
 
+def api(address: str, path: str, data: Any = None, credentials: tuple[str, str] = ADMIN
+        ) -> Any:
+    """The JSON answer of one management API request (a POST of `data`, or a GET), which
+    must succeed (200)."""
+    code, _, body = admin_request(address, path, method="GET" if data is None else "POST",
+                                  credentials=credentials, data=data)
+    assert code == 200, (code, body)
+    return body
+
+
 def metric_samples(address: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """Every sample of GET /metrics: sample name -> {sorted label pairs: value}, parsed
     by prometheus_client's own text parser (so the text is valid exposition format)."""
@@ -141,3 +151,12 @@ def managed_server(server_factory: Any, *flags: str, **kwargs: Any) -> tuple[Any
     srv = server_factory(*flags, *admin_flags, **kwargs)
     status_when_up(address)
     return srv, address
+
+
+def sample_value(samples: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str,
+                 **labels: str) -> float:
+    """The value of one series of `metric_samples`, by its name and labels."""
+    key = tuple(sorted(labels.items()))
+    assert name in samples, f"no {name} in /metrics"
+    assert key in samples[name], f"{name}{labels} not in {sorted(samples[name])}"
+    return samples[name][key]

@@ -28,16 +28,23 @@ test-deps:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
 	fi
 
+# In two steps: the tests that mostly wait on servers, on TEST_WORKERS pytest-xdist workers;
+# then the heavy ones (marked slow or machine, and the Spark tests: tests/conftest.py), one
+# at a time. Exit status 5 is pytest's "no test selected" (PYTEST_ARGS naming only some).
+TEST_WORKERS ?= 2
+PYTEST_STEP = $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
+
 test: $(STAMP) test-deps
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -m "not long" --durations=30 $(PYTEST_ARGS)
+	$(PYTEST_STEP) -m "not long and not heavy" -n $(TEST_WORKERS) || [ $$? -eq 5 ]
+	$(PYTEST_STEP) -m "heavy and not long" || [ $$? -eq 5 ]
 
 # The campaigns CI leaves out to stay under 25 minutes (tests marked `long`): flapping
 # partitions, ten failovers and failbacks, 4,000 more simulator seeds, a late backup
 # syncing 100,000 messages, 300 MiB paged drained from the backup. About 5 minutes.
 test-long: $(STAMP)
-	$(BIN)/python -m pytest -m long
+	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -457,8 +457,6 @@ def main(argv: list[str] | None = None) -> int:
                         dup_ids=not args.without_dup_ids)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pairmq-crash-"))
     log = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
-    # A SIGTERM still stops the server (the finally clauses run).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         summary = run_campaign(settings, workdir, log)
     finally:
@@ -468,5 +466,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if summary.ok else 1
 
 
+def exit_on_sigterm() -> None:
+    """As a command, a SIGTERM ends the campaign with SystemExit, so that the finally
+    clauses still stop the server. Only as a command: main() called in another process
+    (tests/integration/test_crash.py, in pytest's) leaves that process's handler alone."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

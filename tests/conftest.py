@@ -13,10 +13,28 @@ from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 from tests.support.admin import hashed
+from tests.support.certs import Pki, make_pki
 
 serverproc.LOG_LEVEL = "debug"
 
 LOG_TAIL_LINES = 80
+
+
+# `make test` runs the suite in two steps: first the tests that mostly wait on servers, on
+# two pytest-xdist workers; then the heavy ones, one at a time, each with the machine to
+# itself as far as the suite goes. Heavy: marked `slow` (long campaigns) or `machine` (two
+# busy processes, or a time bound under a second), and the tests on a SparkSession (each
+# worker would start its own, a JVM: tests/spark/conftest.py). Marked here `heavy`, which
+# `-m` selects on.
+HEAVY_MARKERS = ("slow", "machine")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in HEAVY_MARKERS) \
+                or "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.heavy)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -52,15 +70,14 @@ def _without_refused(lines: list[str]) -> list[str]:
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Start servers with `server_factory(*flags, config_text=..., anonymous=...)`.
 
-    Every server started is stopped (SIGTERM, then SIGKILL) when the test ends.
+    Every server started is stopped (SIGTERM, then SIGKILL) when the test ends, and so is
+    every later start of one (tests/support/servers.py's `restart`).
     """
     started: list[ServerProcess] = []
 
     def factory(*flags: str, **kwargs) -> ServerProcess:
         kwargs.setdefault("name", f"s{len(started)}")
-        srv = start_server(tmp_path, *flags, **kwargs)
-        started.append(srv)
-        return srv
+        return start_server(tmp_path, *flags, on_start=started.append, **kwargs)
 
     yield factory
     for srv in started:
@@ -71,6 +88,12 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 def server(server_factory) -> ServerProcess:
     """One server with default settings, anonymous access allowed, and a user admin/secret."""
     return server_factory("--user", f"admin:{hashed('secret')}")
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    """A CA and the server's and clients' certificates signed by it (tests/support/certs.py)."""
+    return make_pki(tmp_path / "pki")
 
 
 @pytest.fixture

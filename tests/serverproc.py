@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
+import random
 import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 _handed_out: set[int] = set()
+_ports = random.Random()  # its own: a test that seeds `random` must not pick the ports
+
+# Servers listen on ports below the kernel's ephemeral range (32768 and up), so that no
+# client's outgoing connection can take the port of a server that is down for a restart.
+# Under pytest-xdist every worker takes its own slice of the range: two workers never hand
+# out the same port, even one that neither has bound yet.
+PORT_RANGE = (12000, 32000)
 
 # The servers' log level when neither flags nor config set one; None leaves the server's
 # default (benchmarks measure that). The test suite sets "debug" (tests/conftest.py), so
@@ -20,18 +30,36 @@ _handed_out: set[int] = set()
 LOG_LEVEL: str | None = None
 
 
+def _own_ports() -> range:
+    """This process's slice of PORT_RANGE: all of it, or one worker's share under xdist
+    (PYTEST_XDIST_WORKER is "gw0", "gw1", ...)."""
+    low, high = PORT_RANGE
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers <= 1:
+        return range(low, high)
+    share = (high - low) // workers
+    start = low + int(worker[2:]) * share
+    return range(start, start + share)
+
+
 def free_port() -> int:
-    """A free loopback port, never one this process handed out before: a port is only
-    bound later, by a server, and the kernel may offer a released one again at once (a
-    pair's HA and admin ports once got the same one)."""
-    for _ in range(100):
+    """A free loopback port of this process's slice, never one handed out before: a port
+    is only bound later, by a server, so a port still free now may be another test's
+    already (a pair's HA and admin ports once got the same one)."""
+    ports = _own_ports()
+    for _ in range(1000):
+        port = _ports.choice(ports)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free loopback port found that was not handed out already")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {ports} that was not handed out already")
 
 
 def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
@@ -49,7 +77,12 @@ def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float =
 
 @dataclass
 class ServerProcess:
-    """A pairmq server running as a real subprocess."""
+    """A pairmq server running as a real subprocess.
+
+    It keeps what it was started with (`workdir`, `name`, `port`), so that `start_again`
+    starts the same server: same data directory, log name and address. `on_start`, if
+    set, is told of every start, the first and each later one (tests/conftest.py's
+    `server_factory` stops them all when the test ends)."""
 
     host: str
     port: int
@@ -57,6 +90,9 @@ class ServerProcess:
     data_dir: Path
     log_path: Path
     args: list[str] = field(default_factory=list)
+    name: str = "test"
+    workdir: Path | None = None
+    on_start: Callable[[ServerProcess], None] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -64,6 +100,10 @@ class ServerProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def log_lines(self, *needles: str) -> list[str]:
+        """The lines of its log that hold every one of `needles`."""
+        return [line for line in self.logs().splitlines() if all(n in line for n in needles)]
 
     def kill(self) -> None:
         """A real crash: SIGKILL, no cleanup."""
@@ -89,6 +129,16 @@ class ServerProcess:
 
         return psutil.Process(self.proc.pid).memory_info().rss
 
+    def start_again(self, *flags: str, **options: Any) -> ServerProcess:
+        """The same server started anew, with `flags` and start_server's `options`; this
+        one must be down (tests/support/servers.py's `restart` brings it down first)."""
+        if self.workdir is None:
+            raise RuntimeError(f"{self.name} was not started by start_server")
+        if self.alive():
+            raise RuntimeError(f"{self.name} is still running")
+        return start_server(self.workdir, *flags, name=self.name, port=self.port,
+                            on_start=self.on_start, **options)
+
 
 def start_server(
     workdir: Path,
@@ -100,11 +150,13 @@ def start_server(
     env: dict[str, str] | None = None,
     start_timeout: float = 20.0,
     open_files: int | None = None,
+    on_start: Callable[[ServerProcess], None] | None = None,
 ) -> ServerProcess:
     """Start `python -m pairmq server` with the given flags and wait until it listens.
 
     `config_text` is written to a TOML file passed with --config; flags win over it.
     `open_files`: the process's limit on open files (RLIMIT_NOFILE), if not the default.
+    `on_start`: told of the server once it listens, and of every `start_again` of it.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -138,4 +190,8 @@ def start_server(
         proc.wait()
         output = log_path.read_text(errors="replace")
         raise RuntimeError(f"server failed to start: {output}") from None
-    return ServerProcess("127.0.0.1", port, proc, data_dir, log_path, args)
+    server = ServerProcess("127.0.0.1", port, proc, data_dir, log_path, args, name=name,
+                           workdir=workdir, on_start=on_start)
+    if on_start is not None:
+        on_start(server)
+    return server

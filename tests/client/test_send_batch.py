@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from tests.integration.rawstomp import unique
 from tests.netproxy import NetProxy
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import admin_status, admin_user_flags
+from tests.support.waiting import wait_until
 
 WAIT = 20.0  # bound for anything that should happen promptly
 
@@ -30,14 +30,6 @@ WAIT = 20.0  # bound for anything that should happen promptly
 def url(target: ServerProcess | str) -> str:
     address = f"{target.host}:{target.port}" if isinstance(target, ServerProcess) else target
     return f"failover:(stomp://{address})"
-
-
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 # ----------------------------------------------------------------------------- the clients
@@ -254,7 +246,7 @@ def test_a_batch_in_the_outbox_is_one_entry_kept_across_a_client_restart_and_sen
     srv = server_factory(port=port)
     second.flush(WAIT)
     assert two.outcome is Outcome.CONFIRMED
-    wait_until(lambda: second.stats()["outbox"]["depth"] == 0, "an empty outbox")
+    wait_until(lambda: second.stats()["outbox"]["depth"] == 0, "an empty outbox", WAIT)
     second.send(queue, b"marker")
     got = until_marker(connect(url(srv)).subscribe(queue, ack="auto"), b"marker")[:-1]
     assert [m.body for m in got] == [*bodies(100, prefix="one-"), *bodies(100, prefix="two-")]
@@ -289,12 +281,12 @@ def test_batches_resent_after_a_server_restart_arrive_exactly_once(server_factor
             journal = status.get("journal", {})
             return held == 300 and journal["synced_seq"] == journal["appended_seq"]
 
-        wait_until(all_on_disk, "the server to hold every batch on disk")
+        wait_until(all_on_disk, "the server to hold every batch on disk", WAIT)
         assert [r.outcome for r in in_flight] == [Outcome.PENDING] * 5
         srv.kill()
         srv = server_factory(*flags, name="restarted", port=srv.port)
         proxy.heal(drop=True)  # the client sees its connection close, and reconnects
-        wait_until(lambda: events, "the client to fail over")
+        wait_until(lambda: events, "the client to fail over", WAIT)
         results += [producer.send_batch_async(queue, bodies(50, prefix=f"f{i}-"))
                     for i in range(6, 8)]
         producer.flush(WAIT)
@@ -336,7 +328,7 @@ def test_a_batch_whose_receipt_was_lost_in_a_blip_is_settled_and_kept_once(
     proxy.heal(drop=True)
     producer.flush(WAIT)
     assert lost.outcome is Outcome.CONFIRMED
-    wait_until(lambda: events, "the client to reconnect")
+    wait_until(lambda: events, "the client to reconnect", WAIT)
     (event,) = events
     assert event.resumed is resume
     assert event.resent == (0 if resume else 1)

@@ -253,12 +253,15 @@ class FailoverConsumer(_Failover):
 
 
 class Load:
-    """A producer thread sending `prefix-N` messages until stopped (then flushing)."""
+    """A producer thread sending `prefix-N` messages until stopped (then flushing);
+    `on_receipt` as FailoverProducer's."""
 
     def __init__(self, addresses: Sequence[Address], destination: str, prefix: str = "m",
-                 window: int = 16, pause: float = 0.0, receipt_timeout: float = 10.0) -> None:
+                 window: int = 16, pause: float = 0.0, receipt_timeout: float = 10.0,
+                 on_receipt: Callable[[Address, str, bytes], None] | None = None) -> None:
         self.producer = FailoverProducer(addresses, destination, window=window,
-                                         receipt_timeout=receipt_timeout)
+                                         receipt_timeout=receipt_timeout,
+                                         on_receipt=on_receipt)
         self.prefix = prefix
         self.pause = pause
         self.stop_event = threading.Event()
@@ -374,6 +377,19 @@ def drain(address: Address, destination: str, *, idle: float = 1.0, timeout: flo
                 break
             counts[message.dup_id or "?"] += 1
     return counts
+
+
+def consumed_exactly_once(addresses: Sequence[Address], destination: str,
+                          receipted: Sequence[str]) -> None:
+    """A FailoverConsumer drains `destination` until every one of `receipted` is consumed
+    and nothing more comes; then check_exactly_once."""
+    consumer = FailoverConsumer(addresses, destination).start()
+    try:
+        consumer.wait_consumed(set(receipted), 30)
+        consumer.wait_idle()
+    finally:
+        consumer.stop()
+    check_exactly_once(receipted, consumer)
 
 
 def check_exactly_once(receipted: Sequence[str], consumer: FailoverConsumer) -> None:

@@ -22,63 +22,25 @@ are plain dicts, read at every (re)start, so they may be changed before `start()
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pairmq.client.plain import BlockingConnection, StompError
 from tests.serverproc import ServerProcess, free_port, start_server, wait_for_port
-from tests.support.admin import admin_env, admin_status, admin_user_flags
+from tests.support.admin import admin_status, admin_user_flags
+from tests.support.cli import run_pairmq
+from tests.support.waiting import wait_until
 
 NAMES = ("primary", "backup")
 SERVING = ("ACTIVE", "STANDALONE")
 HOST = "127.0.0.1"
-
-T = TypeVar("T")
-
-# Ports for the pair's listeners come from below the kernel's ephemeral range, so that the
-# outgoing connections of clients (and other tests' bind-to-0 ports) cannot take the port of
-# a server that is down for a restart.
-PORT_RANGE = (20000, 32000)
-_handed_out: set[int] = set()
-
-
-def pair_port() -> int:
-    """A free loopback port outside the ephemeral range, not handed out before."""
-    for _ in range(1000):
-        port = random.randrange(*PORT_RANGE)
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    return free_port()
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str = "condition",
-             interval: float = 0.05) -> T:
-    """Poll `predicate` until it returns something truthy; TimeoutError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
-        time.sleep(interval)
 
 
 class Pair:
@@ -118,10 +80,10 @@ class Pair:
         self.peer_address_for: dict[str, str] = dict(peer_address_for or {})
         self.witness_address_for: dict[str, str] = dict(witness_address_for or {})
         self.roles: dict[str, str] = dict(roles or {"primary": "primary", "backup": "backup"})
-        self.stomp_port = {n: pair_port() for n in NAMES}
-        self.ha_port = {n: pair_port() for n in NAMES}
-        self.admin_port = {n: pair_port() for n in NAMES}
-        self.witness_port = pair_port()
+        self.stomp_port = {n: free_port() for n in NAMES}
+        self.ha_port = {n: free_port() for n in NAMES}
+        self.admin_port = {n: free_port() for n in NAMES}
+        self.witness_port = free_port()
         self.servers: dict[str, ServerProcess | None] = dict.fromkeys(NAMES)
         self.witness_proc: subprocess.Popen | None = None
         self.witness_state = self.workdir / "witness-state.json"
@@ -145,6 +107,15 @@ class Pair:
 
     def stomp_address(self, name: str) -> str:
         return f"{HOST}:{self.stomp_port[name]}"
+
+    def client_address(self, name: str) -> tuple[str, int]:
+        """Where clients connect to `name`: its STOMP (host, port)."""
+        return (HOST, self.stomp_port[name])
+
+    def client_addresses(self) -> list[tuple[str, int]]:
+        """Where clients connect to the pair: each server's STOMP (host, port), the
+        primary's first."""
+        return [self.client_address(name) for name in NAMES]
 
     def admin_address(self, name: str) -> str:
         return f"{HOST}:{self.admin_port[name]}"
@@ -207,7 +178,7 @@ class Pair:
                            port=self.stomp_port[name])
         self.servers[name] = srv
         try:
-            wait_for(lambda: self.status(name) is not None, 20.0, f"{name}'s admin HTTP")
+            wait_until(lambda: self.status(name) is not None, f"{name}'s admin HTTP", 20.0)
         except TimeoutError:
             raise RuntimeError(f"{name} does not answer on its admin HTTP:\n"
                                f"{srv.logs()[-3000:]}") from None
@@ -253,7 +224,7 @@ class Pair:
                         and p["ha"]["peer"]["state"] == "ACTIVE")
 
         try:
-            wait_for(views, timeout, "the pair formed")
+            wait_until(views, "the pair formed", timeout)
         except TimeoutError:
             raise TimeoutError(f"the pair did not form with {active} active\n"
                                f"{self.describe()}") from None
@@ -373,7 +344,7 @@ class Pair:
             return st if st and st["state"] in wanted else None
 
         try:
-            return wait_for(check, timeout, f"{name} in {sorted(wanted)}")
+            return wait_until(check, f"{name} in {sorted(wanted)}", timeout)
         except TimeoutError:
             raise TimeoutError(f"{name} did not reach {sorted(wanted)} within {timeout} s "
                                f"(last state {last[0]})\n{self.describe()}") from None
@@ -394,7 +365,7 @@ class Pair:
             return serving if serving and (name is None or serving == name) else None
 
         try:
-            return wait_for(check, timeout, "an active server")
+            return wait_until(check, "an active server", timeout)
         except TimeoutError:
             raise TimeoutError(f"no{' ' + name if name else ''} active server within "
                                f"{timeout} s\n{self.describe()}") from None
@@ -404,9 +375,8 @@ class Pair:
         return self.cli("activate", self.admin_address(name), "--yes")
 
     def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
-        """`pairmq ARGS`, logged in as the test admin (PAIRMQ_USER / PAIRMQ_PASSWORD)."""
-        return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
-                              text=True, timeout=timeout, env={**os.environ, **admin_env()})
+        """`pairmq ARGS`, logged in as the test admin (tests/support/cli.py)."""
+        return run_pairmq(*args, timeout=timeout)
 
     # ------------------------------------------------------------ clients
 
@@ -428,4 +398,4 @@ class Pair:
                     pass
             return None
 
-        return wait_for(attempt, timeout, "a server accepting clients", interval=0.02)
+        return wait_until(attempt, "a server accepting clients", timeout, interval=0.02)

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 import pairmq.client
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -82,8 +83,8 @@ def test_a_backlog_keeps_the_pair_its_roles_and_each_server_under_budget_then_fa
     pair.wait_active(15, "backup")
     started = time.monotonic()
     drain_in_order(pair, "backup", MESSAGES)
-    wait_for(lambda: (pair.status("backup") or {}).get("destinations", {}).get(QUEUE, {})
-             .get("messages") == 0, 10, "the queue empty")
+    wait_until(lambda: (pair.status("backup") or {}).get("destinations", {}).get(QUEUE, {})
+               .get("messages") == 0, "the queue empty", 10)
     print(f"drained {MESSAGES} in {time.monotonic() - started:.1f} s; RSS MB {largest}")
 
 

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pairmq.client
-from tests.ha.pair import NAMES, Pair, wait_for
+from tests.ha.pair import NAMES, Pair
+from tests.support.waiting import wait_until
 
 QUEUE = "/queue/durable-connection"
 
@@ -40,8 +41,8 @@ class Producer:
                 self.stored = int(line.split()[1])
 
     def wait_stored(self, n: int, timeout: float) -> None:
-        wait_for(lambda: self.stored >= n or self.proc.poll() is not None, timeout,
-                 f"message {n} stored")
+        wait_until(lambda: self.stored >= n or self.proc.poll() is not None,
+                   f"message {n} stored", timeout)
         assert self.stored >= n, self.lines[-20:]
 
 

@@ -7,14 +7,13 @@ import sys
 from pathlib import Path
 
 from tests.serverproc import free_port, start_server
+from tests.support.cli import run, run_pairmq
 
 
 def run_server(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
     """Run `pairmq server` expecting it to refuse its configuration and exit."""
-    args = [sys.executable, "-m", "pairmq", "server", "--name", "cfg",
-            "--data-dir", str(workdir / "data"), "--stomp", f"127.0.0.1:{free_port()}",
-            "--allow-anonymous", *flags]
-    return subprocess.run(args, capture_output=True, text=True, timeout=30)
+    return run_pairmq("server", "--name", "cfg", "--data-dir", str(workdir / "data"), "--stomp",
+                      f"127.0.0.1:{free_port()}", "--allow-anonymous", *flags)
 
 
 def ha_flags(**overrides: str) -> list[str]:
@@ -72,8 +71,7 @@ def test_secret_in_the_config_file_is_required_too(tmp_path: Path) -> None:
 
 
 def test_witness_without_secret_is_refused(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "pairmq", "witness", "--listen",
-                             f"127.0.0.1:{free_port()}"], capture_output=True, text=True,
-                            timeout=30, env={"PATH": "/usr/bin:/bin"})
+    result = run(sys.executable, "-m", "pairmq", "witness", "--listen",
+                 f"127.0.0.1:{free_port()}", env={"PATH": "/usr/bin:/bin"})
     assert result.returncode != 0
     assert "--secret" in result.stderr, result.stderr

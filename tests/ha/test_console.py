@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.ha.pair import Pair
-from tests.integration.clients import Client, wait_until
+from tests.integration.clients import Client
 from tests.serverproc import free_port
-from tests.support.admin import ADMIN, admin_request, managed_server
+from tests.support.admin import admin_request, api, managed_server
 from tests.support.browser import Browser, missing
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,12 +53,6 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
     b = Browser(tmp_path)
     yield b
     b.close()
-
-
-def api(admin: str, path: str, credentials: tuple[str, str] = ADMIN) -> dict:
-    code, _, body = admin_request(admin, path, credentials=credentials)
-    assert code == 200, (code, body)
-    return body
 
 
 def depth(admin: str, destination: str) -> int:
@@ -236,7 +231,7 @@ def test_a_dead_letter_is_retried_and_a_connection_closed(server_factory, stomp_
     worker = stomp_client(srv, login=ALICE[0], passcode=ALICE[1])
     worker.subscribe("/queue/work", id="w", ack="client-individual")
     worker.nack(worker.wait_messages(1)[0])
-    wait_until(lambda: depth(admin, "/queue/DLQ.work") == 1, what="the dead letter")
+    wait_until(lambda: depth(admin, "/queue/DLQ.work") == 1, "the dead letter")
     worker.unsubscribe("w")
 
     browser.open_console(admin)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ha.clients import parse_address
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
 from tests.integration import rawstomp
 from tests.integration.rawstomp import RawStomp, unique
+from tests.support.waiting import wait_until
 
 P = {"persistent": "true"}
 HEARTBEAT_MS, ACTIVATION_MS = 250, 4000  # a window of seconds before the backup is dropped
@@ -38,8 +38,8 @@ def send_and_watch(pair: Pair, producer: RawStomp, consumer: RawStomp, queue: st
     assert before["confirmed_seq"] == before["appended_seq"], before
     record = before["appended_seq"] + 1
     producer.send_frame("SEND", {"destination": queue, "receipt": body.decode(), **P}, body)
-    wait_for(lambda: journal(pair, "primary")["appended_seq"] >= record, 5.0,
-             "the SEND's record appended")
+    wait_until(lambda: journal(pair, "primary")["appended_seq"] >= record,
+               "the SEND's record appended", 5.0)
     with pytest.raises(TimeoutError):
         frame = consumer.read_frame(WATCH)
         raise AssertionError(f"delivered before the backup acknowledged: {frame!r}")
@@ -59,7 +59,7 @@ def test_delivery_waits_for_the_backup_or_for_confirming_alone(pair_factory) -> 
     pair = pair_factory(heartbeat_ms=HEARTBEAT_MS, activation_ms=ACTIVATION_MS)
     pair.start(parallel=True)
     pair.wait_formed(30)
-    address = parse_address(pair.stomp_address("primary"))
+    address = pair.client_address("primary")
     queue = f"/queue/{unique('gate')}"
     consumer, _ = rawstomp.connect(address)
     producer, _ = rawstomp.connect(address)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.ha.clients import Load, bulk_send, drain, parse_address
-from tests.ha.pair import wait_for
+from tests.ha.clients import Load, bulk_send, drain
+from tests.support.waiting import wait_until
 
 BULK = "/queue/ha-bulk"
 LOAD = "/queue/ha-late-load"
@@ -21,7 +21,7 @@ def test_late_backup_syncs_100k_and_a_failover_loses_nothing(pair_factory) -> No
     pair = pair_factory(heartbeat_ms=500, activation_ms=2000)
     pair.start(order=["primary"])
     pair.wait_state("primary", "STANDALONE", 10)
-    primary, backup = (parse_address(pair.stomp_address(n)) for n in ("primary", "backup"))
+    primary, backup = (pair.client_address(n) for n in ("primary", "backup"))
 
     started = time.monotonic()
     bulk = bulk_send(primary, BULK, COUNT, batch=1000)
@@ -33,8 +33,8 @@ def test_late_backup_syncs_100k_and_a_failover_loses_nothing(pair_factory) -> No
         load.wait_receipts(100, 20)
         pair.start_server("backup")
         pair.wait_state("backup", "PASSIVE", 90)
-        wait_for(lambda: pair.status("primary")["ha"]["synchronized-with-backup"], 10,
-                 "the active sees its backup in sync")
+        wait_until(lambda: pair.status("primary")["ha"]["synchronized-with-backup"],
+                   "the active sees its backup in sync", 10)
         assert pair.state("primary") == "ACTIVE"
         load.wait_receipts(100, 20)  # the load went on during the synchronisation
 

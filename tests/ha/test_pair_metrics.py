@@ -8,14 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from tests.ha.pair import Pair, wait_for
-from tests.support.admin import admin_request, metric_samples
-
-
-def one(samples, name: str, **labels: str) -> float:
-    key = tuple(sorted(labels.items()))
-    assert name in samples and key in samples[name], f"no {name}{labels} in /metrics"
-    return samples[name][key]
+from tests.ha.pair import Pair
+from tests.support.admin import admin_request, metric_samples, sample_value
+from tests.support.waiting import wait_until
 
 
 def states(samples) -> dict[str, float]:
@@ -30,29 +25,29 @@ def test_each_server_reports_the_pair_and_a_kill_counts_one_failover(pair: Pair)
 
     seen = metric_samples(active)
     assert [s for s, v in states(seen).items() if v == 1] == ["ACTIVE"]
-    assert one(seen, "pairmq_witness_reachable") == 1
-    assert one(seen, "pairmq_lease_remaining_seconds") > 0
-    epoch = one(seen, "pairmq_ha_epoch")
+    assert sample_value(seen, "pairmq_witness_reachable") == 1
+    assert sample_value(seen, "pairmq_lease_remaining_seconds") > 0
+    epoch = sample_value(seen, "pairmq_ha_epoch")
     assert epoch >= 1
     # every send was receipted, so the backup holds them: no lag once its acks are in
-    seen = wait_for(lambda: (s := metric_samples(active)) and
-                    one(s, "pairmq_replication_lag_records") == 0 and s, 5, "no lag")
-    assert one(seen, "pairmq_replication_lag_bytes") == 0
-    assert one(seen, "pairmq_replication_lag_seconds") == 0
+    seen = wait_until(lambda: (s := metric_samples(active)) and
+                      sample_value(s, "pairmq_replication_lag_records") == 0 and s, "no lag", 5)
+    assert sample_value(seen, "pairmq_replication_lag_bytes") == 0
+    assert sample_value(seen, "pairmq_replication_lag_seconds") == 0
     lag = pair.status("primary")["ha"]["backup_lag"]
     assert lag == {"records": 0, "bytes": 0, "seconds": 0.0}
 
     backup = metric_samples(passive)
     assert [s for s, v in states(backup).items() if v == 1] == ["PASSIVE"]
-    assert one(backup, "pairmq_failovers_total") == 0
+    assert sample_value(backup, "pairmq_failovers_total") == 0
     assert "pairmq_replication_lag_records" not in backup  # only the active counts it
 
     pair.kill("primary")
     pair.wait_active(name="backup")
-    after = wait_for(lambda: (s := metric_samples(passive)) and
-                     states(s)["STANDALONE"] == 1 and s, 10, "the backup serving")
-    assert one(after, "pairmq_failovers_total") == 1
-    assert one(after, "pairmq_ha_epoch") > epoch
+    after = wait_until(lambda: (s := metric_samples(passive)) and
+                       states(s)["STANDALONE"] == 1 and s, "the backup serving", 10)
+    assert sample_value(after, "pairmq_failovers_total") == 1
+    assert sample_value(after, "pairmq_ha_epoch") > epoch
     assert "pairmq_replication_lag_records" not in after  # no backup attached
 
 
@@ -102,13 +97,13 @@ def test_the_operator_api_gives_one_view_of_the_pair_from_either_server(pair: Pa
     # the backup counts its own lag from the active's heartbeats: records and seconds
     client = pair.connect("primary")
     client.send("/queue/seen", b"x", headers={"persistent": "true"})
-    own = wait_for(lambda: next(s for s in admin_request(
-        pair.admin_address("backup"), "/api/pair")[2]["servers"] if s["this"])["lag"], 5,
-        "the backup's own lag")
+    own = wait_until(lambda: next(s for s in admin_request(
+        pair.admin_address("backup"), "/api/pair")[2]["servers"] if s["this"])["lag"],
+        "the backup's own lag", 5)
     assert own["bytes"] is None and own["records"] >= 0 and own["seconds"] >= 0
-    wait_for(lambda: next(s for s in admin_request(pair.admin_address("backup"), "/api/pair")
-                          [2]["servers"] if s["this"])["lag"]["records"] == 0, 5,
-             "the backup caught up")
+    wait_until(lambda: next(s for s in admin_request(pair.admin_address("backup"), "/api/pair")
+                          [2]["servers"] if s["this"])["lag"]["records"] == 0,
+               "the backup caught up", 5)
 
     code, _, body = admin_request(pair.admin_address("backup"), "/api/purge",
                                   method="POST", data={"destination": "/queue/x"})
@@ -116,8 +111,8 @@ def test_the_operator_api_gives_one_view_of_the_pair_from_either_server(pair: Pa
 
     pair.kill("primary")
     pair.wait_active(name="backup")
-    after = wait_for(lambda: (v := admin_request(pair.admin_address("backup"),
-                                                 "/api/pair")[2])["failovers"] == 1 and v,
-                     10, "the failover counted")
+    after = wait_until(lambda: (v := admin_request(pair.admin_address("backup"),
+                                                   "/api/pair")[2])["failovers"] == 1 and v,
+                       "the failover counted", 10)
     last = after["changes"][-1]
     assert (last["old"], last["new"]) == ("PASSIVE", "STANDALONE") and last["why"], last

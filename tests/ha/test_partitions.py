@@ -45,10 +45,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.ha.pair import NAMES, SERVING, Pair, wait_for
+from tests.ha.pair import NAMES, SERVING, Pair
 from tests.integration import rawstomp
 from tests.netproxy import NetProxy
 from tests.support.bulk import produce
+from tests.support.waiting import wait_until
 
 HOST = "127.0.0.1"
 PROBE_QUEUE = "/queue/partition-probe"
@@ -216,7 +217,7 @@ def test_proxy_one_way_cut(echo_proxy) -> None:
         assert _recv_exactly(sock, 1) == b"a"
         proxy.cut("down")  # the echo happens, but its answer is held
         sock.sendall(b"b")
-        assert wait_for(lambda: proxy.status()["bytes_up"] == 2, 2, "bytes forwarded up")
+        assert wait_until(lambda: proxy.status()["bytes_up"] == 2, "bytes forwarded up", 2)
         assert _silent(sock)
         proxy.heal()
         assert _recv_exactly(sock, 1) == b"b"
@@ -247,9 +248,9 @@ def test_proxy_signals_cut_and_heal(echo_proxy) -> None:
     _, proxy = echo_proxy
     assert proxy.proc is not None
     proxy.proc.send_signal(signal.SIGUSR1)
-    wait_for(lambda: proxy.status()["cut"] == ["up", "down"], 2, "cut by SIGUSR1")
+    wait_until(lambda: proxy.status()["cut"] == ["up", "down"], "cut by SIGUSR1", 2)
     proxy.proc.send_signal(signal.SIGUSR2)
-    wait_for(lambda: proxy.status()["cut"] == [], 2, "healed by SIGUSR2")
+    wait_until(lambda: proxy.status()["cut"] == [], "healed by SIGUSR2", 2)
     with _client(proxy) as sock:
         sock.sendall(b"z")
         assert _recv_exactly(sock, 1) == b"z"
@@ -541,8 +542,8 @@ class Partitioned:
         """Wait for `count` receipts from `name` for SENDs sent after `after`."""
         probe = self.probes[name]
         try:
-            return wait_for(lambda: len(probe.confirmed(after)) >= count and
-                            probe.confirmed(after), timeout, f"{name} confirming")
+            return wait_until(lambda: len(probe.confirmed(after)) >= count and
+                              probe.confirmed(after), f"{name} confirming", timeout)
         except TimeoutError:
             raise AssertionError(f"{name} confirmed {len(probe.confirmed(after))} SENDs, "
                                  f"wanted {count}\n{self.timeline()}") from None
@@ -825,6 +826,7 @@ def test_ha_link_cut_the_witness_keeps_the_primary_active(partitioned) -> None:
     assert confirmed > 100
 
 
+@pytest.mark.machine
 def test_primary_isolated_the_backup_takes_over(partitioned) -> None:
     """(b) the primary is cut from the backup and from the witness at once: it stops
     confirming and steps down; the backup activates; nothing confirmed is lost."""
@@ -869,6 +871,7 @@ def test_primary_isolated_the_backup_takes_over(partitioned) -> None:
     net.assert_nothing_lost("backup")
 
 
+@pytest.mark.machine
 def test_an_isolated_active_with_a_backlog_reports_at_once(partitioned) -> None:
     """(b) with 100,000 messages waiting: stepping down reads them all back (a thread), and
     closes every client. /status, asked back to back meanwhile, answers each time within
@@ -1039,8 +1042,8 @@ def test_lost_takeover_grant_does_not_wedge_the_pair(partitioned) -> None:
     net.proxies["backup->witness"].arm("down")
     net.note("armed: the backup's next request to the witness gets no answer")
     net.cut_ha()
-    wait_for(lambda: re.search(r"Lease: backup(#\w+)? holds", pair.witness_logs()),
-             FAILOVER_TIMEOUT_S, "the witness granting the backup its takeover")
+    wait_until(lambda: re.search(r"Lease: backup(#\w+)? holds", pair.witness_logs()),
+               "the witness granting the backup its takeover", FAILOVER_TIMEOUT_S)
     net.note("the witness granted the backup (answer lost)")
     pair.wait_state("primary", "WAITING", FAILOVER_TIMEOUT_S)
     _hold(1.0)

@@ -13,11 +13,12 @@ import pytest
 
 import pairmq.client
 from pairmq.client import Outcome
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.netproxy import NetProxy
 from tests.serverproc import free_port
 from tests.support.admin import admin_status, admin_user_flags, metric
+from tests.support.waiting import wait_until
 
 Q = "/queue/numbered"
 
@@ -121,9 +122,9 @@ def test_the_client_with_50000_messages_in_flight_through_a_kill_leaves_each_onc
                     "destinations", {}).get(Q, {}).get("messages")
                 return held == 50_000
 
-            wait_for(lambda: all_held("primary") and all_held("backup")
-                     and pair.state("backup") == "PASSIVE", 60,
-                     "both servers to hold all 50,000, the backup in sync")
+            wait_until(lambda: all_held("primary") and all_held("backup")
+                       and pair.state("backup") == "PASSIVE",
+                       "both servers to hold all 50,000, the backup in sync", 60)
             assert all(r.outcome is Outcome.PENDING for r in results)
             pair.kill("primary")
             proxy.heal(drop=True)

@@ -12,8 +12,9 @@ import time
 
 import psutil
 
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
 from tests.integration.rawstomp import connect as raw_connect
+from tests.support.waiting import wait_until
 
 BODY = 256 * 1024
 FRAMES = 400  # 100 MiB, three times what the stream may be behind
@@ -57,6 +58,6 @@ def test_a_slow_backup_makes_the_active_stop_reading_clients_not_grow(pair_facto
         assert grown < 180, f"the active grew {grown:.0f} MiB while the backup was frozen"
     done.wait(60)
     assert written[0] >= FRAMES * BODY, "it went on once the backup caught up"
-    wait_for(lambda: (pair.status("primary") or {}).get("destinations", {})
-             .get("/queue/flow", {}).get("messages") == FRAMES, 30, "every message taken")
+    wait_until(lambda: (pair.status("primary") or {}).get("destinations", {})
+               .get("/queue/flow", {}).get("messages") == FRAMES, "every message taken", 30)
     assert (pair.state("primary"), pair.state("backup")) == ("ACTIVE", "PASSIVE")

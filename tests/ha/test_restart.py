@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pairmq.client.plain import BlockingConnection, StompError
-from tests.ha.clients import drain, parse_address
+from tests.ha.clients import drain
 from tests.ha.pair import HOST, Pair
 from tests.netproxy import NetProxy
 from tests.support.scenarios import QUEUE, assert_not_serving_for, both_down_with_newest
@@ -34,7 +34,7 @@ def test_the_newest_journal_wins_whatever_the_start_order(pair_factory, newest: 
         pair.wait_state(newest, "STANDALONE", 10)
         pair.start_server(older)
     pair.wait_formed(20, active=newest)
-    got = drain(parse_address(pair.stomp_address(newest)), QUEUE)
+    got = drain(pair.client_address(newest), QUEUE)
     assert sorted(got) == sorted(old + new), got
     assert set(got.values()) == {1}
 
@@ -62,7 +62,7 @@ def test_alone_with_an_older_journal_waits_until_forced(pair: Pair, older: str) 
     pair.wait_state(older, "STANDALONE", 10)
     assert "An operator forced this server to activate" in pair.logs(older)
     # it serves what it has: the messages from before the split, not the newer ones
-    got = drain(parse_address(pair.stomp_address(older)), QUEUE)
+    got = drain(pair.client_address(older), QUEUE)
     assert sorted(got) == sorted(old), got
 
 
@@ -84,7 +84,7 @@ def test_a_forced_activation_outlives_an_unreachable_witness(pair: Pair) -> None
         assert_not_serving_for(pair, "primary", 2.0)
         proxy.heal()
         pair.wait_state("primary", "STANDALONE", 10)
-        got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+        got = drain(pair.client_address("primary"), QUEUE)
         assert sorted(got) == sorted(old), got  # the operator chose the older journal
     finally:
         pair.close()  # before the proxy: without its witness the server would step down

@@ -8,11 +8,10 @@ persistent SEND is sent only once the message's own record is in the journal.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
-from tests.ha.clients import FailoverConsumer, FailoverProducer, check_exactly_once
+from tests.ha.clients import Load, consumed_exactly_once
 from tests.ha.pair import HOST, NAMES, SERVING, Pair
 from tests.integration.rawstomp import ConnectionClosed, RawStomp, StompError, connect
 from tests.support.journal import JournalIndex
@@ -50,12 +49,7 @@ def _queue_contents(pair: Pair, name: str, queue: str, idle: float = 1.0) -> lis
     client, _ = connect(_address(pair, name))
     with client:
         client.send_frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "auto"})
-        bodies = []
-        while True:
-            try:
-                bodies.append(client.read_message(idle).body)
-            except TimeoutError:
-                return bodies
+        return client.bodies_until_quiet(idle)
 
 
 def _send_with_receipt(pair: Pair, name: str, queue: str, body: bytes) -> None:
@@ -169,24 +163,8 @@ def test_no_receipt_before_its_record_is_in_the_journal_through_role_changes(pai
         if not journals[name].contains(body):
             missing.append((name, dup_id))
 
-    producer = FailoverProducer(addresses, queue, window=8, receipt_timeout=5.0,
-                                on_receipt=check)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def produce() -> None:
-        n = 0
-        try:
-            while not stop.is_set():
-                dup_id = f"j-{n}"
-                producer.send(dup_id, f"body {dup_id}".encode())
-                n += 1
-            producer.flush()
-        except BaseException as e:  # reported by the test, not lost in the thread
-            errors.append(e)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    load = Load(addresses, queue, prefix="j", window=8, receipt_timeout=5.0,
+                on_receipt=check).start()
     try:
         time.sleep(1.0)
         # Sockets a client opened to the PASSIVE backup ahead of time (clients retrying every
@@ -208,20 +186,12 @@ def test_no_receipt_before_its_record_is_in_the_journal_through_role_changes(pai
         pair.wait_formed(30)
         time.sleep(0.5)
     finally:
-        stop.set()
-        thread.join(60)
-        producer.close()
-    assert not errors, f"the producer failed: {errors[0]!r}"
-    assert len(producer.receipted) > 100, "too few receipts to say anything"
+        load.stop_event.set()
+    receipted = load.stop()  # raises what the producer met
+    assert len(receipted) > 100, "too few receipts to say anything"
     assert not missing, (f"{len(missing)} RECEIPTs came before their record was in the "
                          f"journal of the server that sent them: {missing[:5]}")
-    consumer = FailoverConsumer(addresses, queue).start()
-    try:
-        consumer.wait_consumed(set(producer.receipted), 30)
-        consumer.wait_idle()
-    finally:
-        consumer.stop()
-    check_exactly_once(producer.receipted, consumer)
+    consumed_exactly_once(addresses, queue, receipted)
 
 
 def test_a_passive_server_refuses_connect_naming_the_active_one(pair_factory):

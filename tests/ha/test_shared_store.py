@@ -13,21 +13,12 @@ from pairmq.client.plain import BlockingConnection, StompError
 from pairmq.protocol import Frame, serialize
 from pairmq.server.config import ConfigError, load_config
 from pairmq.store.segments import list_segments
-from tests.ha.clients import (
-    FailoverConsumer,
-    Load,
-    check_exactly_once,
-    drain,
-    parse_address,
-    send_some,
-)
-from tests.ha.pair import Pair, wait_for
-from tests.ha.test_failover import addresses, missing_report, queue_depth
-from tests.ha.test_takeover import address as takeover_address
-from tests.ha.test_takeover import body, build_mixed_state, read_all
+from tests.ha.clients import drain, send_some
+from tests.ha.pair import Pair
+from tests.ha.under_load import QUEUE, UnderLoad, queue_depth
 from tests.serverproc import start_server
-
-QUEUE = "/queue/ha-load"
+from tests.support.mixed_state import assert_served_as_built, build_mixed_state, read_all
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -44,25 +35,16 @@ def lock_file(pair: Pair) -> Path:
 
 def test_kill_active_under_load_the_backup_takes_the_lock_and_serves_everything(
         shared: Pair) -> None:
-    addrs = addresses(shared)
-    consumer = FailoverConsumer(addrs, QUEUE).start()
-    load = Load(addrs, QUEUE).start()
-    try:
-        load.wait_receipts(300, 20)
+    addrs = shared.client_addresses()
+    with UnderLoad(shared) as run:
+        run.load.wait_receipts(300, 20)
         shared.kill("primary")
         killed = time.monotonic()
         shared.wait_active(10, "backup")
         takeover = time.monotonic() - killed
-        load.wait_receipts(300, 20)
-        receipted = load.stop()
-        missing = consumer.wait_consumed(set(receipted), 30)
-        assert not missing, missing_report(missing, receipted, load, consumer, shared)
-        consumer.wait_idle(0.5)
-    finally:
-        load.stop_event.set()
-        consumer.stop()
-    check_exactly_once(receipted, consumer)
-    assert load.producer.connected_to[-1] == addrs[1]
+        run.load.wait_receipts(300, 20)
+        run.drain()
+    assert run.load.producer.connected_to[-1] == addrs[1]
     assert takeover < 5.0
     assert queue_depth(shared, "backup") == 0
     logs = shared.logs("backup")
@@ -80,16 +62,16 @@ def test_start_order_does_not_matter(pair_factory, failback: bool) -> None:
     pair = pair_factory(policy="shared-store", flags=flags)
     pair.start(order=("backup",))
     pair.wait_state("backup", "STANDALONE", 10)
-    sent = send_some(parse_address(pair.stomp_address("backup")), QUEUE, "early", 5)
+    sent = send_some(pair.client_address("backup"), QUEUE, "early", 5)
     pair.start_server("primary")
     active = "primary" if failback else "backup"
     pair.wait_formed(20, active=active)
-    got = drain(parse_address(pair.stomp_address(active)), QUEUE)
+    got = drain(pair.client_address(active), QUEUE)
     assert sorted(got) == sorted(sent) and set(got.values()) == {1}
 
 
 def test_lock_file_removed_under_the_active_it_stops_serving_at_once(shared: Pair) -> None:
-    address = parse_address(shared.stomp_address("primary"))
+    address = shared.client_address("primary")
     before = send_some(address, QUEUE, "before", 20)
     lock_file(shared).unlink()
     shared.wait_state("primary", ("WAITING", "PASSIVE"), 5)
@@ -98,7 +80,7 @@ def test_lock_file_removed_under_the_active_it_stops_serving_at_once(shared: Pai
     # failback (the default) the pair settles with the primary active again
     shared.wait_formed(20, active="primary")
     assert lock_file(shared).exists()
-    got = drain(parse_address(shared.stomp_address("primary")), QUEUE)
+    got = drain(shared.client_address("primary"), QUEUE)
     assert sorted(got) == sorted(before) and set(got.values()) == {1}
 
 
@@ -111,13 +93,13 @@ def test_a_paused_active_resumed_after_the_takeover_confirms_nothing(pair_factor
     shared.wait_formed()
     primary = shared.servers["primary"]
     assert primary is not None
-    early = send_some(parse_address(shared.stomp_address("primary")), QUEUE, "early", 10)
-    conn = BlockingConnection(*parse_address(shared.stomp_address("primary")), timeout=5.0)
+    early = send_some(shared.client_address("primary"), QUEUE, "early", 10)
+    conn = BlockingConnection(*shared.client_address("primary"), timeout=5.0)
     os.kill(primary.proc.pid, signal.SIGSTOP)
     try:
         lock_file(shared).unlink()
         shared.wait_state("backup", "STANDALONE", 15)
-        later = send_some(parse_address(shared.stomp_address("backup")), QUEUE, "later", 10)
+        later = send_some(shared.client_address("backup"), QUEUE, "later", 10)
         conn.sock.sendall(serialize(Frame("SEND", {
             "destination": QUEUE, "persistent": "true", "dup-id": "stale",
             "receipt": "r-stale"}, b"stale"), "1.2"))
@@ -134,10 +116,10 @@ def test_a_paused_active_resumed_after_the_takeover_confirms_nothing(pair_factor
         except (TimeoutError, OSError, ConnectionError):
             break
     assert not [f for f in frames if f.command == "RECEIPT"], frames
-    wait_for(lambda: shared.state("primary") in ("WAITING", "PASSIVE"), 5,
-             "the resumed primary stepped down")
+    wait_until(lambda: shared.state("primary") in ("WAITING", "PASSIVE"),
+               "the resumed primary stepped down", 5)
     assert shared.serving() == ["backup"]
-    got = drain(parse_address(shared.stomp_address("backup")), QUEUE)
+    got = drain(shared.client_address("backup"), QUEUE)
     assert set(early + later) <= set(got), shared.describe()
     assert all(got[d] == 1 for d in early + later)
 
@@ -150,22 +132,22 @@ def test_the_backup_reads_the_journal_ahead_and_replays_only_the_rest(pair_facto
     shared = pair_factory(policy="shared-store", flags=["--segment-bytes", "65536"])
     shared.start()
     shared.wait_formed()
-    primary = parse_address(shared.stomp_address("primary"))
+    primary = shared.client_address("primary")
     consumed = send_some(primary, "/queue/churn", "churn", 400)  # fills and frees segments
     assert sorted(drain(primary, "/queue/churn")) == sorted(consumed)
     kept = send_some(primary, QUEUE, "kept", 300)
-    wait_for(lambda: list_segments(shared.shared_dir / "journal")[0][0] > 1, 10,
-             "compaction deleting the first segment")
+    wait_until(lambda: list_segments(shared.shared_dir / "journal")[0][0] > 1,
+               "compaction deleting the first segment", 10)
     appended = shared.status("primary")["ha"]["appended_seq"]
-    wait_for(lambda: shared.status("backup")["ha"]["shared"]["read_ahead_seq"] >= appended,
-             15, "the backup reading the journal ahead up to the active's last record")
+    wait_until(lambda: shared.status("backup")["ha"]["shared"]["read_ahead_seq"] >= appended,
+               "the backup reading the journal ahead up to the active's last record", 15)
     shared.kill("primary")
     shared.wait_active(15, "backup")
     recovered = [line for line in shared.logs("backup").splitlines() if "Recovered" in line]
     assert recovered and "of the records read ahead, before" in recovered[-1], recovered
-    got = drain(parse_address(shared.stomp_address("backup")), QUEUE)
+    got = drain(shared.client_address("backup"), QUEUE)
     assert sorted(got) == sorted(kept) and set(got.values()) == {1}
-    assert drain(parse_address(shared.stomp_address("backup")), "/queue/churn") == {}
+    assert drain(shared.client_address("backup"), "/queue/churn") == {}
 
 
 def test_after_a_kill_the_backup_serves_the_shared_journal_with_redeliveries_marked(
@@ -177,24 +159,17 @@ def test_after_a_kill_the_backup_serves_the_shared_journal_with_redeliveries_mar
     shared = pair_factory(policy="shared-store", flags=["--paging-bytes", "20000"])
     shared.start()
     shared.wait_formed()
-    expected, unacked, clients = build_mixed_state(takeover_address(shared, "primary"))
+    expected, unacked, clients = build_mixed_state(shared.client_address("primary"))
     shared.kill("primary")
     shared.wait_active(15, "backup")
     for client in clients:
         client.close()
-    served = read_all(takeover_address(shared, "backup"))
-    by_destination = {d: {x for dd, x, *_ in served if dd == d} for d in expected}
-    assert by_destination == expected
-    assert len(served) == sum(len(v) for v in expected.values())  # nothing twice
-    for destination, x_id, _, got, count in served:
-        assert got == body(x_id), (destination, x_id)
-        assert count == 1 or destination == "/queue/a", (destination, x_id, count)
-    redelivered = {x for _, x, _, _, count in served if count == 2}
-    assert unacked <= redelivered and len(redelivered) == 11, redelivered
+    served = read_all(shared.client_address("backup"))
+    assert_served_as_built(served, expected, unacked)
     # and the frames say so: read_all's deliveries went back unacknowledged, so each comes
     # again with STOMP's redelivered header and its count one higher
     counts = {x: count for d, x, _, _, count in served if d == "/queue/a"}
-    client = BlockingConnection(*takeover_address(shared, "backup"), timeout=5.0)
+    client = BlockingConnection(*shared.client_address("backup"), timeout=5.0)
     client.subscribe("/queue/a", sub_id="r", ack="client-individual")
     again = {}
     for _ in counts:

@@ -7,16 +7,9 @@ import time
 import pytest
 
 from pairmq.client.plain import BlockingConnection, StompError
-from tests.ha.clients import (
-    FailoverConsumer,
-    Load,
-    check_exactly_once,
-    drain,
-    parse_address,
-    send_some,
-)
+from tests.ha.clients import drain, send_some
 from tests.ha.pair import HOST, Pair
-from tests.ha.test_failover import QUEUE, addresses, missing_report
+from tests.ha.under_load import QUEUE, UnderLoad
 
 POLICIES = ["replication", "shared-store"]
 # what the stopping active and the backup that takes over log, per policy
@@ -36,7 +29,7 @@ def formed(pair_factory, policy: str, flags: list[str]) -> Pair:
 def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair_factory, policy: str
                                                               ) -> None:
     pair = formed(pair_factory, policy, [])
-    sent = send_some(parse_address(pair.stomp_address("primary")), QUEUE, "before", 20)
+    sent = send_some(pair.client_address("primary"), QUEUE, "before", 20)
     assert pair.stop("primary") == 0
     pair.wait_state("backup", "WAITING", 10)
     deadline = time.monotonic() + 2.0  # five activation intervals
@@ -51,7 +44,7 @@ def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair_factory, polic
     # the primary comes back and serves its messages again, the backup in sync
     pair.restart("primary")
     pair.wait_formed(15)
-    got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+    got = drain(pair.client_address("primary"), QUEUE)
     assert sorted(got) == sorted(sent) and set(got.values()) == {1}
 
 
@@ -59,25 +52,16 @@ def test_sigterm_of_the_active_leaves_the_backup_not_serving(pair_factory, polic
 def test_sigterm_with_failover_on_shutdown_hands_over_to_the_backup(pair_factory, policy: str
                                                                      ) -> None:
     pair = formed(pair_factory, policy, ["--failover-on-shutdown"])
-    addrs = addresses(pair)
-    consumer = FailoverConsumer(addrs, QUEUE).start()
-    load = Load(addrs, QUEUE).start()
-    try:
-        load.wait_receipts(200, 20)
+    addrs = pair.client_addresses()
+    with UnderLoad(pair) as run:
+        run.load.wait_receipts(200, 20)
         started = time.monotonic()
         assert pair.stop("primary") == 0
         pair.wait_active(10, "backup")
         assert time.monotonic() - started < 10
-        load.wait_receipts(200, 20)
-        receipted = load.stop()
-        missing = consumer.wait_consumed(set(receipted), 30)
-        assert not missing, missing_report(missing, receipted, load, consumer, pair)
-        consumer.wait_idle(0.5)
-    finally:
-        load.stop_event.set()
-        consumer.stop()
-    check_exactly_once(receipted, consumer)
-    assert load.producer.connected_to[-1] == addrs[1]
+        run.load.wait_receipts(200, 20)
+        run.drain()
+    assert run.load.producer.connected_to[-1] == addrs[1]
     said_by_primary, said_by_backup = HAND_OVER_LOGS[policy]
     assert said_by_primary in pair.logs("primary")
     assert said_by_backup in pair.logs("backup")

@@ -62,6 +62,7 @@ def _run_all(seeds: range) -> None:
                                   f"--seed {seed} --trace" for seed, why in failed[:3])
 
 
+@pytest.mark.machine  # two busy processes: make test runs it alone, after the others
 @pytest.mark.timeout(300)  # about 35 s on an idle machine, 70 s when it is shared
 def test_seeded_runs_keep_the_invariants() -> None:
     _run_all(SEEDS)

@@ -11,7 +11,8 @@ import pytest
 import stomp
 
 from pairmq.client.plain import BlockingConnection, StompError
-from tests.ha.pair import HOST, NAMES, Pair, wait_for
+from tests.ha.pair import HOST, NAMES, Pair
+from tests.support.waiting import wait_until
 
 
 class Frames(stomp.ConnectionListener):
@@ -154,8 +155,8 @@ def test_wrong_secret_is_refused_and_the_pair_does_not_form(pair_factory) -> Non
         assert backup is not None and backup["state"] not in ("PASSIVE", "SYNCING", "ACTIVE",
                                                                "STANDALONE"), backup
         time.sleep(0.2)
-    wait_for(lambda: "Refused HA connection" in pair.logs("primary"), 5,
-             "the primary logs the refused HA connection")
+    wait_until(lambda: "Refused HA connection" in pair.logs("primary"),
+               "the primary logs the refused HA connection", 5)
     backup_logs = pair.logs("backup")
     assert "refused" in backup_logs.lower(), backup_logs[-2000:]
     assert "New status of remote server" not in pair.logs("primary")
@@ -170,8 +171,8 @@ def test_two_servers_with_the_same_role_are_refused_with_a_clear_error(pair_fact
     pair = pair_factory(roles={"primary": "backup", "backup": "backup"})
     pair.start()
     wanted = 'role = "backup"'
-    wait_for(lambda: wanted in pair.logs("primary") and wanted in pair.logs("backup"), 10,
-             "both servers log the role mismatch")
+    wait_until(lambda: wanted in pair.logs("primary") and wanted in pair.logs("backup"),
+               "both servers log the role mismatch", 10)
     for name in NAMES:
         assert "one must be the primary, the other the backup" in pair.logs(name)
         assert "New status of remote server" not in pair.logs(name)

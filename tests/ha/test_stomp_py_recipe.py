@@ -10,7 +10,8 @@ import time
 
 from examples.stomp_py_failover import FailoverClient, parse_address
 
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
+from tests.support.waiting import wait_until
 
 WINDOW = 20  # messages in flight between two flushes: several are unreceipted at a kill
 
@@ -42,9 +43,9 @@ class Sender:
 
     def wait_more(self, count: int, timeout: float = 20.0) -> None:
         target = len(self.receipted) + count
-        wait_for(lambda: self.error is not None or len(self.receipted) >= target, timeout,
-                 f"{target} receipts (pending {len(self.client.pending)}, history "
-                 f"{self.client.history})")
+        wait_until(lambda: self.error is not None or len(self.receipted) >= target,
+                   f"{target} receipts (pending {len(self.client.pending)}, history "
+                   f"{self.client.history})", timeout)
         if self.error is not None:
             raise self.error
 
@@ -69,7 +70,7 @@ def collapsed(history: list[tuple[str, int]]) -> list[tuple[str, int]]:
 
 def test_producer_survives_two_kills_and_a_failback_exactly_once(pair: Pair) -> None:
     queue = "/queue/stomp-py-recipe"
-    primary, backup = (parse_address(pair.stomp_address(n)) for n in ("primary", "backup"))
+    primary, backup = (pair.client_address(n) for n in ("primary", "backup"))
     # only the primary's address: the recipe learns the backup from CONNECTED's topology
     producer = FailoverClient([pair.stomp_address("primary")])
     sender = Sender(producer, queue)
@@ -106,10 +107,10 @@ def test_producer_survives_two_kills_and_a_failback_exactly_once(pair: Pair) -> 
     consumer = FailoverClient([pair.stomp_address("backup")], dedupe=False)  # count raw
     try:
         consumer.subscribe(queue, lambda frame: delivered.update([frame.headers["dup-id"]]))
-        wait_for(lambda: delivered.total() >= len(receipted), 20,
-                 f"{len(receipted)} deliveries (got {delivered.total()})")
+        wait_until(lambda: delivered.total() >= len(receipted),
+                   f"{len(receipted)} deliveries (got {delivered.total()})", 20)
         time.sleep(0.5)  # anything more would be a duplicate
-        wait_for(lambda: depth(pair, "backup", queue) == 0, 10, "every ACK applied")
+        wait_until(lambda: depth(pair, "backup", queue) == 0, "every ACK applied", 10)
     finally:
         consumer.close()
     assert set(delivered) == set(receipted)
@@ -118,7 +119,7 @@ def test_producer_survives_two_kills_and_a_failback_exactly_once(pair: Pair) -> 
 
 
 def test_first_pointed_at_the_passive_backup_follows_the_hint(pair: Pair) -> None:
-    primary, backup = (parse_address(pair.stomp_address(n)) for n in ("primary", "backup"))
+    primary, backup = (pair.client_address(n) for n in ("primary", "backup"))
     client = FailoverClient([pair.stomp_address("backup")])  # the backup alone: PASSIVE
     try:
         client.send("/queue/hinted", "hello", "hinted-1", timeout=15)
@@ -158,9 +159,9 @@ def test_consumer_resubscribes_after_a_kill_and_skips_what_it_handled(pair: Pair
             producer.send(queue, f"after {i}", f"after-{i}", wait=False)
         producer.flush(20)
         expected = {f"{when}-{i}" for when in ("before", "after") for i in range(30)}
-        wait_for(lambda: set(handled) >= expected, 20,
-                 f"all handled (missing {sorted(expected - set(handled))[:5]})")
-        wait_for(lambda: depth(pair, "backup", queue) == 0, 10, "every ACK applied")
+        wait_until(lambda: set(handled) >= expected,
+                   f"all handled (missing {sorted(expected - set(handled))[:5]})", 20)
+        wait_until(lambda: depth(pair, "backup", queue) == 0, "every ACK applied", 10)
     finally:
         release.set()
         consumer.close()

@@ -10,101 +10,11 @@ import time
 import pytest
 
 from tests.ha.pair import Pair
-from tests.integration.rawstomp import RawStomp
 from tests.integration.rawstomp import connect as raw_connect
 from tests.support.bulk import produce
+from tests.support.mixed_state import BODY, assert_served_as_built, build_mixed_state, read_all
 
-BODY = 2048  # with --paging-bytes 20000, most bodies stay on disk only, on both servers
 P = {"persistent": "true"}
-
-
-def address(pair: Pair, name: str) -> tuple[str, int]:
-    host, _, port = pair.stomp_address(name).rpartition(":")
-    return host, int(port)
-
-
-def body(name: str) -> bytes:
-    return (name.encode() + b":") * (BODY // (len(name) + 1))
-
-
-def send(client: RawStomp, destination: str, name: str, **headers: str) -> None:
-    client.request("SEND", {"destination": destination, "x-id": name, **P, **headers},
-                   body(name))
-
-
-def build_mixed_state(primary: tuple[str, int]
-                      ) -> tuple[dict[str, set[str]], set[str], list[RawStomp]]:
-    """Queues with acked, unacked and never delivered messages, priorities, a durable topic
-    subscription (and a deleted one), a committed and an open transaction, a dup-id sent
-    twice, a non-persistent message. Returns the x-ids each destination should hold, some
-    delivered and not acknowledged, and the consumer and producer (their transactions are
-    open at the kill; the consumer's window refilled after its acks)."""
-    durable, _ = raw_connect(primary, headers={"client-id": "c"})
-    durable.request("SUBSCRIBE", {"id": "s", "destination": "/topic/t",
-                                  "activemq.subscriptionName": "keep", "ack": "client"})
-    durable.request("SUBSCRIBE", {"id": "g", "destination": "/topic/t",
-                                  "activemq.subscriptionName": "gone"})
-    durable.request("UNSUBSCRIBE", {"id": "s"})  # both stay, without a consumer
-    durable.request("UNSUBSCRIBE", {"id": "g"})
-    producer, _ = raw_connect(primary)
-    for i in range(30):
-        send(producer, "/queue/a", f"a{i}", priority=str(i % 3 * 4))
-    for i in range(8):
-        send(producer, "/topic/t", f"t{i}")
-    durable.request("UNSUBSCRIBE", {"id": "g", "activemq.subscriptionName": "gone"})
-    durable.close()
-    send(producer, "/queue/b", "once", **{"dup-id": "d-once"})
-    send(producer, "/queue/b", "once", **{"dup-id": "d-once"})
-    producer.request("SEND", {"destination": "/queue/b", "x-id": "volatile"}, b"not kept")
-
-    consumer, _ = raw_connect(primary)
-    consumer.send_frame("SUBSCRIBE", {"id": "c", "destination": "/queue/a",
-                                      "ack": "client-individual", "prefetch-count": "10"})
-    got = [consumer.read_message() for _ in range(10)]
-    ids = [m.headers["x-id"] for m in got]
-    for m in got[:4]:
-        consumer.request("ACK", {"id": m.headers["ack"]})
-    consumer.request("BEGIN", {"transaction": "done"})
-    producer.request("BEGIN", {"transaction": "done"})
-    for i in range(3):
-        producer.send_frame("SEND", {"destination": "/queue/b", "x-id": f"b{i}", **P,
-                                     "transaction": "done"}, body(f"b{i}"))
-    consumer.send_frame("ACK", {"id": got[4].headers["ack"], "transaction": "done"})
-    consumer.request("COMMIT", {"transaction": "done"})
-    producer.request("COMMIT", {"transaction": "done"})
-    producer.request("BEGIN", {"transaction": "open"})
-    producer.request("SEND", {"destination": "/queue/b", "x-id": "never", **P,
-                              "transaction": "open"}, body("never"))
-    consumer.request("BEGIN", {"transaction": "open"})
-    consumer.request("ACK", {"id": got[5].headers["ack"], "transaction": "open"})
-    # got[5:] stay delivered and unacknowledged (got[5]'s ack is in the open transaction)
-    return {"/queue/a": {f"a{i}" for i in range(30)} - set(ids[:5]),
-            "/queue/b": {"once", "b0", "b1", "b2"},
-            "durable:keep": {f"t{i}" for i in range(8)}}, set(ids[5:]), [consumer, producer]
-
-
-def read_all(server: tuple[str, int]) -> list[tuple[str, str, str, bytes, int]]:
-    """Everything each destination holds, in delivery order, unacknowledged (it goes back
-    when the connection closes): (destination, x-id, message-id, body, delivery-count)."""
-    client, _ = raw_connect(server, headers={"client-id": "c"})
-    client.request("SUBSCRIBE", {"id": "a", "destination": "/queue/a", "ack": "client",
-                                 "prefetch-count": "1000"})
-    client.request("SUBSCRIBE", {"id": "b", "destination": "/queue/b", "ack": "client",
-                                 "prefetch-count": "1000"})
-    client.request("SUBSCRIBE", {"id": "s", "destination": "/topic/t", "ack": "client",
-                                 "activemq.subscriptionName": "keep",
-                                 "prefetch-count": "1000"})
-    where = {"a": "/queue/a", "b": "/queue/b", "s": "durable:keep"}
-    out = []
-    while True:
-        try:
-            m = client.read_message(timeout=1.5)
-        except TimeoutError:
-            break
-        out.append((where[m.headers["subscription"]], m.headers["x-id"],
-                    m.headers["message-id"], m.body, int(m.headers["delivery-count"])))
-    client.close()
-    return sorted(out, key=lambda r: r[0])  # by destination, each in delivery order
 
 
 def test_after_a_kill_the_backup_serves_what_recovery_of_its_journal_gives(pair_factory
@@ -112,7 +22,7 @@ def test_after_a_kill_the_backup_serves_what_recovery_of_its_journal_gives(pair_
     pair = pair_factory(flags=["--paging-bytes", "20000"])
     pair.start(parallel=True)
     pair.wait_formed()
-    expected, unacked, clients = build_mixed_state(address(pair, "primary"))
+    expected, unacked, clients = build_mixed_state(pair.client_address("primary"))
     held = pair.status("backup")["destinations"]
     assert held["/queue/a"]["messages"] == 25, held  # followed, unacked ones included
     assert held["/queue/a"]["paged_bytes"] > 10 * BODY, held  # bodies left in its journal
@@ -121,21 +31,13 @@ def test_after_a_kill_the_backup_serves_what_recovery_of_its_journal_gives(pair_
     pair.wait_active(15, "backup")
     for client in clients:
         client.close()
-    served = read_all(address(pair, "backup"))
-    by_destination = {d: {x for dd, x, *_ in served if dd == d} for d in expected}
-    assert by_destination == expected
-    assert len(served) == sum(len(v) for v in expected.values())  # nothing twice
-    for destination, x_id, _, got, count in served:
-        assert got == body(x_id), (destination, x_id)
-        assert count == 1 or destination == "/queue/a", (destination, x_id, count)
-    redelivered = {x for _, x, _, _, count in served if count == 2}
-    # got[5:] (one acked in the open transaction), and six more the acks made room for
-    assert unacked <= redelivered and len(redelivered) == 11, redelivered
+    served = read_all(pair.client_address("backup"))
+    assert_served_as_built(served, expected, unacked)
 
     pair.kill("backup")  # what it served must be what its journal says
     pair.start_server("backup")
     pair.wait_state("backup", "STANDALONE", 15)
-    again = read_all(address(pair, "backup"))
+    again = read_all(pair.client_address("backup"))
     assert again == [(d, x, i, b, count + 1) for d, x, i, b, count in served]
 
 
@@ -158,7 +60,7 @@ def first_confirmed_send(server: tuple[str, int], give_up: float) -> float:
 
 def takeover_seconds(pair: Pair) -> float:
     pair.kill("primary")
-    return first_confirmed_send(address(pair, "backup"), 30)
+    return first_confirmed_send(pair.client_address("backup"), 30)
 
 
 @pytest.mark.slow
@@ -172,7 +74,7 @@ def test_takeover_time_does_not_grow_with_the_messages_retained(pair_factory) ->
     full = pair_factory()
     full.start(parallel=True)
     full.wait_formed()
-    produce(address(full, "primary"), "/queue/retained", 0, 100_000)
+    produce(full.client_address("primary"), "/queue/retained", 0, 100_000)
     with_100k = takeover_seconds(full)
     activation = full.activation_ms / 1000
     print(f"takeover: {with_none:.2f} s with no message retained, {with_100k:.2f} s with "

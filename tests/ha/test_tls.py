@@ -11,15 +11,12 @@ from pathlib import Path
 import pytest
 
 import pairmq.client
-from tests.ha.pair import HOST, NAMES, Pair, pair_port, wait_for
+from tests.ha.pair import HOST, NAMES, Pair
+from tests.serverproc import free_port
 from tests.support.certs import Pki, make_pki
+from tests.support.waiting import wait_until
 
 POLICIES = ["replication", "shared-store"]
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
 
 
 def tls_pair(pair_factory, pki: Pki, policy: str = "replication",
@@ -27,7 +24,7 @@ def tls_pair(pair_factory, pki: Pki, policy: str = "replication",
              ) -> tuple[Pair, dict[str, int]]:
     """A pair with [ha] tls and a STOMP TLS listener on each server; `certs` gives a
     server certificates of another CA (a Pki whose `server` it shows)."""
-    tls_ports = {name: pair_port() for name in NAMES}
+    tls_ports = {name: free_port() for name in NAMES}
     flags_for = {}
     for name in NAMES:
         own = (certs or {}).get(name)
@@ -85,8 +82,8 @@ def test_a_backup_with_a_certificate_of_another_ca_never_joins(pair_factory, pki
     while time.monotonic() < deadline:
         assert pair.state("backup") != "PASSIVE", pair.describe()
         time.sleep(0.2)
-    wait_for(lambda: "TLS handshake failed" in pair.logs("primary"), 10,
-             "the primary's refusal")
+    wait_until(lambda: "TLS handshake failed" in pair.logs("primary"),
+               "the primary's refusal", 10)
     refusals = [line for line in pair.logs("primary").splitlines()
                 if "Refused HA connection from" in line]
     assert refusals and "TLS handshake failed" in refusals[0], refusals
@@ -106,8 +103,8 @@ def test_a_witness_with_a_certificate_of_another_ca_is_not_trusted(pair_factory,
     pair, _ports = tls_pair(pair_factory, pki, witness_pki=foreign)
     pair.start(parallel=True)
     for name in NAMES:
-        wait_for(lambda n=name: "refused: TLS handshake failed" in pair.logs(n), 15,
-                 f"{name}'s refusal of the witness")
+        wait_until(lambda n=name: "refused: TLS handshake failed" in pair.logs(n),
+                   f"{name}'s refusal of the witness", 15)
     assert "Witness at" in pair.logs("primary")
     assert "Refused connection from" in pair.witness_logs()
     assert "Lease:" not in pair.witness_logs(), "a lease granted by an untrusted witness"

@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from tests.ha.pair import HOST, NAMES, Pair, pair_port
+from tests.ha.pair import HOST, NAMES, Pair
+from tests.serverproc import free_port
 from tests.support.jsclient import start_script
 from tests.support.wsstomp import WsStomp
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.timeout(90)
 
 def ws_pair(pair_factory) -> tuple[Pair, dict[str, str]]:
     """A formed pair whose servers both listen for WebSocket clients; returns their URLs."""
-    ports = {name: pair_port() for name in NAMES}
+    ports = {name: free_port() for name in NAMES}
     pair = pair_factory(flags=["--allow-anonymous"],
                         flags_for={n: ["--stomp-ws", f"{HOST}:{ports[n]}"] for n in NAMES})
     pair.start(parallel=True)

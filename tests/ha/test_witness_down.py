@@ -7,21 +7,14 @@ with SIGKILL."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 
-from tests.ha.clients import (
-    FailoverConsumer,
-    FailoverProducer,
-    check_exactly_once,
-    drain,
-    parse_address,
-    send_some,
-)
-from tests.ha.pair import NAMES, SERVING, Pair, wait_for
+from tests.ha.clients import Load, consumed_exactly_once, drain, send_some
+from tests.ha.pair import SERVING, Pair
 from tests.support.scenarios import assert_not_serving_for, both_down_with_newest
+from tests.support.waiting import wait_until
 
 QUEUE = "/queue/witness-down"
 
@@ -33,7 +26,7 @@ def _witness_dead_before_the_pair(pair: Pair) -> None:
 
 def _receipts_flow(pair: Pair, name: str, prefix: str, count: int = 5) -> list[str]:
     """Persistent SENDs, each waiting for its RECEIPT (send_some fails on a timeout)."""
-    return send_some(parse_address(pair.stomp_address(name)), QUEUE, prefix, count)
+    return send_some(pair.client_address(name), QUEUE, prefix, count)
 
 
 def test_a_fresh_pair_without_its_witness_elects_the_primary(pair_factory) -> None:
@@ -43,7 +36,7 @@ def test_a_fresh_pair_without_its_witness_elects_the_primary(pair_factory) -> No
     pair.wait_formed(20)
     assert "activating without the witness" in pair.logs("primary")
     sent = _receipts_flow(pair, "primary", "fresh")
-    got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+    got = drain(pair.client_address("primary"), QUEUE)
     assert sorted(got) == sorted(sent) and set(got.values()) == {1}
 
 
@@ -79,7 +72,7 @@ def test_the_active_keeps_serving_without_the_witness_and_adopts_it_again(
         st = pair.status("primary")
         return bool(st and st["ha"]["witness"]["lease_valid"])
 
-    wait_for(lease_back, 10, "the active server's lease from the restarted witness")
+    wait_until(lease_back, "the active server's lease from the restarted witness", 10)
     assert pair.state("primary") == "ACTIVE" and pair.state("backup") == "PASSIVE"
     if witness_memory == "lost":  # a witness without memory adopts the running active
         assert "knows this server as active again" in pair.logs("primary")
@@ -88,7 +81,7 @@ def test_the_active_keeps_serving_without_the_witness_and_adopts_it_again(
     pair.kill("primary")
     pair.wait_state("backup", SERVING, 10)
     more = _receipts_flow(pair, "backup", "after")
-    got = drain(parse_address(pair.stomp_address("backup")), QUEUE)
+    got = drain(pair.client_address("backup"), QUEUE)
     assert sorted(got) == sorted(sent + more) and set(got.values()) == {1}
 
 
@@ -102,7 +95,7 @@ def test_both_restarted_without_the_witness_elect_the_newest_journal(pair_factor
     pair.kill_witness()
     pair.start(witness=False, parallel=True)
     pair.wait_formed(20, active=newest)
-    got = drain(parse_address(pair.stomp_address(newest)), QUEUE)
+    got = drain(pair.client_address(newest), QUEUE)
     assert sorted(got) == sorted(old + new), got
     assert set(got.values()) == {1}
 
@@ -117,7 +110,7 @@ def test_equal_journals_after_a_clean_stop_elect_the_primary(pair_factory) -> No
     pair.kill_witness()
     pair.start(witness=False, parallel=True)
     pair.wait_formed(20)
-    got = drain(parse_address(pair.stomp_address("primary")), QUEUE)
+    got = drain(pair.client_address("primary"), QUEUE)
     assert sorted(got) == sorted(sent) and set(got.values()) == {1}
 
 
@@ -134,45 +127,22 @@ def test_a_witness_that_granted_a_higher_epoch_adopts_the_active_at_a_new_epoch(
     backup_identity = pair.status("backup")["ha"]["identity"]
     pair.witness_state.write_text(json.dumps(
         {"holder": backup_identity, "epoch": 50, "standby": None, "last_ms": 0}))
-    addresses = [parse_address(pair.stomp_address(name)) for name in NAMES]
-    producer = FailoverProducer(addresses, QUEUE, window=8)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def produce() -> None:
-        n = 0
-        try:
-            while not stop.is_set():
-                producer.send(f"adopt-{n}", f"adopt {n}".encode())
-                n += 1
-            producer.flush()
-        except BaseException as e:  # reported by the test
-            errors.append(e)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    addresses = pair.client_addresses()
+    load = Load(addresses, QUEUE, prefix="adopt", window=8).start()
     try:
         time.sleep(0.5)
         pair.start_witness()  # receipts in flight while the active adopts it
-        wait_for(lambda: (pair.status("primary") or {}).get("ha", {}).get("epoch") == 51,
-                 10, "the active journaling epoch 51")
-        wait_for(lambda: pair.status("primary")["ha"]["witness"]["lease_valid"], 10,
-                 "the lease from the witness")
+        wait_until(lambda: (pair.status("primary") or {}).get("ha", {}).get("epoch") == 51,
+                   "the active journaling epoch 51", 10)
+        wait_until(lambda: pair.status("primary")["ha"]["witness"]["lease_valid"],
+                   "the lease from the witness", 10)
         time.sleep(0.5)
     finally:
-        stop.set()
-        thread.join(60)
-        producer.close()
-    assert not errors, f"the producer failed: {errors[0]!r}"
+        load.stop_event.set()
+    receipted = load.stop()  # raises what the producer met
     assert pair.state("primary") == "ACTIVE" and pair.state("backup") == "PASSIVE"
     assert "knows this server as active again (epoch 51" in pair.logs("primary")
     pair.kill("primary")  # the witness now knows the pair: the backup takes over above 51
     pair.wait_state("backup", SERVING, 10)
     assert pair.status("backup")["ha"]["epoch"] > 51
-    consumer = FailoverConsumer(addresses, QUEUE).start()
-    try:
-        consumer.wait_consumed(set(producer.receipted), 30)
-        consumer.wait_idle()
-    finally:
-        consumer.stop()
-    check_exactly_once(producer.receipted, consumer)
+    consumed_exactly_once(addresses, QUEUE, receipted)

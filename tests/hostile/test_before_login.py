@@ -8,6 +8,8 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from pairmq.client.plain import BlockingConnection, StompError
 from tests.serverproc import free_port
 from tests.support.admin import admin_status, admin_user_flags, status_when_up
@@ -33,6 +35,7 @@ def answer_of(sock: socket.socket, timeout: float = 5.0) -> bytes:
     raise AssertionError(f"the server kept the connection open; it said {answer!r}")
 
 
+@pytest.mark.machine
 def test_an_unfinished_connect_cannot_hold_memory(server) -> None:
     before = server.rss()
     sockets = []
@@ -61,6 +64,7 @@ def test_frames_may_be_large_once_connected(server) -> None:
         conn.close()
 
 
+@pytest.mark.machine
 def test_a_frame_trickled_in_is_closed_at_its_deadline(server_factory) -> None:
     srv = server_factory("--frame-timeout-ms", "1500")
     with Canary(srv) as canary, socket.create_connection(srv.address, timeout=5) as sock:

@@ -10,10 +10,12 @@ import statistics
 import threading
 import time
 
-from tests.integration.clients import wait_until
+import pytest
+
 from tests.serverproc import free_port
 from tests.support.admin import admin_request
 from tests.support.canary import WORST_S, Canary
+from tests.support.waiting import wait_until
 
 CONFIG = """
 [auth]
@@ -49,6 +51,7 @@ def up(admin: str, credentials: tuple[str, str]) -> bool:
         return False
 
 
+@pytest.mark.machine
 def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, config_text=CONFIG)
@@ -59,7 +62,7 @@ def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> No
     ratio = statistics.median(unknown) / statistics.median(wrong)
     assert 0.5 < ratio < 2, f"STOMP: unknown {unknown}, wrong {wrong}"
     wrong, unknown = [], []
-    wait_until(lambda: up(admin, ("ops", "ops-password")), what="the management port")
+    wait_until(lambda: up(admin, ("ops", "ops-password")), "the management port")
     for i in range(8):
         for login, times in (("alice", wrong), (f"nobody{i}", unknown)):
             started = time.perf_counter()
@@ -70,11 +73,12 @@ def test_a_wrong_password_takes_as_long_as_an_unknown_user(server_factory) -> No
     assert 0.5 < ratio < 2, f"HTTP: unknown {unknown}, wrong {wrong}"
 
 
+@pytest.mark.machine
 def test_a_crowd_of_bad_logins_starves_no_one(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, config_text=CONFIG)
     operator = ("ops", "ops-password")
-    wait_until(lambda: up(admin, operator), what="the management port")
+    wait_until(lambda: up(admin, operator), "the management port")
     stop = threading.Event()
 
     def guess_over_http() -> None:

@@ -4,29 +4,26 @@ a recovery that counts the empty destinations it brought back."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import pairmq.client
 from pairmq.client.plain import BlockingConnection, StompError
 from tests.serverproc import free_port
+from tests.support.cli import run, run_pairmq
 
 
 def test_a_data_directory_that_cannot_be_written_is_one_line(tmp_path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    if subprocess.run(["chattr", "+i", str(data)], capture_output=True).returncode != 0:
+    if run("chattr", "+i", str(data)).returncode != 0:
         pytest.skip("chattr +i (an immutable directory, even for root) is not available")
     try:
-        run = subprocess.run([sys.executable, "-m", "pairmq", "server", "--data-dir", str(data),
-                              "--stomp", f"127.0.0.1:{free_port()}"],
-                             capture_output=True, text=True, timeout=30)
+        refused = run_pairmq("server", "--data-dir", str(data), "--stomp",
+                             f"127.0.0.1:{free_port()}")
     finally:
-        subprocess.run(["chattr", "-i", str(data)], check=True)
-    output = run.stdout + run.stderr
-    assert run.returncode == 3, output
+        assert run("chattr", "-i", str(data)).returncode == 0
+    output = refused.stdout + refused.stderr
+    assert refused.returncode == 3, output
     assert f"Cannot start: data directory {data} cannot be written: Operation not " \
            "permitted" in output
     assert "Traceback" not in output

@@ -34,6 +34,7 @@ def raw_send(srv, data: bytes) -> bytes:
     raise AssertionError(f"the server did not close the connection; it said {answer!r}")
 
 
+@pytest.mark.machine
 def test_a_nul_in_a_header_is_refused_and_forges_nothing(server, stomp_client) -> None:
     consumer = stomp_client(server)
     consumer.subscribe("/queue/pay", id="1")

@@ -20,6 +20,7 @@ from tests.support.commits import all_or_none, drain, stage
 MB = 1_000_000
 
 
+@pytest.mark.machine
 def test_a_transaction_that_never_commits_is_bounded_and_counted(server_factory) -> None:
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, *admin_user_flags())
@@ -50,6 +51,7 @@ def test_a_transaction_that_never_commits_is_bounded_and_counted(server_factory)
 LARGEST = 100_000  # the default max_transaction_messages
 
 
+@pytest.mark.machine
 def test_the_largest_commit_allowed_leaves_others_served(server_factory) -> None:
     """A COMMIT of the most SENDs a transaction may hold by default (100-byte bodies) is
     applied in slices over many turns: a canary beside it is served every round, and

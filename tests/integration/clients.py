@@ -16,22 +16,9 @@ import stomp
 from stomp.utils import Frame
 
 from tests.integration.rawstomp import unique
-
-WAIT = 10.0  # default bound for anything the server should do promptly
+from tests.support.waiting import WAIT
 
 _CONNECTIONS = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 class Collector(stomp.ConnectionListener):
@@ -296,6 +283,28 @@ class Client:
 
         return listener.wait_for(find, timeout, f"message {body!r}")
 
+    def sync(self) -> None:
+        """A receipted round trip: anything the server sent before it has arrived."""
+        self.send(f"/queue/{unique('sync')}", "sync")
+
+    def bodies_up_to_marker(self, destination: str, marker: str = "after") -> list[str]:
+        """Send `marker` to `destination`, which this client consumes, and wait for it: the
+        bodies received by then, in order. A queue hands out what it held before the marker,
+        so `["after"]` says it held nothing."""
+        self.send(destination, marker)
+        self.wait_body(marker)
+        return self.bodies()
+
     def clear(self) -> None:
         with self.listener.cond:
             self.listener.messages.clear()
+
+
+def fill(server: Any, stomp_client: Callable[..., Client], queue: str, count: int,
+         prefix: str = "m") -> None:
+    """`count` messages PREFIX0, PREFIX1, ... sent to `queue` by a producer of their own (the
+    last one receipted, so all are there), which then disconnects."""
+    producer = stomp_client(server)
+    for i in range(count):
+        producer.send(queue, f"{prefix}{i}", receipt=(i == count - 1))
+    producer.disconnect()

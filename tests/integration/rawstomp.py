@@ -26,6 +26,12 @@ def unique(prefix: str = "r") -> str:
     return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 1_000_000}"
 
 
+def unique_queue(prefix: str = "q") -> tuple[str, str]:
+    """A queue of its own: (its name, its destination /queue/NAME)."""
+    name = unique(prefix)
+    return name, f"/queue/{name}"
+
+
 class ConnectionClosed(Exception):
     """The server closed the connection."""
 
@@ -252,6 +258,23 @@ class RawStomp:
 
     def read_message(self, timeout: float = DEFAULT_TIMEOUT) -> Frame:
         return self.expect("MESSAGE", timeout)
+
+    def bodies_until_quiet(self, quiet: float = 0.3) -> list[bytes]:
+        """The body of every MESSAGE that comes until none has come for `quiet` seconds."""
+        bodies = []
+        while True:
+            try:
+                bodies.append(self.read_message(quiet).body)
+            except TimeoutError:
+                return bodies
+
+    def assert_quiet(self, wait: float = 0.3) -> None:
+        """Nothing at all arrives within `wait` seconds (else AssertionError naming it)."""
+        try:
+            frame = self.read_frame(wait)
+        except TimeoutError:
+            return
+        raise AssertionError(f"unexpected frame {frame!r}")
 
     def read_until_closed(self, timeout: float = DEFAULT_TIMEOUT) -> list[Frame]:
         """Every frame until the server closes; TimeoutError if it has not closed in time."""

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.clients import fill
 from tests.integration.rawstomp import unique
-
-
-def fill(server, stomp_client, queue: str, count: int, prefix: str = "m") -> None:
-    producer = stomp_client(server)
-    for i in range(count):
-        producer.send(queue, f"{prefix}{i}", receipt=(i == count - 1))
-    producer.disconnect()
 
 
 def leave(client, how: str) -> None:
@@ -24,11 +18,6 @@ def assert_redelivered(messages, bodies: list[str], count: int = 2) -> None:
     for m in messages:
         assert m.headers.get("redelivered") == "true", m.headers
         assert m.headers.get("delivery-count") == str(count), m.headers
-
-
-def sync(client) -> None:
-    """A receipted round trip: anything the server sent before it has arrived."""
-    client.send(f"/queue/{unique('sync')}", "sync")
 
 
 def test_auto_ack_messages_are_not_redelivered(server, stomp_client):
@@ -59,7 +48,7 @@ def test_client_ack_is_cumulative(server, stomp_client, how):
     second.subscribe(queue, ack="client")
     assert_redelivered(second.wait_messages(2), ["m3", "m4"])
     second.ack(second.messages[1])
-    sync(second)
+    second.sync()
     assert len(second.messages) == 2
 
 
@@ -76,7 +65,7 @@ def test_client_individual_ack(server, stomp_client, how):
     second = stomp_client(server)
     second.subscribe(queue, ack="client-individual")
     assert_redelivered(second.wait_messages(2), ["m1", "m3"])
-    sync(second)
+    second.sync()
     assert len(second.messages) == 2
 
 
@@ -111,16 +100,14 @@ def test_nack_in_client_mode_is_cumulative(server, stomp_client):
     _m0, m1, _m2 = consumer.wait_messages(3)
     consumer.nack(m1)  # returns m0 and m1; m2 stays delivered and unacked
     assert_redelivered(consumer.wait_messages(5)[3:], ["m0", "m1"])
-    sync(consumer)
+    consumer.sync()
     assert len(consumer.messages) == 5
     consumer.ack(consumer.messages[4])  # cumulative: everything delivered up to it
     consumer.drop()
     check = stomp_client(server)
     check.subscribe(queue)
-    check.send(queue, "after")
-    check.wait_body("after")
     # m2 was delivered before the redelivered m1, so the cumulative ACK covered it.
-    assert check.bodies() == ["after"]
+    assert check.bodies_up_to_marker(queue) == ["after"]
 
 
 def test_unsubscribe_returns_unacked_messages(server, stomp_client):

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from pairmq.core.settings import AddressFullPolicy
 from pairmq.server.config import ConfigError, load_config
-from tests.integration.clients import wait_until
 from tests.integration.rawstomp import Frame, RawStomp, encode_frame, unique
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import admin_request, admin_status, admin_user_flags
 from tests.support.bulk import drain, payload, produce
+from tests.support.cli import run_pairmq
 from tests.support.disk import small_disk
+from tests.support.servers import restart
+from tests.support.waiting import wait_until
 
 P = {"persistent": "true"}
 KiB, MiB = 1024, 1024 * 1024
@@ -41,15 +40,15 @@ class Admin:
     def started(self, srv: ServerProcess) -> ServerProcess:
         """Once it serves: with a management port, the STOMP port opens a moment before."""
         wait_until(lambda: (admin_status(self.address) or {}).get("state") == "STANDALONE",
-                   10, "the server serving")
+                   "the server serving", 10)
         return srv
 
     def destination(self, name: str) -> dict:
-        status = wait_until(lambda: admin_status(self.address), 10, "GET /status")
+        status = wait_until(lambda: admin_status(self.address), "GET /status", 10)
         return status["destinations"][name]
 
     def capacity(self) -> dict:
-        return wait_until(lambda: admin_status(self.address), 10, "GET /status")["capacity"]
+        return wait_until(lambda: admin_status(self.address), "GET /status", 10)["capacity"]
 
     def metric(self, name: str, **labels: str) -> float:
         code, _, text = admin_request(self.address, "/metrics")
@@ -60,16 +59,6 @@ class Admin:
             if row.startswith(line):
                 return float(row.split()[-1])
         raise AssertionError(f"no {line.strip()} in /metrics")
-
-
-def restart(server_factory, srv: ServerProcess, *flags: str) -> ServerProcess:
-    srv.kill()
-    assert srv.proc.returncode == -signal.SIGKILL
-    return server_factory(*flags, name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
-
-
-def log_lines(srv: ServerProcess, *needles: str) -> list[str]:
-    return [line for line in srv.logs().splitlines() if all(n in line for n in needles)]
 
 
 def send_numbered(client: RawStomp, queue: str, numbers: range, body: bytes = b"x" * KiB,
@@ -137,7 +126,7 @@ def test_page_is_the_default_producers_carry_on_and_bodies_stay_on_disk(server_f
     assert admin.metric("pairmq_destination_paged_bytes", destination=queue) \
         == held["paged_bytes"]
     assert admin.metric("pairmq_destination_full", destination=queue, policy="page") == 1
-    assert log_lines(srv, "WARNING", queue, "is full", "on disk only")
+    assert srv.log_lines("WARNING", queue, "is full", "on disk only")
 
     drain(srv.address, queue, 0, 3000)  # in order, every body exact
     drained = admin.destination(queue)
@@ -163,7 +152,7 @@ def test_300_mib_without_a_consumer_then_drained_in_order_across_a_restart(serve
 
     first = count // 3
     drain(srv.address, queue, 0, first)
-    srv = admin.started(restart(server_factory, srv, *admin.flags, "--log-level", "info"))
+    srv = admin.started(restart(srv, *admin.flags, "--log-level", "info"))
     recovered = re.search(r"Recovered (\d+) messages .*\(paging: (\d+) bodies in memory",
                           srv.logs())
     assert recovered and int(recovered.group(1)) == count - first, srv.logs()[-2000:]
@@ -188,12 +177,12 @@ def test_page_keeps_non_persistent_messages_in_memory_up_to_the_global_budget(se
     assert taken == list(range(len(taken)))
     assert admin.capacity()["full"] == ["memory"]
     assert admin.metric("pairmq_server_full", reason="memory", policy="block") == 1
-    assert log_lines(srv, "WARNING", "Server is full", "global_max_size_bytes")
+    assert srv.log_lines("WARNING", "Server is full", "global_max_size_bytes")
 
     consumer, _ = raw_client(srv)
     assert consume_seqs(consumer, queue, 400) == numbers(400)
     assert taken + receipts(producer, stall=3) == list(range(400))
-    assert log_lines(srv, "INFO", "Server has room again")
+    assert srv.log_lines("INFO", "Server has room again")
     assert admin.capacity()["full"] == []
 
 
@@ -228,7 +217,7 @@ def test_block_holds_new_messages_but_answers_duplicates_of_a_full_destination(s
     resender.send_raw(encode_frame("SEND", {"destination": queue, "receipt": "rnew",
                                             "x-seq": "new", "dup-id": "new", **P}, "new"))
     assert receipts(resender, stall=1.5) == taken
-    assert "Destination" in srv.logs() and log_lines(srv, "WARNING", queue, "blocking")
+    assert "Destination" in srv.logs() and srv.log_lines("WARNING", queue, "blocking")
 
     consumer, _ = raw_client(srv)
     got = consume_seqs(consumer, queue)
@@ -280,9 +269,9 @@ def test_drop_discards_counts_and_still_receipts(server_factory, raw_client):
     dropped = 60 - len(kept)
     assert admin.metric("pairmq_messages_dropped_total") == dropped
     assert admin.destination(queue)["dropped"] == dropped
-    warnings = log_lines(srv, "WARNING", queue, "dropping")
+    warnings = srv.log_lines("WARNING", queue, "dropping")
     assert len(warnings) == 1, warnings  # one line per full period, not one per message
-    resumed = log_lines(srv, "INFO", queue, f"{dropped} messages were dropped")
+    resumed = srv.log_lines("INFO", queue, f"{dropped} messages were dropped")
     assert len(resumed) == 1, srv.logs()[-2000:]
 
 
@@ -332,9 +321,9 @@ def test_disk_usage_guard_refuses_persistent_sends_and_answers_duplicates(server
     producer, _ = raw_client(srv)
     send_numbered(producer, queue, range(3))
     assert receipts(producer, stall=1.0) == [0, 1, 2]
-    srv = admin.started(restart(server_factory, srv, "--max-disk-usage", "1", *admin.flags))
-    wait_until(lambda: log_lines(srv, "WARNING", "Server is full", "max_disk_usage (1%)"), 5,
-               "a warning about the disk usage")
+    srv = admin.started(restart(srv, "--max-disk-usage", "1", *admin.flags))
+    wait_until(lambda: srv.log_lines("WARNING", "Server is full", "max_disk_usage (1%)"),
+               "a warning about the disk usage", 5)
     assert admin.capacity()["full"] == ["disk"]
     assert admin.metric("pairmq_server_full", reason="disk", policy="fail") == 1
     client, _ = raw_client(srv)
@@ -357,8 +346,8 @@ def test_disk_usage_guard_holds_producers_until_there_is_room(server_factory, ra
         srv = server_factory("--max-disk-usage", "60", "--full-policy", "block",
                              name="small")
         try:
-            wait_until(lambda: log_lines(srv, "WARNING", "Server is full", "disk usage"), 5,
-                       "a warning about the disk usage")
+            wait_until(lambda: srv.log_lines("WARNING", "Server is full", "disk usage"),
+                       "a warning about the disk usage", 5)
             producer, _ = raw_client(srv)
             queue = f"/queue/{unique('room')}"
             producer.request("SEND", {"destination": queue}, "not persistent: taken")
@@ -367,7 +356,7 @@ def test_disk_usage_guard_holds_producers_until_there_is_room(server_factory, ra
                 producer.read_frame(1.5)
             ballast.unlink()
             assert producer.wait_receipt("held", timeout=5).command == "RECEIPT"
-            assert log_lines(srv, "INFO", "Server has room again", "disk usage")
+            assert srv.log_lines("INFO", "Server has room again", "disk usage")
         finally:
             srv.stop()  # before the file system goes away
 
@@ -449,9 +438,8 @@ def test_bad_overrides_and_limits_are_refused_naming_the_key(tmp_path, case):
 
 def test_a_server_with_a_bad_pattern_refuses_to_start(tmp_path):
     path = write(tmp_path, BAD_OVERRIDES["pattern-partial-wildcard"][0])
-    result = subprocess.run([sys.executable, "-m", "pairmq", "server", "--config", str(path),
-                             "--data-dir", str(tmp_path / "data"), "--stomp", "127.0.0.1:0"],
-                            capture_output=True, text=True, timeout=30)
+    result = run_pairmq("server", "--config", str(path), "--data-dir", str(tmp_path / "data"),
+                        "--stomp", "127.0.0.1:0")
     assert result.returncode != 0
     assert '[destinations.overrides."/queue/orders*"]' in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

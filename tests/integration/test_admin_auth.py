@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from tests.ha.pair import Pair, wait_for
+import pytest
+
+from tests.ha.pair import Pair
 from tests.integration.rawstomp import connect as raw_connect
 from tests.integration.rawstomp import unique
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import ADMIN, admin_request
+from tests.support.cli import passwd, run_pairmq
+from tests.support.waiting import wait_until
 
 BOSS = ("boss", "boss-pw")  # role admin
 WATCHER = ("watcher", "watch-pw")  # role monitor
@@ -46,7 +46,7 @@ def start_managed(server_factory: Callable[..., ServerProcess], toml: str = "",
     admin = f"127.0.0.1:{free_port()}"
     config = f'[server]\nadmin = "{admin}"\n\n[auth]\nallow_anonymous = true\n{toml}\n{USERS}'
     srv = server_factory(*flags, config_text=config, anonymous=False)
-    wait_for(lambda: _answers(admin), 10, "the management port")
+    wait_until(lambda: _answers(admin), "the management port", 10)
     return srv, admin
 
 
@@ -56,22 +56,6 @@ def _answers(admin: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def pairmq_passwd(password: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "pairmq", "passwd", password],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
-
-
-def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess:
-    """`pairmq ARGS` without a terminal and without PAIRMQ_USER / PAIRMQ_PASSWORD of ours."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("PAIRMQ_USER", "PAIRMQ_PASSWORD")}
-    return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
-                          text=True, timeout=30, cwd=cwd, stdin=subprocess.DEVNULL,
-                          env={**clean, **(env or {})})
 
 
 def assert_asks_for_credentials(answer: tuple[int, dict[str, str], object], problem: str
@@ -140,7 +124,7 @@ def test_roles_decide_who_reads_and_who_activates(server_factory) -> None:
     assert code == 403 and "needs role admin;" in body["error"], body
     # admin does both: /activate passes the check and meets the standalone server's answer
     code, _, status = admin_request(admin, "/status", credentials=BOSS)
-    assert code == 200 and status["name"] == srv.args[srv.args.index("--name") + 1]
+    assert code == 200 and status["name"] == srv.name
     code, _, body = admin_request(admin, "/activate", "POST", credentials=BOSS)
     assert (code, body) == (400, {"error": "not part of a pair"})
     assert "user 'watcher' lacks role admin" in srv.logs()
@@ -148,7 +132,7 @@ def test_roles_decide_who_reads_and_who_activates(server_factory) -> None:
 
 
 def test_a_hashed_password_from_pairmq_passwd_is_accepted(server_factory) -> None:
-    hashed = pairmq_passwd("s3cret-hash")
+    hashed = passwd("s3cret-hash")
     toml = f'\n[auth.users.ops]\npassword = "{hashed}"\nroles = ["admin"]\n'
     _srv, admin = start_managed(server_factory, toml)
     code, _, status = admin_request(admin, "/status", credentials=("ops", "s3cret-hash"))
@@ -159,6 +143,7 @@ def test_a_hashed_password_from_pairmq_passwd_is_accepted(server_factory) -> Non
                                 "wrong password")
 
 
+@pytest.mark.machine
 def test_stomp_keeps_serving_while_a_slow_hash_is_checked(server_factory) -> None:
     """A password hash is checked in a thread: a hash made slow on purpose (scrypt with
     N = 2**17, about half a second) never holds up STOMP clients meanwhile."""
@@ -223,28 +208,31 @@ def test_the_flag_opens_reads_too(server_factory) -> None:
 
 def test_pairmq_status_logs_in_and_says_why_it_was_refused(server_factory, tmp_path) -> None:
     srv, admin = start_managed(server_factory)
-    refused = run_cli(tmp_path, "status", admin)
+    refused = run_pairmq("status", admin, as_admin=False, cwd=tmp_path)
     assert refused.returncode == 1, refused
     assert refused.stderr.strip() == (
         f"{admin}: authentication required: GET /status needs a user with role admin or "
         "monitor (HTTP basic auth) [HTTP 401] (give --user and --password, or set PAIRMQ_USER "
         "and PAIRMQ_PASSWORD)"), refused.stderr
-    wrong = run_cli(tmp_path, "status", admin, "--user", "boss", "--password", "nope")
+    wrong = run_pairmq("status", admin, "--user", "boss", "--password", "nope", as_admin=False,
+                       cwd=tmp_path)
     assert wrong.returncode == 1
     assert "unknown user or wrong password [HTTP 401]" in wrong.stderr
     assert "Traceback" not in refused.stderr + wrong.stderr
-    forbidden = run_cli(tmp_path, "status", admin, "--user", APP[0], "--password", APP[1])
+    forbidden = run_pairmq("status", admin, "--user", APP[0], "--password", APP[1],
+                           as_admin=False, cwd=tmp_path)
     assert forbidden.returncode == 1 and "[HTTP 403]" in forbidden.stderr, forbidden.stderr
 
-    name = srv.args[srv.args.index("--name") + 1]
-    for ok in (run_cli(tmp_path, "status", admin, "--user", WATCHER[0], "--password", WATCHER[1]),
-               run_cli(tmp_path, "status", admin, env={"PAIRMQ_USER": BOSS[0],
-                                                       "PAIRMQ_PASSWORD": BOSS[1]})):
+    name = srv.name
+    for ok in (run_pairmq("status", admin, "--user", WATCHER[0], "--password", WATCHER[1],
+                          as_admin=False, cwd=tmp_path),
+               run_pairmq("status", admin, as_admin=False, cwd=tmp_path,
+                          env={"PAIRMQ_USER": BOSS[0], "PAIRMQ_PASSWORD": BOSS[1]})):
         assert ok.returncode == 0, ok.stderr
         row = next(line for line in ok.stdout.splitlines() if admin in line)
         assert f" {name} " in row and "STANDALONE" in row, ok.stdout
 
-    no_password = run_cli(tmp_path, "status", admin, "--user", "boss")
+    no_password = run_pairmq("status", admin, "--user", "boss", as_admin=False, cwd=tmp_path)
     assert no_password.returncode == 2
     assert "needs a password" in no_password.stderr and "PAIRMQ_PASSWORD" in no_password.stderr
 
@@ -256,33 +244,35 @@ def test_pairmq_status_uses_the_local_pairs_credentials(server_factory, tmp_path
     local = tmp_path / "cwd"
     (local / ".pairmq-local").mkdir(parents=True)
     (local / ".pairmq-local" / "credentials").write_text(f"{BOSS[0]}\n{BOSS[1]}\nha-secret\n")
-    result = run_cli(local, "status", admin)
+    result = run_pairmq("status", admin, as_admin=False, cwd=local)
     assert result.returncode == 0, result.stderr
     assert "STANDALONE" in result.stdout
     # an explicit user wins over the file
-    other = run_cli(local, "status", admin, "--user", "boss", "--password", "wrong")
+    other = run_pairmq("status", admin, "--user", "boss", "--password", "wrong", as_admin=False,
+                       cwd=local)
     assert other.returncode == 1 and "wrong password" in other.stderr
 
 
 def test_pairmq_activate_needs_an_admin(server_factory, tmp_path) -> None:
     _srv, admin = start_managed(server_factory)
-    anonymous = run_cli(tmp_path, "activate", admin, "--yes")
+    anonymous = run_pairmq("activate", admin, "--yes", as_admin=False, cwd=tmp_path)
     assert anonymous.returncode == 1
     assert anonymous.stderr.strip() == (
         f"Error: {admin}: authentication required: POST /activate needs a user with role admin "
         "(HTTP basic auth) [HTTP 401] (give --user and --password, or set PAIRMQ_USER and "
         "PAIRMQ_PASSWORD)"), anonymous.stderr
-    monitor = run_cli(tmp_path, "activate", admin, "--yes", "--user", WATCHER[0],
-                      "--password", WATCHER[1])
+    monitor = run_pairmq("activate", admin, "--yes", "--user", WATCHER[0], "--password",
+                         WATCHER[1], as_admin=False, cwd=tmp_path)
     assert monitor.returncode == 1
     assert monitor.stderr.strip() == (
         f"Error: {admin}: forbidden: POST /activate needs role admin; user 'watcher' has: "
         "monitor [HTTP 403]"), monitor.stderr
-    boss = run_cli(tmp_path, "activate", admin, "--yes", "--user", BOSS[0], "--password", BOSS[1])
+    boss = run_pairmq("activate", admin, "--yes", "--user", BOSS[0], "--password", BOSS[1],
+                      as_admin=False, cwd=tmp_path)
     assert boss.returncode == 1
     assert boss.stderr.strip() == f"Error: {admin}: not part of a pair [HTTP 400]", boss.stderr
-    unreachable = run_cli(tmp_path, "activate", f"127.0.0.1:{free_port()}", "--yes",
-                          "--user", BOSS[0], "--password", BOSS[1])
+    unreachable = run_pairmq("activate", f"127.0.0.1:{free_port()}", "--yes", "--user", BOSS[0],
+                             "--password", BOSS[1], as_admin=False, cwd=tmp_path)
     assert unreachable.returncode == 1 and "unreachable" in unreachable.stderr
     assert "Traceback" not in anonymous.stderr + monitor.stderr + boss.stderr \
         + unreachable.stderr
@@ -305,7 +295,7 @@ def test_only_an_admin_makes_a_waiting_server_activate(tmp_path) -> None:
         assert_asks_for_credentials(admin_request(backup, "/activate", "POST", credentials=None),
                                     "authentication required")
         assert admin_request(backup, "/activate", "POST", credentials=WATCHER)[0] == 403
-        cli = run_cli(tmp_path, "activate", backup, "--yes")
+        cli = run_pairmq("activate", backup, "--yes", as_admin=False, cwd=tmp_path)
         assert cli.returncode == 1 and "[HTTP 401]" in cli.stderr, cli.stderr
         time.sleep(1.0)  # more than two activation intervals: nothing was forced
         assert pair.state("backup") == "WAITING", pair.describe()

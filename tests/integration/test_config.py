@@ -16,6 +16,7 @@ import pytest
 from tests.integration.rawstomp import connect as raw_connect
 from tests.integration.rawstomp import unique
 from tests.serverproc import start_server
+from tests.support.cli import run_pairmq
 
 GOOD_CONFIG = """
 [server]
@@ -256,13 +257,7 @@ def test_ready_line_reports_the_real_port(tmp_path):
 
 
 def test_passwd_prints_a_hash(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "pairmq", "passwd", "hunter2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    result = run_pairmq("passwd", "hunter2", as_admin=False, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("scrypt$"), result.stdout

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import pairmq
-from tests.integration.clients import wait_until
 from tests.integration.rawstomp import StompError, unique
 from tests.integration.rawstomp import connect as raw_connect
+from tests.support.cli import passwd
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("command", ["CONNECT", "STOMP"])
@@ -143,22 +141,10 @@ roles = ["admin"]
     assert client.read_until_closed(5) == []
 
 
-def passwd_hash(password: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "pairmq", "passwd", password],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    hashed = result.stdout.strip()
-    assert hashed.startswith("scrypt$"), hashed
-    assert password not in hashed
-    return hashed
-
-
 def test_scrypt_hashed_password(server_factory, raw_client):
-    hashed = passwd_hash("correct horse")
+    hashed = passwd("correct horse")
+    assert hashed.startswith("scrypt$"), hashed
+    assert "correct horse" not in hashed
     config = f"""
 [auth.users.bob]
 password = "{hashed}"
@@ -202,4 +188,4 @@ def test_client_id_is_exclusive_and_released_on_disconnect(server, raw_client):
         client.close()
         return True
 
-    wait_until(reconnects, 5, "client-id released after the socket closed")
+    wait_until(reconnects, "client-id released after the socket closed", 5)

@@ -12,18 +12,14 @@ can be replayed; PAIRMQ_CRASH_SEED and PAIRMQ_CRASH_KILLS change it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
+import signal
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "crash_campaign.py"
-_SPEC = importlib.util.spec_from_file_location("pairmq_crash_campaign", _PATH)
-crash = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = crash
-_SPEC.loader.exec_module(crash)
+from tests.support.benchmarks import benchmark
+
+crash = benchmark("crash_campaign")
 
 SEED = int(os.environ.get("PAIRMQ_CRASH_SEED", "20240612"))
 KILLS = int(os.environ.get("PAIRMQ_CRASH_KILLS", "5"))
@@ -83,3 +79,15 @@ def test_the_campaign_summary_is_one_json_line(tmp_path, capsys):
     for key in ("kills", "sent", "receipted", "consumed", "duplicates", "lost"):
         assert key in summary
     assert code == 0 and summary["ok"] is True and summary["lost"] == 0
+
+
+def test_the_campaign_leaves_the_test_process_sigterm_handler_as_it_was(tmp_path, capsys):
+    """main() run inside the test process installs no SIGTERM handler of its own: one left
+    behind turned a SIGTERM to the suite (a CI time-out) into SystemExit in whichever test
+    ran next, and the suite went on."""
+    before = signal.getsignal(signal.SIGTERM)
+    code = crash.main(["--kills", "0", "--seed", "2", "--quiet", "--max-interval", "0.3",
+                       "--workdir", str(tmp_path)])
+    capsys.readouterr()
+    assert code == 0
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -5,25 +5,15 @@ receipted but not delivered again. The cache (--dup-cache-size per destination, 
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pytest
 
 from tests.integration.rawstomp import RawStomp, unique
 from tests.serverproc import ServerProcess
+from tests.support.servers import restart
 
 P = {"persistent": "true"}
-
-
-def restart(server_factory, srv: ServerProcess, *flags: str, crash: bool = True
-            ) -> ServerProcess:
-    if crash:
-        srv.kill()
-        assert srv.proc.returncode == -signal.SIGKILL
-    else:
-        assert srv.stop() == 0
-    return server_factory(*flags, name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
 
 
 def send(client: RawStomp, destination: str, body: str, dup: str | None = None,
@@ -32,16 +22,6 @@ def send(client: RawStomp, destination: str, body: str, dup: str | None = None,
     if dup is not None:
         headers["dup-id"] = dup
     client.request("SEND", {"destination": destination, **P, **headers}, body)
-
-
-def received(client: RawStomp, wait: float = 0.3) -> list[bytes]:
-    """Every MESSAGE that arrives until nothing more comes for `wait` seconds."""
-    got = []
-    while True:
-        try:
-            got.append(client.read_message(wait).body)
-        except TimeoutError:
-            return got
 
 
 def listen(srv: ServerProcess, raw_client, destination: str, **headers: str) -> RawStomp:
@@ -68,8 +48,8 @@ def test_a_duplicate_send_to_a_queue_is_receipted_but_delivered_once(server_fact
     messages = [consumer.read_message() for _ in range(4)]
     assert [m.body for m in messages] == [b"first", b"third", b"no dup-id", b"no dup-id"]
     assert messages[0].headers["dup-id"] == "a"
-    assert received(consumer) == []
-    assert received(listen(srv, raw_client, other)) == [b"same id, other queue"]
+    assert consumer.bodies_until_quiet() == []
+    assert listen(srv, raw_client, other).bodies_until_quiet() == [b"same id, other queue"]
 
 
 def test_a_duplicate_publish_to_a_topic_reaches_each_subscriber_once(server_factory,
@@ -82,8 +62,8 @@ def test_a_duplicate_publish_to_a_topic_reaches_each_subscriber_once(server_fact
     for body in ("one", "one again", "one more time"):
         send(producer, topic, body, dup="x")
     send(producer, topic, "two", dup="y")
-    assert received(plain) == [b"one", b"two"]
-    assert received(durable) == [b"one", b"two"]
+    assert plain.bodies_until_quiet() == [b"one", b"two"]
+    assert durable.bodies_until_quiet() == [b"one", b"two"]
 
 
 def test_dup_ids_inside_transactions(server_factory, raw_client):
@@ -114,7 +94,7 @@ def test_dup_ids_inside_transactions(server_factory, raw_client):
     send(producer, queue, "won the race", dup="race")
     producer.request("COMMIT", {"transaction": "t4"})
 
-    assert received(consumer) == [b"t1-a", b"outside", b"new", b"after abort",
+    assert consumer.bodies_until_quiet() == [b"t1-a", b"outside", b"new", b"after abort",
                                   b"won the race"]
 
 
@@ -136,7 +116,7 @@ def test_the_dup_id_cache_survives_a_restart(server_factory, raw_client, crash):
     send(producer, queue, "in tx", dup="tx", transaction="tx")
     producer.request("COMMIT", {"transaction": "tx"})
 
-    srv = restart(server_factory, srv, crash=crash)
+    srv = restart(srv, crash=crash)
     producer, _ = raw_client(srv)
     for i in range(5):  # a producer that never saw its receipts sends everything again
         send(producer, queue, f"q{i} resent", dup=f"q{i}")
@@ -147,9 +127,9 @@ def test_the_dup_id_cache_survives_a_restart(server_factory, raw_client, crash):
     producer.request("COMMIT", {"transaction": "tx"})
     send(producer, queue, "new", dup="new")
 
-    assert received(listen(srv, raw_client, queue)) == [
+    assert listen(srv, raw_client, queue).bodies_until_quiet() == [
         *(f"q{i}".encode() for i in range(5)), b"in tx", b"new"]
-    assert received(listen(srv, raw_client, topic, durable="true")) == [
+    assert listen(srv, raw_client, topic, durable="true").bodies_until_quiet() == [
         f"t{i}".encode() for i in range(3)]
 
 
@@ -163,12 +143,12 @@ def test_an_id_older_than_the_last_n_is_accepted_again(server_factory, raw_clien
     consumer = listen(srv, raw_client, queue)
     for i in range(11):
         send(producer, queue, f"d{i}", dup=f"d{i}")
-    assert len(received(consumer)) == 11
+    assert len(consumer.bodies_until_quiet()) == 11
     for i in range(10, 0, -1):  # the last 10, newest first: all still remembered
         send(producer, queue, f"d{i} again", dup=f"d{i}")
-    assert received(consumer) == []
+    assert consumer.bodies_until_quiet() == []
     send(producer, queue, "d0 again", dup="d0")  # the 11th newest: forgotten
-    assert received(consumer) == [b"d0 again"]
+    assert consumer.bodies_until_quiet() == [b"d0 again"]
 
 
 def test_eviction_survives_sigkill(server_factory, raw_client):
@@ -179,15 +159,15 @@ def test_eviction_survives_sigkill(server_factory, raw_client):
     for i in range(15):
         send(producer, queue, f"d{i}", dup=f"d{i}")
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     producer, _ = raw_client(srv)
     consumer = listen(srv, raw_client, queue)
-    assert received(consumer) == [f"d{i}".encode() for i in range(15)]
+    assert consumer.bodies_until_quiet() == [f"d{i}".encode() for i in range(15)]
     for i in range(14, 4, -1):  # the last 10, newest first
         send(producer, queue, f"d{i} again", dup=f"d{i}")
-    assert received(consumer) == []
+    assert consumer.bodies_until_quiet() == []
     send(producer, queue, "d4 again", dup="d4")
-    assert received(consumer) == [b"d4 again"]
+    assert consumer.bodies_until_quiet() == [b"d4 again"]
 
 
 def test_eviction_order_survives_compaction_and_sigkill(server_factory, raw_client):
@@ -211,7 +191,7 @@ def test_eviction_order_survives_compaction_and_sigkill(server_factory, raw_clie
     # (they are re-written in the second segment) and deleted.
     consumer = listen(srv, raw_client, ids)
     consumer.request("SUBSCRIBE", {"destination": filler, "id": "f"})
-    received(consumer)
+    consumer.bodies_until_quiet()
     deadline = time.monotonic() + 10
     while (journal / "journal-00000001.seg").exists():
         assert time.monotonic() < deadline, "the first segment was never compacted away"
@@ -219,14 +199,14 @@ def test_eviction_order_survives_compaction_and_sigkill(server_factory, raw_clie
         time.sleep(0.05)
     send(producer, ids, "d14", dup="d14")  # d4 is forgotten: the last 10 are d5..d14
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     producer, _ = raw_client(srv)
     consumer = listen(srv, raw_client, ids)
     for i in range(14, 4, -1):  # newest first, so a wrongly accepted one evicts nothing
         send(producer, ids, f"d{i} again", dup=f"d{i}")
-    assert received(consumer) == [], "ids among the last 10 were delivered again"
+    assert consumer.bodies_until_quiet() == [], "ids among the last 10 were delivered again"
     send(producer, ids, "d4 again", dup="d4")
-    assert received(consumer) == [b"d4 again"]
+    assert consumer.bodies_until_quiet() == [b"d4 again"]
 
 
 # ------------------------------------------------------------------------ sized per destination
@@ -243,9 +223,9 @@ def test_the_cache_is_sized_per_destination_and_connected_names_the_smallest(
         for i in range(4):
             send(producer, destination, f"d{i}", dup=f"d{i}")
         send(producer, destination, "d0 again", dup="d0")
-    assert received(listen(srv, raw_client, small)) == [
+    assert listen(srv, raw_client, small).bodies_until_quiet() == [
         b"d0", b"d1", b"d2", b"d3", b"d0 again"], "3 remembered: d0 was forgotten"
-    assert received(listen(srv, raw_client, big)) == [b"d0", b"d1", b"d2", b"d3"]
+    assert listen(srv, raw_client, big).bodies_until_quiet() == [b"d0", b"d1", b"d2", b"d3"]
     # the smallest of the overrides too
     other = server_factory(config_text=(
         '[destinations.overrides."/queue/tiny"]\ndup_cache_size = 7\n'))

@@ -11,34 +11,19 @@ disk: with the filesystem frozen none arrives, and the server keeps serving mean
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 
 import pytest
 
 from tests.integration import rawstomp
 from tests.integration.rawstomp import RawStomp, unique
-from tests.serverproc import ServerProcess
+from tests.support.cli import run
+from tests.support.servers import restart
 
 P = {"persistent": "true"}
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def restart(server_factory, srv: ServerProcess, *flags: str, crash: bool = True) -> ServerProcess:
-    """SIGKILL (crash=True) or SIGTERM the server, then start it again on the same data
-    directory and port, with `flags`."""
-    if crash:
-        srv.kill()
-        assert srv.proc.returncode == -signal.SIGKILL
-    else:
-        code = srv.stop()
-        assert code == 0, f"clean stop exited {code}: {srv.logs()}"
-        assert "stopped" in srv.logs()
-    name = srv.data_dir.name.removeprefix("data-")
-    return server_factory(*flags, name=name, port=srv.port)
 
 
 def send(client: RawStomp, destination: str, body: bytes | str = b"", **headers: str) -> None:
@@ -54,15 +39,6 @@ def subscribe(client: RawStomp, destination: str, sub_id: str = "s", ack: str = 
 
 def messages(client: RawStomp, count: int, timeout: float = 5.0) -> list[rawstomp.Frame]:
     return [client.read_message(timeout) for _ in range(count)]
-
-
-def assert_no_more(client: RawStomp, wait: float = 0.3) -> None:
-    """Nothing else arrives within `wait` seconds."""
-    try:
-        frame = client.read_frame(wait)
-    except TimeoutError:
-        return
-    raise AssertionError(f"unexpected frame {frame!r}")
 
 
 def bodies(frames: list[rawstomp.Frame]) -> list[bytes]:
@@ -89,11 +65,11 @@ def test_persistent_messages_survive_sigkill_byte_for_byte(server_factory, raw_c
         send(producer, queue, body, **P, **{"x-seq": str(i), **odd,
                                             "content-type": "application/octet-stream"})
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue, ack="client-individual")
     got = messages(consumer, len(payloads))
-    assert_no_more(consumer)
+    consumer.assert_quiet()
     assert bodies(got) == payloads
     for i, frame in enumerate(got):
         h = frame.headers
@@ -119,7 +95,7 @@ def test_priority_order_survives_sigkill(server_factory, raw_client):
     sent = [("1", "a"), ("9", "b"), ("4", "c"), ("9", "d"), ("0", "e"), ("4", "f")]
     for priority, body in sent:
         send(producer, queue, body, priority=priority, **P)
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue)
     assert bodies(messages(consumer, 6)) == [b"b", b"d", b"c", b"f", b"a", b"e"]
@@ -141,11 +117,11 @@ def test_acknowledged_messages_do_not_come_back_after_sigkill(server_factory, ra
         for frame in got[:4]:
             ack(consumer, frame)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue, ack="client-individual")
     again = messages(consumer, 6)
-    assert_no_more(consumer)
+    consumer.assert_quiet()
     assert bodies(again) == [f"m{i}".encode() for i in range(4, 10)]
     # They were in flight (delivered, not acknowledged) when the server died.
     assert [f.headers.get("redelivered") for f in again] == ["true"] * 6
@@ -167,11 +143,11 @@ def test_auto_acknowledged_messages_do_not_come_back_after_sigkill(server_factor
     for i in range(3):
         send(producer, queue, f"kept{i}", **P)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue)
     assert bodies(messages(consumer, 3)) == [f"kept{i}".encode() for i in range(3)]
-    assert_no_more(consumer)
+    consumer.assert_quiet()
 
 
 def test_in_flight_messages_come_back_redelivered_with_a_higher_delivery_count(
@@ -189,11 +165,11 @@ def test_in_flight_messages_come_back_redelivered_with_a_higher_delivery_count(
     assert m3.body == b"m3"
     before = {f.body: f.headers["message-id"] for f in [*first[1:], m3]}
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue, ack="client-individual")
     got = messages(consumer, 4)
-    assert_no_more(consumer)
+    consumer.assert_quiet()
     assert bodies(got) == [b"m1", b"m2", b"m3", b"m4"]
     for frame in got[:3]:
         assert frame.headers.get("redelivered") == "true", frame
@@ -203,7 +179,7 @@ def test_in_flight_messages_come_back_redelivered_with_a_higher_delivery_count(
     assert got[3].headers["delivery-count"] == "1"
 
     # Crashed again while they were in flight a second time: the count keeps growing.
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue, ack="client-individual")
     got = messages(consumer, 4)
@@ -213,10 +189,10 @@ def test_in_flight_messages_come_back_redelivered_with_a_higher_delivery_count(
     for frame in got:
         ack(consumer, frame)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue)
-    assert_no_more(consumer)
+    consumer.assert_quiet()
 
 
 def test_in_flight_message_stays_redelivered_when_its_segment_was_compacted(
@@ -250,7 +226,7 @@ def test_in_flight_message_stays_redelivered_when_its_segment_was_compacted(
         drainer.read_message()
         time.sleep(0.05)
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue, ack="client-individual")
     again = consumer.read_message()
@@ -272,7 +248,7 @@ def test_dead_lettered_message_survives_sigkill_in_its_dead_letter_queue(
     frame = consumer.read_message()
     consumer.request("NACK", {"id": frame.headers["ack"]})
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     consumer, _ = raw_client(srv)
     subscribe(consumer, f"/queue/{name}", sub_id="orig")
     subscribe(consumer, f"/queue/DLQ.{name}", sub_id="dlq")
@@ -282,7 +258,7 @@ def test_dead_lettered_message_survives_sigkill_in_its_dead_letter_queue(
     assert dead.headers["dead-letter-reason"] == "max-delivery-attempts"
     assert dead.headers["original-destination"] == f"/queue/{name}"
     assert dead.headers["x-keep"] == "yes"
-    assert_no_more(consumer)
+    consumer.assert_quiet()
 
 
 def test_non_persistent_messages_are_lost_on_a_crash_and_persistent_ones_are_not(
@@ -295,11 +271,11 @@ def test_non_persistent_messages_are_lost_on_a_crash_and_persistent_ones_are_not
         send(producer, queue, f"p{i}", **P)
         send(producer, queue, f"np{i}")
         send(producer, queue, f"false{i}", persistent="false")
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer, _ = raw_client(srv)
     subscribe(consumer, queue)
     assert bodies(messages(consumer, 3)) == [b"p0", b"p1", b"p2"]
-    assert_no_more(consumer)
+    consumer.assert_quiet()
 
 
 # ----------------------------------------------------------------------------- transactions
@@ -334,16 +310,16 @@ def test_committed_transactions_survive_sigkill_and_uncommitted_ones_vanish(
     consumer.request("BEGIN", {"transaction": "tb"})
     ack(consumer, got[2], transaction="tb")  # never committed
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     client, _ = raw_client(srv)
     subscribe(client, sends, sub_id="sends")
     assert bodies(messages(client, 3)) == [f"committed{i}".encode() for i in range(3)]
-    assert_no_more(client)
+    client.assert_quiet()
     subscribe(client, acks, sub_id="acks", ack="client-individual")
     rest = messages(client, 2)
     assert bodies(rest) == [b"a2", b"a3"]
     assert all(f.headers.get("redelivered") == "true" for f in rest)
-    assert_no_more(client)
+    client.assert_quiet()
 
 
 # ----------------------------------------------------------------------------- durable topics
@@ -369,7 +345,7 @@ def test_activemq_durable_subscriptions_and_backlog_survive_sigkill(server_facto
         producer.send(topic, f"away-{i}", persistent="true")
     producer.send(topic, "not persistent")
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     producer = stomp_client(srv)
     stranger = stomp_client(srv, headers={"client-id": unique("cid")})
     stranger.subscribe(topic, id="x", headers={"activemq.subscriptionName": acked})
@@ -410,7 +386,7 @@ def test_rabbitmq_durable_subscription_survives_sigkill_with_in_flight_and_backl
     sub.close()
     send(producer, topic, "while away", **P)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     sub, _ = raw_client(srv)
     subscribe(sub, topic, sub_id=sub_id, ack="client-individual", **{flag: "true"})
     got = messages(sub, 5)
@@ -423,12 +399,12 @@ def test_rabbitmq_durable_subscription_survives_sigkill_with_in_flight_and_backl
         assert frame.headers["subscription"] == sub_id
         assert frame.headers["destination"] == topic
         ack(sub, frame)
-    assert_no_more(sub)
+    sub.assert_quiet()
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     sub, _ = raw_client(srv)
     subscribe(sub, topic, sub_id=sub_id, **{flag: "true"})
-    assert_no_more(sub)  # everything was acknowledged, and the acks survived
+    sub.assert_quiet()  # everything was acknowledged, and the acks survived
     producer, _ = raw_client(srv)
     send(producer, topic, "still subscribed", **P)
     assert sub.read_message().body == b"still subscribed"
@@ -448,13 +424,13 @@ def test_deleted_durable_subscription_stays_deleted_after_sigkill(server_factory
     producer, _ = raw_client(srv)
     send(producer, topic, "x", **P)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     sub, _ = raw_client(srv, headers={"client-id": cid})
     subscribe(sub, topic, sub_id="k", **{"activemq.subscriptionName": "keep"})
     assert sub.read_message().body == b"x"
     subscribe(sub, topic, sub_id="d", **{"activemq.subscriptionName": "drop"})
     subscribe(sub, topic, sub_id="rabbit", durable="true")
-    assert_no_more(sub)  # new, empty subscriptions: the deleted ones had no backlog kept
+    sub.assert_quiet()  # new, empty subscriptions: the deleted ones had no backlog kept
 
 
 # ----------------------------------------------------------------------------- destinations
@@ -481,7 +457,7 @@ def test_destinations_created_at_run_time_are_recovered(server_factory, raw_clie
     assert len(replay.queues.get(full, {})) == 1
     assert not replay.queues.get(drained)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     client, _ = raw_client(srv)
     subscribe(client, full)
     assert client.read_message().body == b"kept"
@@ -499,7 +475,7 @@ def test_stomp_py_client_sees_persistent_messages_and_acks_survive_sigkill(
     for i in range(6):
         producer.send(queue, f"m{i}", persistent="true")
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer = stomp_client(srv, version=version)
     consumer.subscribe(queue, ack="client-individual" if version != "1.0" else "client")
     got = consumer.wait_messages(6)
@@ -507,7 +483,7 @@ def test_stomp_py_client_sees_persistent_messages_and_acks_survive_sigkill(
     for m in got[:3]:
         consumer.ack(m)
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     consumer = stomp_client(srv, version=version)
     consumer.subscribe(queue)
     got = consumer.wait_messages(3)
@@ -532,7 +508,7 @@ def test_clean_restart_keeps_queues_durables_and_in_flight_messages(server_facto
     ack(consumer, held[0])
     consumer.read_message()  # q2 takes the freed slot: q1 and q2 are in flight at the stop
 
-    srv = restart(server_factory, srv, crash=False)
+    srv = restart(srv, crash=False)
     client, _ = raw_client(srv)
     subscribe(client, queue, sub_id="q", ack="client-individual")
     got = messages(client, 3)
@@ -540,14 +516,10 @@ def test_clean_restart_keeps_queues_durables_and_in_flight_messages(server_facto
     assert [f.headers.get("redelivered") for f in got] == ["true", "true", None]
     subscribe(client, topic, sub_id="dur", durable="true")
     assert bodies(messages(client, 4)) == [f"t{i}".encode() for i in range(4)]
-    assert_no_more(client)
+    client.assert_quiet()
 
 
 # ----------------------------------------------------------------------------- disk first
-
-
-def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
 
 
 def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
@@ -577,7 +549,7 @@ def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
     ]
     for i, (command, headers, body) in enumerate(frames):
         try:
-            frozen = _run("fsfreeze", "-f", str(mountpoint), timeout=10)
+            frozen = run("fsfreeze", "-f", str(mountpoint), timeout=10)
             if frozen.returncode != 0:
                 pytest.skip(f"fsfreeze is not permitted here: {frozen.stderr.strip()}")
             client.send_frame(command, {**headers, "receipt": f"r{i}"}, body)
@@ -591,7 +563,7 @@ def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
             assert bystander.wait_receipt(f"b{i}", timeout=1.0).command == "RECEIPT"
             assert bystander.read_message().body == f"served {i}".encode()
         finally:
-            _run("fsfreeze", "-u", str(mountpoint))
+            run("fsfreeze", "-u", str(mountpoint))
         assert client.wait_receipt(f"r{i}", timeout=10).command == "RECEIPT"
 
     # A RECEIPT covers every earlier frame of its connection (STOMP processes a
@@ -600,7 +572,7 @@ def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
     send(client, acked, "acked without a receipt", **P)
     unreceipted = client.read_message()
     try:
-        frozen = _run("fsfreeze", "-f", str(mountpoint), timeout=10)
+        frozen = run("fsfreeze", "-f", str(mountpoint), timeout=10)
         assert frozen.returncode == 0, frozen.stderr
         client.send_frame("ACK", {"id": unreceipted.headers["ack"]})
         client.send_frame("UNSUBSCRIBE", {"id": "a", "receipt": "after-ack"})
@@ -608,16 +580,16 @@ def test_receipts_wait_until_the_record_is_on_disk(server_factory, raw_client,
             frame = client.read_frame(1.0)
             raise AssertionError(f"answered before the ACK was on disk: {frame}")
     finally:
-        _run("fsfreeze", "-u", str(mountpoint))
+        run("fsfreeze", "-u", str(mountpoint))
     assert client.wait_receipt("after-ack", timeout=10).command == "RECEIPT"
     bystander.close()
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     try:
         consumer, _ = raw_client(srv)
         subscribe(consumer, queue, sub_id="q")
         assert bodies(messages(consumer, 3)) == [b"before", b"while frozen", b"committed"]
         subscribe(consumer, acked, sub_id="a")
-        assert_no_more(consumer)
+        consumer.assert_quiet()
     finally:
         srv.stop()  # before the filesystem is unmounted

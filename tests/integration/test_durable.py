@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.clients import wait_until
 from tests.integration.rawstomp import unique
+from tests.support.waiting import wait_until
 
 
 def activemq(name: str) -> dict[str, str]:
@@ -22,7 +22,7 @@ def reconnect(stomp_client, server, cid: str):
         client.connect(headers={"client-id": cid}, expect_error=None)
         return client if client.listener.connected else None
 
-    return wait_until(attempt, 5, f"client-id {cid} released")
+    return wait_until(attempt, f"client-id {cid} released", 5)
 
 
 def test_activemq_durable_subscription_keeps_messages_while_away(server, stomp_client):

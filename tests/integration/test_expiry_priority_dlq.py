@@ -6,23 +6,18 @@ import time
 
 import pytest
 
-from tests.integration.rawstomp import unique
+from tests.integration.rawstomp import unique, unique_queue
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def names() -> tuple[str, str]:
-    name = unique("q")
-    return name, f"/queue/{name}"
-
-
 # -- priority ------------------------------------------------------------------------------------
 
 
 def test_higher_priority_first_then_send_order(server, stomp_client):
-    _, queue = names()
+    _, queue = unique_queue()
     producer = stomp_client(server)
     sends = [("a", "0"), ("b", "4"), ("c", "9"), ("d", None), ("e", "9"), ("f", "1"), ("g", "4")]
     for body, priority in sends:
@@ -39,7 +34,7 @@ def test_higher_priority_first_then_send_order(server, stomp_client):
 
 
 def test_priority_applies_to_what_waits_behind_a_busy_consumer(server, stomp_client):
-    _, queue = names()
+    _, queue = unique_queue()
     consumer = stomp_client(server)
     consumer.subscribe(queue, ack="client-individual", headers={"prefetch-count": "1"})
     producer = stomp_client(server)
@@ -69,7 +64,7 @@ def dlq_messages(server, stomp_client, dlq: str, expected: int) -> list:
 
 
 def test_expired_message_is_dead_lettered_by_default(server, stomp_client):
-    name, queue = names()
+    name, queue = unique_queue()
     producer = stomp_client(server)
     producer.send(queue, "stale", expires=str(now_ms() - 1000), x_tag="t1")
     producer.send(queue, "fresh", expires=str(now_ms() + 60_000))
@@ -87,7 +82,7 @@ def test_expired_message_is_dead_lettered_by_default(server, stomp_client):
 
 
 def test_message_that_expires_while_waiting_is_not_delivered(server, stomp_client):
-    name, queue = names()
+    name, queue = unique_queue()
     producer = stomp_client(server)
     expires = now_ms() + 300
     producer.send(queue, "short-lived", expires=str(expires))
@@ -105,7 +100,7 @@ def test_message_that_expires_while_waiting_is_not_delivered(server, stomp_clien
 
 def test_expired_policy_drop(server_factory, stomp_client):
     srv = server_factory("--expired-policy", "drop")
-    name, queue = names()
+    name, queue = unique_queue()
     producer = stomp_client(srv)
     producer.send(queue, "stale", expires=str(now_ms() - 1000))
     producer.send(queue, "soon stale", expires=str(now_ms() + 200))
@@ -122,7 +117,7 @@ def test_expired_policy_drop(server_factory, stomp_client):
 
 def test_expired_messages_use_the_configured_dead_letter_prefix(server_factory, stomp_client):
     srv = server_factory("--dead-letter-prefix", "DEAD.")
-    name, queue = names()
+    name, queue = unique_queue()
     producer = stomp_client(srv)
     producer.send(queue, "stale", expires=str(now_ms() - 1000))
     producer.send(queue, "fresh")
@@ -155,7 +150,7 @@ def assert_dead_lettered(dead, body: str, origin_name: str, origin: str) -> None
 
 def test_message_goes_to_dlq_after_max_delivery_attempts(server_factory, stomp_client):
     srv = server_factory("--max-delivery-attempts", "3")
-    name, queue = names()
+    name, queue = unique_queue()
     consumer = stomp_client(srv)
     consumer.subscribe(queue, ack="client-individual")
     producer = stomp_client(srv)
@@ -173,7 +168,7 @@ def test_message_goes_to_dlq_after_max_delivery_attempts(server_factory, stomp_c
 
 
 def test_default_max_delivery_attempts_is_ten(server, stomp_client):
-    name, queue = names()
+    name, queue = unique_queue()
     consumer = stomp_client(server)
     consumer.subscribe(queue, ack="client-individual")
     stomp_client(server).send(queue, "poison")
@@ -185,7 +180,7 @@ def test_default_max_delivery_attempts_is_ten(server, stomp_client):
 
 def test_zero_means_unlimited_attempts(server_factory, stomp_client):
     srv = server_factory("--max-delivery-attempts", "0")
-    name, queue = names()
+    name, queue = unique_queue()
     consumer = stomp_client(srv)
     consumer.subscribe(queue, ack="client-individual")
     stomp_client(srv).send(queue, "again and again")
@@ -197,7 +192,7 @@ def test_zero_means_unlimited_attempts(server_factory, stomp_client):
 
 def test_closed_connections_count_as_deliveries(server_factory, stomp_client):
     srv = server_factory("--max-delivery-attempts", "2")
-    name, queue = names()
+    name, queue = unique_queue()
     # The server learns of a dropped socket asynchronously: wait on a DLQ subscription.
     dlq = stomp_client(srv)
     dlq.subscribe(f"/queue/DLQ.{name}")
@@ -214,7 +209,7 @@ def test_closed_connections_count_as_deliveries(server_factory, stomp_client):
 
 def test_dead_letter_prefix_flag(server_factory, stomp_client):
     srv = server_factory("--max-delivery-attempts", "1", "--dead-letter-prefix", "Dead_")
-    name, queue = names()
+    name, queue = unique_queue()
     consumer = stomp_client(srv)
     consumer.subscribe(queue, ack="client-individual")
     stomp_client(srv).send(queue, "once")

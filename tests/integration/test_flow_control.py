@@ -11,22 +11,16 @@ import time
 import psutil
 import pytest
 
-from tests.integration.clients import wait_until
+from tests.integration.clients import fill
 from tests.integration.rawstomp import ConnectionClosed, encode_frame, unique
-
-
-def fill(server, stomp_client, queue: str, count: int) -> None:
-    producer = stomp_client(server)
-    for i in range(count):
-        producer.send(queue, f"m{i}", receipt=(i == count - 1))
-    producer.disconnect()
+from tests.support.waiting import wait_until
 
 
 def settle(client, expected: int, wait: float = 0.5) -> None:
     """Check that exactly `expected` messages arrived and no more arrive for `wait` seconds
     (there is no event for "nothing more comes", so this one wait is bounded and short)."""
     client.wait_messages(expected)
-    client.send(f"/queue/{unique('sync')}", "sync")
+    client.sync()
     time.sleep(wait)
     assert len(client.messages) == expected, client.bodies()
 
@@ -100,11 +94,6 @@ def receipts_until_stalled(client, stall: float, limit: float) -> list[str]:
     return got
 
 
-def log_lines(server, *needles: str) -> list[str]:
-    lines = server.logs().splitlines()
-    return [line for line in lines if all(n.lower() in line.lower() for n in needles)]
-
-
 def test_full_destination_blocks_its_producer_until_drained(server_factory, raw_client):
     srv = server_factory("--max-size-bytes", "20000", "--address-full-policy", "block")
     name = unique("full")
@@ -132,7 +121,7 @@ def test_full_destination_blocks_its_producer_until_drained(server_factory, raw_
         f"{len(first)} SENDs were accepted into a queue limited to 20000 bytes "
         f"({len(first) * len(body)} bytes of bodies): the producer was not blocked"
     )
-    warnings = wait_until(lambda: log_lines(srv, name, "full"), 5, "a log line saying full")
+    warnings = wait_until(lambda: srv.log_lines(name, "full"), "a log line saying full", 5)
     assert any("WARNING" in line for line in warnings), warnings
 
     # Other connections and destinations are unaffected.
@@ -150,7 +139,7 @@ def test_full_destination_blocks_its_producer_until_drained(server_factory, raw_
     writer.join(10)
     assert not writer.is_alive()
     writer_sock.close()
-    resumed = log_lines(srv, name, "INFO")
+    resumed = srv.log_lines(name, "INFO")
     assert resumed, "an INFO log when the destination is back under its limit"
 
 

@@ -8,20 +8,14 @@ PAIRMQ_FUZZ_SEED to try another one, PAIRMQ_FUZZ_FRAMES for a longer run.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.serverproc import start_server
+from tests.support.benchmarks import benchmark
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_campaign.py"
-_SPEC = importlib.util.spec_from_file_location("pairmq_fuzz_campaign", _PATH)
-fuzz = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = fuzz
-_SPEC.loader.exec_module(fuzz)
+fuzz = benchmark("fuzz_campaign")
 
 SEED = int(os.environ.get("PAIRMQ_FUZZ_SEED", "20240611"))
 FRAMES = int(os.environ.get("PAIRMQ_FUZZ_FRAMES", "80000"))

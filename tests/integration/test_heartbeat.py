@@ -7,6 +7,8 @@ import statistics
 import threading
 import time
 
+import pytest
+
 from tests.integration.rawstomp import RawStomp, unique
 
 
@@ -46,6 +48,7 @@ def test_connected_offers_server_heartbeat(server, server_factory, raw_client):
     assert frame.headers["heart-beat"] == "0,0"
 
 
+@pytest.mark.machine
 def test_server_sends_eols_at_the_negotiated_interval(server_factory, raw_client):
     srv = server_factory("--heartbeat-ms", "200")
     # The client wants one every 500 ms: the server sends every max(200, 500) ms.

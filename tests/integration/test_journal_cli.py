@@ -12,13 +12,14 @@ import json
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.rawstomp import RawStomp, unique
 from tests.serverproc import ServerProcess
+from tests.support.cli import run, run_pairmq
+from tests.support.servers import restart
 
 P = {"persistent": "true"}
 PAD = b"#" * 200
@@ -43,33 +44,17 @@ def kill(srv: ServerProcess) -> None:
     assert srv.proc.returncode == -signal.SIGKILL
 
 
-def restart(server_factory, srv: ServerProcess, *flags: str) -> ServerProcess:
-    """Start the server again on the killed one's data directory and port."""
-    return server_factory(*flags, name=srv.data_dir.name.removeprefix("data-"),
-                          port=srv.port)
-
-
-def pairmq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
-                          text=True, input=stdin, timeout=60)
-
-
 def start_refused(srv: ServerProcess) -> subprocess.CompletedProcess:
     """Run the server with the killed one's exact command line; it must refuse to start."""
     try:
-        return subprocess.run(srv.args, capture_output=True, text=True, timeout=30)
+        return run(*srv.args)
     except subprocess.TimeoutExpired:
         raise AssertionError("the server started on a journal damaged in the middle") from None
 
 
-def consume_all(client: RawStomp, queue: str, wait: float = 0.5) -> list[bytes]:
+def consume_all(client: RawStomp, queue: str) -> list[bytes]:
     client.request("SUBSCRIBE", {"destination": queue, "id": "all"})
-    got = []
-    while True:
-        try:
-            got.append(client.read_message(wait).body)
-        except TimeoutError:
-            return got
+    return client.bodies_until_quiet(0.5)
 
 
 def flip(path: Path, position: int) -> None:
@@ -95,11 +80,11 @@ def test_torn_tail_after_sigkill_is_cut_with_a_log_line(server_factory, raw_clie
     with open(segment, "r+b") as f:
         f.truncate(torn_size)  # the last write only partly reached the disk
 
-    checked = pairmq("journal", "check", str(srv.data_dir))
+    checked = run_pairmq("journal", "check", str(srv.data_dir))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "torn write at the end" in checked.stdout
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     logs = srv.logs()
     found = re.search(r"(journal-\d+\.seg) ended with a torn write.*dropped (\d+) bytes at "
                       r"offset (\d+)", logs)
@@ -113,7 +98,7 @@ def test_torn_tail_after_sigkill_is_cut_with_a_log_line(server_factory, raw_clie
     client, _ = raw_client(srv)
     assert consume_all(client, queue) == [body(i) for i in range(9)]
     srv.stop()
-    checked = pairmq("journal", "check", str(srv.data_dir))
+    checked = run_pairmq("journal", "check", str(srv.data_dir))
     assert checked.returncode == 0 and "journal is intact" in checked.stdout, checked.stdout
 
 
@@ -129,7 +114,7 @@ def test_zero_filled_tail_is_a_torn_write(server_factory, raw_client):
     size = segment.stat().st_size
     with open(segment, "ab") as f:
         f.write(b"\0" * 4096)
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     assert re.search(r"torn write.*dropped 4096 bytes", srv.logs()), srv.logs()
     assert segment.stat().st_size == size
     client, _ = raw_client(srv)
@@ -145,7 +130,7 @@ def test_corruption_in_the_middle_refuses_to_start_until_repaired(server_factory
     fill(srv, raw_client, queue, 20)
     kill(srv)
     (segment,) = segments(srv)
-    intact = pairmq("journal", "check", str(srv.data_dir))
+    intact = run_pairmq("journal", "check", str(srv.data_dir))
     assert intact.returncode == 0 and "journal is intact" in intact.stdout, intact.stdout
     assert re.search(rf"{segment.name}: 2\d records", intact.stdout), intact.stdout
     size = segment.stat().st_size
@@ -164,29 +149,29 @@ def test_corruption_in_the_middle_refuses_to_start_until_repaired(server_factory
     assert segment.stat().st_size == size, "refusing to start changes nothing"
 
     for where in (srv.data_dir, srv.data_dir / "journal"):
-        checked = pairmq("journal", "check", str(where))
+        checked = run_pairmq("journal", "check", str(where))
         assert checked.returncode == 1, checked.stdout + checked.stderr
         assert f"{segment.name}: " in checked.stdout
         assert f"DAMAGED at offset {offset}" in checked.stdout, checked.stdout
         assert "damaged in the middle" in checked.stdout
-    scripted = pairmq("journal", "check", str(srv.data_dir), "--json")
+    scripted = run_pairmq("journal", "check", str(srv.data_dir), "--json")
     report = json.loads(scripted.stdout)
     assert scripted.returncode == 1 and report["ok"] is False, scripted.stdout
     [seg] = report["segments"]
     assert (seg["file"], seg["valid_end"]) == (segment.name, offset) and seg["problem"]
 
-    declined = pairmq("journal", "repair", str(srv.data_dir), stdin="n\n")
+    declined = run_pairmq("journal", "repair", str(srv.data_dir), stdin="n\n")
     assert declined.returncode != 0
     assert segment.stat().st_size == size, "repair without confirmation changes nothing"
 
-    repaired = pairmq("journal", "repair", str(srv.data_dir), "--yes")
+    repaired = run_pairmq("journal", "repair", str(srv.data_dir), "--yes")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert f"cut {segment.name} at offset {offset}" in repaired.stdout, repaired.stdout
     assert segment.stat().st_size == offset
-    checked = pairmq("journal", "check", str(srv.data_dir))
+    checked = run_pairmq("journal", "check", str(srv.data_dir))
     assert checked.returncode == 0 and "journal is intact" in checked.stdout, checked.stdout
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     client, _ = raw_client(srv)
     assert consume_all(client, queue) == [body(i) for i in range(10)]
 
@@ -215,7 +200,7 @@ def test_damage_in_an_older_segment_keeps_what_precedes_it_and_moves_the_rest_as
     assert refused.returncode == 3, output
     assert second.name in output and "offset" in output
 
-    checked = pairmq("journal", "check", str(srv.data_dir))
+    checked = run_pairmq("journal", "check", str(srv.data_dir))
     assert checked.returncode == 1
     lines = checked.stdout.splitlines()
     assert any(line.startswith(f"{found[0].name}:") and line.endswith(": ok")
@@ -223,7 +208,7 @@ def test_damage_in_an_older_segment_keeps_what_precedes_it_and_moves_the_rest_as
     assert any(line.startswith(f"{second.name}:") and "DAMAGED" in line
                for line in lines), checked.stdout
 
-    repaired = pairmq("journal", "repair", str(srv.data_dir), "--yes")
+    repaired = run_pairmq("journal", "repair", str(srv.data_dir), "--yes")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert f"cut {second.name}" in repaired.stdout
     aside = [p for p in (srv.data_dir / "journal").iterdir() if p.name.startswith("damaged-")]
@@ -233,6 +218,6 @@ def test_damage_in_an_older_segment_keeps_what_precedes_it_and_moves_the_rest_as
     for name in moved:
         assert f"moved {name}" in repaired.stdout
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     client, _ = raw_client(srv)
     assert consume_all(client, queue) == big[:victim]

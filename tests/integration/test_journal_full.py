@@ -11,8 +11,6 @@ not permitted) a failed write confirms nothing, and nothing confirmed is lost.
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,17 +18,13 @@ import pytest
 
 from tests.integration.rawstomp import Frame, RawStomp, StompError, unique
 from tests.serverproc import ServerProcess
+from tests.support.disk import small_disk
+from tests.support.servers import restart
 
 SEGMENT = 65536
 LIMIT = 200_000
 BODY = b"x" * 4000
 P = {"persistent": "true"}
-
-
-def restart(server_factory, srv: ServerProcess, *flags: str) -> ServerProcess:
-    srv.kill()
-    assert srv.proc.returncode == -signal.SIGKILL
-    return server_factory(*flags, name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
 
 
 def journal_bytes(srv: ServerProcess) -> int:
@@ -90,14 +84,6 @@ def drain(client: RawStomp, queue: str, count: int, ack: bool = True) -> list[in
     return seqs
 
 
-def assert_quiet(client: RawStomp, wait: float = 0.3) -> None:
-    try:
-        frame = client.read_frame(wait)
-    except TimeoutError:
-        return
-    raise AssertionError(f"unexpected {frame!r}")
-
-
 # ----------------------------------------------------------------------------- fail
 
 
@@ -136,10 +122,10 @@ def test_fail_policy_refuses_persistent_sends_and_harms_nothing_confirmed(server
         third.request("SEND", {"destination": f"/queue/{unique('else')}", **P}, "p")
 
     # Nothing confirmed was harmed, even across a crash while full.
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     consumer, _ = raw_client(srv)
     assert drain(consumer, queue, accepted) == list(range(accepted))
-    assert_quiet(consumer)
+    consumer.assert_quiet()
     # Acknowledged and compacted away: there is room again.
     producer, _ = raw_client(srv)
     producer.request("SEND", {"destination": queue, "x-seq": "after", **P}, "after")
@@ -210,30 +196,14 @@ def test_block_policy_holds_the_producer_until_consumers_make_room(server_factor
 # ----------------------------------------------------------------------------- a real full disk
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=30)
-
-
 @pytest.fixture
 def tiny_disk(tmp_path: Path):
     """A 2 MiB tmpfs mounted as the data directory of a server named "tiny", with a
     512 KiB ballast file an operator can delete to make room."""
-    mountpoint = tmp_path / "data-tiny"
-    mountpoint.mkdir()
-    try:
-        mounted = _run("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint))
-    except (OSError, subprocess.SubprocessError) as e:
-        pytest.skip(f"cannot mount a small filesystem here: {e}")
-    if mounted.returncode != 0:
-        pytest.skip("mounting a 2 MiB tmpfs is not permitted here (needs root or "
-                    f"CAP_SYS_ADMIN): {mounted.stderr.strip()}")
-    ballast = mountpoint / "ballast"
-    try:
+    with small_disk(tmp_path / "data-tiny", "2m") as mountpoint:
+        ballast = mountpoint / "ballast"
         ballast.write_bytes(b"\0" * 512 * 1024)
         yield mountpoint, ballast
-    finally:
-        if _run("umount", str(mountpoint)).returncode != 0:
-            _run("umount", "-l", str(mountpoint))
 
 
 def test_disk_full_refuses_persistent_sends_and_loses_nothing_confirmed(server_factory,
@@ -265,7 +235,7 @@ def test_disk_full_refuses_persistent_sends_and_loses_nothing_confirmed(server_f
         assert other.read_message().body == b"alive"
 
         # Crash while the disk is still full: recovery needs no room, loses nothing.
-        srv = restart(server_factory, srv)
+        srv = restart(srv)
         started.append(srv)
         consumer, _ = raw_client(srv)
         seqs = drain(consumer, queue, accepted, ack=False)

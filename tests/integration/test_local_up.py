@@ -13,7 +13,7 @@ import pytest
 
 import pairmq.client
 from pairmq.cli.up import SERVERS, STOMP_TLS, WITNESS
-from tests.integration.clients import wait_until
+from tests.support.waiting import wait_until
 
 PORTS = [int(address.rpartition(":")[2]) for _n, _r, stomp, admin, listen, _p in SERVERS
          for address in (stomp, admin, listen)] + \
@@ -35,7 +35,8 @@ def test_pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -
     try:
         ca = root / "tls" / "ca.pem"
         wait_until(lambda: all(_in_use(int(a.rpartition(":")[2]))
-                               for a in STOMP_TLS.values()), 30, "the TLS listeners")
+                               for a in STOMP_TLS.values()),
+                   "the TLS listeners", 30)
         login, password, _secret = (root / "credentials").read_text().split()
         url = (f"failover:(stomp+ssl://{STOMP_TLS['primary']},"
                f"stomp+ssl://{STOMP_TLS['backup']})?trustStorePath={ca}")
@@ -52,7 +53,7 @@ def test_pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -
         logs = root / "logs"
         wait_until(lambda: "backup is synchronized" in (logs / "primary.log").read_text()
                    or "Backup backup is synchronized" in (logs / "primary.log").read_text(),
-                   30, "the pair formed over mutual TLS")
+                   "the pair formed over mutual TLS", 30)
         assert "(mutual TLS)" in (logs / "witness.log").read_text()
     finally:
         up.send_signal(signal.SIGINT)

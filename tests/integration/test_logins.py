@@ -8,7 +8,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.integration.clients import wait_until
+from tests.support.waiting import wait_until
 
 MAX_DELAY_MS = 50  # the server's cap, small for the test: 100 attempts >= 99 x 50 ms
 
@@ -49,7 +49,7 @@ def test_a_guesser_is_slowed_and_others_are_not(server_factory) -> None:
     assert took >= (attempts - 1) * MAX_DELAY_MS / 1000 * 0.95, took
     assert max(others) < 1.0, others  # not slowed (a login here takes milliseconds)
     # the guesser's address, once it logs in right, is forgotten
-    wait_until(lambda: connect(srv, "alice", "right") == "CONNECTED", what="a good login")
+    wait_until(lambda: connect(srv, "alice", "right") == "CONNECTED", "a good login")
     assert connect(srv, "alice", "wrong") == "ERROR"
     logs = srv.logs()
     assert "pairmq.audit: login refused: 'alice' from 127.0.0.1:" in logs
@@ -65,4 +65,5 @@ def test_the_audit_log_records_permission_denials(server_factory) -> None:
         while sock.recv(4096):
             pass
     wait_until(lambda: "pairmq.audit: permission denied: user 'bob' lacks permission send "
-                       "on /queue/q" in srv.logs(), what="the audit line")
+                       "on /queue/q" in srv.logs(),
+               "the audit line")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from pairmq.protocol.limits import HEADERS_ADDED
+from tests.integration.rawstomp import escape, unescape
 from tests.serverproc import start_server
 
 MAX_FRAME_BYTES = 8192
@@ -51,29 +52,12 @@ class Frame:
     body: bytes
 
 
-def escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
-
-
-def unescape(text: str) -> str:
-    table = {"n": "\n", "r": "\r", "c": ":", "\\": "\\"}
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in table:
-            out.append(table[text[i + 1]])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
 def frame(command: str, headers=(), body: bytes = b"") -> bytes:
     """A well-formed 1.2 frame (headers escaped, except on CONNECT/STOMP)."""
     if command in ("CONNECT", "STOMP"):
         lines = [command] + [f"{k}:{v}" for k, v in headers]
     else:
-        lines = [command] + [f"{escape(k)}:{escape(v)}" for k, v in headers]
+        lines = [command] + [f"{escape(k, '1.2')}:{escape(v, '1.2')}" for k, v in headers]
     return ("\n".join(lines) + "\n\n").encode() + body + b"\x00"
 
 
@@ -160,7 +144,7 @@ class RawClient:
             key, sep, value = raw.decode("utf-8").partition(":")
             assert sep, f"server sent a header line without colon: {raw!r}"
             if command != "CONNECTED" and self.version != "1.0":
-                key, value = unescape(key), unescape(value)
+                key, value = unescape(key, "1.2"), unescape(value, "1.2")
             headers.setdefault(key, value)
         if command == "CONNECTED":
             self.version = headers.get("version", "1.0")
@@ -307,6 +291,21 @@ def assert_others_unaffected(srv, bystander: Bystander) -> None:
         assert got is not None and got.command == "RECEIPT", f"DISCONNECT not receipted: {got}"
     finally:
         fresh.close()
+
+
+def assert_nothing_stored(srv, destination: str, problem: str) -> None:
+    """A marker sent to `destination` is the first message it hands out: nothing else was
+    stored there (else AssertionError: `problem`, and what came instead)."""
+    client = RawClient(srv.address)
+    try:
+        client.connect()
+        client.send(frame("SEND", [("destination", destination), ("receipt", "m")], b"marker"))
+        got = client.read_frame()
+        assert got is not None and got.command == "RECEIPT", got
+        got = client.first_message(destination)
+        assert got.body == b"marker", f"{problem}: {got}"
+    finally:
+        client.close()
 
 
 def error_case(srv, bystander, data: bytes, pattern: str, version: str | None = "1.2") -> Frame:
@@ -487,16 +486,7 @@ def test_error_stops_the_connection_frames_after_it_are_ignored(broker, bystande
     own = f"/queue/after-error-{uuid.uuid4().hex}"
     data = b"FROBNICATE\n\n\x00" + frame("SEND", [("destination", own)], b"must not arrive")
     error_case(broker, bystander, data, UNKNOWN_COMMAND)
-    client = RawClient(broker.address)
-    try:
-        client.connect()
-        client.send(frame("SEND", [("destination", own), ("receipt", "m")], b"marker"))
-        got = client.read_frame()
-        assert got is not None and got.command == "RECEIPT", got
-        got = client.first_message(own)
-        assert got.body == b"marker", f"a frame after the ERROR was processed: {got}"
-    finally:
-        client.close()
+    assert_nothing_stored(broker, own, "a frame after the ERROR was processed")
 
 
 def test_header_values_cannot_forge_headers_for_a_1_0_subscriber(broker, bystander):
@@ -717,16 +707,7 @@ def test_abrupt_disconnect_mid_frame(broker, bystander, abort):
                 c.close()
         assert_others_unaffected(broker, bystander)
     # none of the cut SENDs was delivered
-    client = RawClient(broker.address)
-    try:
-        client.connect()
-        client.send(frame("SEND", [("destination", own), ("receipt", "m")], b"marker"))
-        got = client.read_frame()
-        assert got is not None and got.command == "RECEIPT", got
-        got = client.first_message(own)
-        assert got.body == b"marker", f"a cut frame was delivered: {got}"
-    finally:
-        client.close()
+    assert_nothing_stored(broker, own, "a cut frame was delivered")
 
 
 def test_disconnect_while_server_is_sending(broker, bystander):

@@ -5,18 +5,10 @@ per-destination series off (docs/operations.md, "Metrics")."""
 
 from __future__ import annotations
 
-from tests.integration.clients import wait_until
-from tests.support.admin import managed_server, metric_samples
+from tests.support.admin import managed_server, metric_samples, sample_value
+from tests.support.waiting import wait_until
 
 QUEUE = "/queue/metered"
-
-
-def one(samples, name: str, **labels: str) -> float:
-    """The value of one series, by its labels."""
-    key = tuple(sorted(labels.items()))
-    assert name in samples, f"no {name} in /metrics"
-    assert key in samples[name], f"{name}{labels} not in {sorted(samples[name])}"
-    return samples[name][key]
 
 
 def test_destination_figures_follow_what_clients_do(server_factory, stomp_client) -> None:
@@ -32,27 +24,27 @@ def test_destination_figures_follow_what_clients_do(server_factory, stomp_client
 
     samples = metric_samples(admin)
     dest = {"destination": QUEUE}
-    assert one(samples, "pairmq_destination_enqueued_total", **dest) == 5
-    assert one(samples, "pairmq_destination_dequeued_total", **dest) == 1
-    assert one(samples, "pairmq_destination_messages", **dest) == 2  # waiting
-    assert one(samples, "pairmq_destination_unacknowledged", **dest) == 2  # prefetch-count
-    assert one(samples, "pairmq_destination_consumers", **dest) == 1
-    assert one(samples, "pairmq_destination_paged_messages", **dest) == 0
-    assert one(samples, "pairmq_messages_received_total") == 5
-    assert one(samples, "pairmq_connections") == 2
+    assert sample_value(samples, "pairmq_destination_enqueued_total", **dest) == 5
+    assert sample_value(samples, "pairmq_destination_dequeued_total", **dest) == 1
+    assert sample_value(samples, "pairmq_destination_messages", **dest) == 2  # waiting
+    assert sample_value(samples, "pairmq_destination_unacknowledged", **dest) == 2  # prefetch-count
+    assert sample_value(samples, "pairmq_destination_consumers", **dest) == 1
+    assert sample_value(samples, "pairmq_destination_paged_messages", **dest) == 0
+    assert sample_value(samples, "pairmq_messages_received_total") == 5
+    assert sample_value(samples, "pairmq_connections") == 2
     # a lone server reports itself STANDALONE, and no other state
-    assert one(samples, "pairmq_ha_state", state="STANDALONE") == 1
+    assert sample_value(samples, "pairmq_ha_state", state="STANDALONE") == 1
     assert sum(samples["pairmq_ha_state"].values()) == 1
     # five receipted persistent SENDs and an ACK: at least one real fdatasync, timed
-    assert one(samples, "pairmq_journal_fsync_seconds_count") >= 1
-    assert one(samples, "pairmq_journal_fsync_seconds_bucket", le="+Inf") == \
-        one(samples, "pairmq_journal_fsync_seconds_count")
-    assert one(samples, "pairmq_event_loop_lag_seconds_count") > 0
+    assert sample_value(samples, "pairmq_journal_fsync_seconds_count") >= 1
+    assert sample_value(samples, "pairmq_journal_fsync_seconds_bucket", le="+Inf") == \
+        sample_value(samples, "pairmq_journal_fsync_seconds_count")
+    assert sample_value(samples, "pairmq_event_loop_lag_seconds_count") > 0
     assert "pairmq_gc_pause_seconds_bucket" in samples
 
     consumer.unsubscribe("c")
-    wait_until(lambda: one(metric_samples(admin), "pairmq_destination_consumers",
-                           **dest) == 0, what="the consumer to leave")
+    wait_until(lambda: sample_value(metric_samples(admin), "pairmq_destination_consumers",
+                                    **dest) == 0, "the consumer to leave")
 
 
 def test_names_follow_prometheus_conventions(server_factory) -> None:
@@ -71,5 +63,5 @@ def test_per_destination_series_can_be_turned_off(server_factory, stomp_client) 
     producer = stomp_client(srv)
     producer.send(QUEUE, "x")
     samples = metric_samples(admin)
-    assert one(samples, "pairmq_destinations") == 1
+    assert sample_value(samples, "pairmq_destinations") == 1
     assert not [name for name in samples if name.startswith("pairmq_destination_")]

@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.clients import wait_until
-from tests.support.admin import admin_request, managed_server
+from tests.support.admin import admin_request, api, managed_server
+from tests.support.waiting import wait_until
 
 P = {"persistent": "true"}
-
-
-def api(admin: str, path: str, data=None) -> dict:
-    code, _, body = admin_request(admin, path, method="GET" if data is None else "POST",
-                                  data=data)
-    assert code == 200, (code, body)
-    return body
 
 
 def row(admin: str, destination: str) -> dict:
@@ -96,7 +89,7 @@ def test_a_dead_letter_queue_is_retried_to_where_its_messages_came_from(
     worker = stomp_client(srv)
     worker.subscribe("/queue/work", id="w", ack="client-individual")
     worker.nack(worker.wait_messages(1)[0])
-    wait_until(lambda: row(admin, "/queue/DLQ.work")["messages"] == 1, what="dead letter")
+    wait_until(lambda: row(admin, "/queue/DLQ.work")["messages"] == 1, "dead letter")
     worker.unsubscribe("w")
     done = api(admin, "/api/move", {"source": "/queue/DLQ.work", "target": None, "limit": 0})
     assert done["count"] == 1

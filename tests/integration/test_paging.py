@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import signal
 
 import psutil
 
 import pairmq.client
 from tests.integration.rawstomp import RawStomp, unique
 from tests.serverproc import ServerProcess
+from tests.support.servers import restart
 
 P = {"persistent": "true"}
 MiB = 1024 * 1024
@@ -26,12 +26,6 @@ def payload(i: int, size: int) -> bytes:
 
 def rss(srv: ServerProcess) -> int:
     return psutil.Process(srv.proc.pid).memory_info().rss
-
-
-def restart(server_factory, srv: ServerProcess, *flags: str) -> ServerProcess:
-    srv.kill()
-    assert srv.proc.returncode == -signal.SIGKILL
-    return server_factory(*flags, name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
 
 
 def send_many(client: RawStomp, destination: str, count: int, size: int, start: int = 0,
@@ -77,7 +71,7 @@ def test_500_paged_messages_arrive_in_order_before_and_after_a_restart(server_fa
     assert receive(consumer, 250, ack=True) == expected(0, 250, 1024)
     consumer.request("UNSUBSCRIBE", {"id": "s"})  # its receipt follows the acks' records
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     found = re.search(r"\(paging: (\d+) bodies in memory", srv.logs())
     assert found and int(found.group(1)) < 250, srv.logs()  # the rest stayed on disk
     consumer, _ = raw_client(srv)
@@ -105,7 +99,7 @@ def test_a_large_backlog_stays_on_disk_not_in_memory(server_factory, raw_client)
     grown = rss(srv) - idle
     assert grown < 20 * MiB, f"{grown / MiB:.1f} MiB more for {count * size / MiB:.0f} MiB"
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     recovered = rss(srv) - idle
     assert recovered < 20 * MiB, f"{recovered / MiB:.1f} MiB more after recovery"
     consumer, _ = raw_client(srv)
@@ -132,7 +126,7 @@ def test_paged_message_moved_to_the_dead_letter_queue_keeps_its_body(server_fact
         frame = consumer.read_message()
         consumer.request("NACK", {"id": frame.headers["ack"]})  # straight to DLQ.<name>
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     consumer, _ = raw_client(srv)
     consumer.request("SUBSCRIBE", {"destination": f"/queue/DLQ.{name}", "id": "d"})
     assert receive(consumer, 5) == expected(0, 5, 3000)
@@ -151,7 +145,7 @@ def test_paged_topic_messages_reach_every_durable_subscription(server_factory, r
     subscriber.request("SUBSCRIBE", {"destination": topic, "id": "a", "durable": "true"})
     assert receive(subscriber, 60) == expected(0, 60, 2000)
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     subscriber, _ = raw_client(srv)
     subscriber.request("SUBSCRIBE", {"destination": topic, "id": "b", "durable": "true"})
     assert receive(subscriber, 60) == expected(0, 60, 2000)
@@ -171,7 +165,7 @@ def test_a_full_destination_pages_whatever_the_budget_also_after_a_restart(serve
     send_many(producer, queue, 600, 16 * 1024)  # 9.4 MiB into a 200 KiB destination
     assert rss(srv) - before < 6 * MiB
 
-    srv = restart(server_factory, srv, *flags)
+    srv = restart(srv, *flags)
     found = re.search(r"\(paging: (\d+) bodies in memory", srv.logs())
     # At most what fits in the limit, plus the warm-up message of the other queue.
     assert found and int(found.group(1)) <= 200 * 1024 // (16 * 1024) + 1, srv.logs()
@@ -198,7 +192,7 @@ def test_a_restart_reads_a_paged_backlog_through_the_segments_summaries(server_f
     assert len(list(journal.glob("journal-*.sum"))) >= 8
 
     for summaries in (True, False):
-        srv = restart(server_factory, srv, *flags)
+        srv = restart(srv, *flags)
         found = re.search(r"\((\d+) of the segments through their summaries\)", srv.logs())
         assert (found is not None and int(found.group(1)) >= 8) is summaries, srv.logs()
         with pairmq.client.connect(f"stomp://{srv.host}:{srv.port}") as consumer:

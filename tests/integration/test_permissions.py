@@ -140,8 +140,8 @@ def test_a_non_durable_topic_subscription_needs_create_non_durable_queue(srv, st
         refused(durable, "refusal")
 
 
-def test_durable_subscriptions_need_create_then_delete_durable_queue(srv, stomp_client,
-                                                                     server_factory) -> None:
+def test_durable_subscriptions_need_create_then_delete_durable_queue(srv, stomp_client
+                                                                     ) -> None:
     durable = {"activemq.subscriptionName": "eu-feed"}
     cons = stomp_client(srv, login="cons", passcode="c", headers={"client-id": "app"})
     cons.subscribe("/topic/orders.feed", id="d1", headers=durable)
@@ -169,7 +169,13 @@ def test_ops_deletes_a_durable_subscription(srv, stomp_client) -> None:
     durable = {"activemq.subscriptionName": "misc"}
     ops = stomp_client(srv, login="ops", passcode="o", headers={"client-id": "o"})
     ops.subscribe("/topic/misc", id="m1", headers=durable)
-    ops.unsubscribe("m1", headers=durable)  # with the name: deleted
+    ops.unsubscribe("m1", headers=durable)  # with the name: deleted (receipted, no ERROR)
+    # gone: a message sent now waits in no subscription, and the same name subscribed again
+    # is a new, empty one (a kept one would hand "while away" out before "after")
+    ops.send("/topic/misc", "while away")
+    ops.subscribe("/topic/misc", id="m2", headers=durable)
+    assert ops.bodies_up_to_marker("/topic/misc") == ["after"]
+    assert ops.listener.errors == []
 
 
 def test_ending_a_non_durable_topic_subscription_needs_delete_non_durable_queue(

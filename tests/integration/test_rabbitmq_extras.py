@@ -9,17 +9,11 @@ from __future__ import annotations
 import time
 
 from tests.integration.clients import Client
-from tests.integration.rawstomp import unique
-from tests.serverproc import ServerProcess
-from tests.support.servers import shared_server
+from tests.integration.rawstomp import unique, unique_queue
+from tests.support.servers import restart, shared_server
 
 # One server for the tests that need no fresh one (each names its own queues).
 server = shared_server("rabbitmq-extras")
-
-
-def names() -> tuple[str, str]:
-    name = unique("q")
-    return name, f"/queue/{name}"
 
 
 def nack(client: Client, message, transaction: str | None = None, **headers: str) -> None:
@@ -41,17 +35,11 @@ def drain(server, stomp_client, destination: str, expected: int) -> list:
     return got
 
 
-def restart(server_factory, srv: ServerProcess) -> ServerProcess:
-    """kill -9, then start again on the same data directory and port."""
-    srv.kill()
-    return server_factory(name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
-
-
 # -- NACK requeue:false --------------------------------------------------------------------------
 
 
 def test_nack_requeue_false_dead_letters_and_requeue_true_redelivers(server, stomp_client):
-    name, queue = names()
+    name, queue = unique_queue()
     producer = stomp_client(server)
     for body in ("rejected", "retried", "plain"):
         producer.send(queue, body, persistent="true")
@@ -73,7 +61,7 @@ def test_nack_requeue_false_dead_letters_and_requeue_true_redelivers(server, sto
 
 
 def test_nack_requeue_false_in_a_transaction_takes_effect_at_commit(server, stomp_client):
-    name, queue = names()
+    name, queue = unique_queue()
     stomp_client(server).send(queue, "job")
     consumer = stomp_client(server)
     consumer.subscribe(queue, ack="client-individual")
@@ -92,7 +80,7 @@ def test_nack_requeue_false_in_a_transaction_takes_effect_at_commit(server, stom
 
 
 def test_a_bad_requeue_value_gets_an_error(server, stomp_client):
-    _, queue = names()
+    _, queue = unique_queue()
     stomp_client(server).send(queue, "x")
     consumer = stomp_client(server)
     consumer.subscribe(queue, ack="client-individual")
@@ -107,7 +95,7 @@ def test_a_bad_requeue_value_gets_an_error(server, stomp_client):
 
 def serve(server, stomp_client) -> tuple[Client, str]:
     """A responder: consumes a request queue and answers each request to its reply-to."""
-    _, requests = names()
+    _, requests = unique_queue()
     responder = stomp_client(server)
 
     class Answer:
@@ -168,8 +156,8 @@ def make_queue(client: Client, queue: str, **headers: str) -> None:
 
 
 def test_x_max_length_drops_the_head_to_the_dead_letter_queue(server, stomp_client):
-    name, queue = names()
-    _, dead = names()
+    name, queue = unique_queue()
+    _, dead = unique_queue()
     client = stomp_client(server)
     make_queue(client, queue, **{"x-max-length": "2", "x-dead-letter-exchange": "",
                                  "x-dead-letter-routing-key": dead[len("/queue/"):]})
@@ -183,7 +171,7 @@ def test_x_max_length_drops_the_head_to_the_dead_letter_queue(server, stomp_clie
 
 
 def test_x_message_ttl_expires_what_waits_too_long(server, stomp_client):
-    name, queue = names()
+    name, queue = unique_queue()
     client = stomp_client(server)
     make_queue(client, queue, **{"x-message-ttl": "300"})
     client.send(queue, "stale")
@@ -195,7 +183,7 @@ def test_x_message_ttl_expires_what_waits_too_long(server, stomp_client):
 
 
 def test_x_max_length_bytes_with_reject_publish_refuses_the_send(server, stomp_client):
-    _, queue = names()
+    _, queue = unique_queue()
     client = stomp_client(server)
     make_queue(client, queue, **{"x-max-length-bytes": "1000", "x-overflow": "reject-publish"})
     client.send(queue, "a" * 600)
@@ -207,7 +195,7 @@ def test_x_max_length_bytes_with_reject_publish_refuses_the_send(server, stomp_c
 
 
 def test_an_existing_queue_keeps_its_settings(server, stomp_client):
-    _, queue = names()
+    _, queue = unique_queue()
     client = stomp_client(server)
     make_queue(client, queue)  # made without arguments
     make_queue(client, queue, **{"x-max-length": "1"})
@@ -225,7 +213,7 @@ BAD_ARGUMENTS = [
 
 def test_a_bad_or_unsupported_queue_argument_gets_an_error(server, stomp_client):
     for header, value in BAD_ARGUMENTS:  # one server for all (each ERROR closes its client)
-        _, queue = names()
+        _, queue = unique_queue()
         client = stomp_client(server)
         client.conn.subscribe(queue, "s", headers={header: value, "receipt": "sub"})
         error = client.wait_error()
@@ -237,16 +225,16 @@ def test_a_bad_or_unsupported_queue_argument_gets_an_error(server, stomp_client)
 def test_queue_arguments_and_a_requeue_false_dead_letter_survive_a_restart(
         server_factory, stomp_client):
     srv = server_factory()
-    name, rejected = names()
-    _, queue = names()
-    _, dead = names()
+    name, rejected = unique_queue()
+    _, queue = unique_queue()
+    _, dead = unique_queue()
     make_queue(stomp_client(srv), queue, **{"x-max-length": "1", "x-dead-letter-exchange": "",
                                             "x-dead-letter-routing-key": dead[len("/queue/"):]})
     stomp_client(srv).send(rejected, "doomed", persistent="true")
     consumer = stomp_client(srv)
     consumer.subscribe(rejected, ack="client-individual")
     nack(consumer, consumer.wait_messages(1)[0], requeue="false")
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     drain(srv, stomp_client, rejected, 0)
     assert drain(srv, stomp_client, f"/queue/DLQ.{name}", 1)[0].body == "doomed"
     client = stomp_client(srv)  # the queue's settings came back from the journal
@@ -257,8 +245,8 @@ def test_queue_arguments_and_a_requeue_false_dead_letter_survive_a_restart(
 
 
 def test_queue_arguments_survive_a_failover(pair, stomp_client):
-    _, queue = names()
-    _, dead = names()
+    _, queue = unique_queue()
+    _, dead = unique_queue()
     make_queue(stomp_client(pair.servers["primary"]), queue,
                **{"x-max-length": "1", "x-dead-letter-exchange": "",
                   "x-dead-letter-routing-key": dead[len("/queue/"):]})

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 
 from pairmq.protocol.batch import decode_records
-from tests.integration.clients import wait_until
 from tests.integration.rawstomp import unique
-from tests.integration.test_streams import restart
+from tests.support.servers import restart
 from tests.support.streams import subscribe
+from tests.support.waiting import wait_until
 
 COLOURS = ["red", "blue", "red", "green", "red", "blue"]
 
@@ -91,7 +91,7 @@ def test_topic_and_durable_subscriptions_keep_only_what_matches(server, stomp_cl
     assert settle(durable, 3) == ["green-3", "red-4", "blue-5"]
     durable.disconnect()
     send_colours(producer, topic, persistent="true")  # kept while away: only what matches
-    back = wait_until(lambda: _reconnect(stomp_client, server, cid), 5, "client-id released")
+    back = wait_until(lambda: _reconnect(stomp_client, server, cid), "client-id released", 5)
     back.subscribe(topic, id="d2", headers={"activemq.subscriptionName": name,
                                              "selector": "weight > 20"})
     assert settle(back, 3) == ["green-3", "red-4", "blue-5"]
@@ -111,7 +111,7 @@ def test_durable_subscriber_with_a_new_selector_keeps_only_what_it_matches(
     subscriber.disconnect()
     producer = stomp_client(server)
     send_colours(producer, topic, persistent="true")
-    back = wait_until(lambda: _reconnect(stomp_client, server, cid), 5, "client-id released")
+    back = wait_until(lambda: _reconnect(stomp_client, server, cid), "client-id released", 5)
     back.subscribe(topic, id="d", headers={"activemq.subscriptionName": name,
                                            "selector": "color = 'blue'"})
     assert settle(back, 2) == ["blue-1", "blue-5"]
@@ -151,7 +151,7 @@ def test_batched_stream_range_with_a_selector_before_and_after_a_kill(server_fac
             c.send_frame("SEND", headers, b"%d" % i)
     want = [0, 1, 2, *range(1190, 1200)]
     assert _filtered_range(raw_client, server, stream) == want
-    server = restart(server_factory, server)
+    server = restart(server)
     assert _filtered_range(raw_client, server, stream) == want
 
 

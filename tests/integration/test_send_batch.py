@@ -8,15 +8,15 @@ on; to a stream, the records get consecutive offsets."""
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from pairmq.protocol.batch import MAX_SEND_BATCH, SEND_HEAD, encode_send_records
-from tests.integration.clients import Client, wait_until
+from tests.integration.clients import Client
 from tests.integration.rawstomp import Frame, RawStomp, unique
-from tests.serverproc import ServerProcess, free_port
+from tests.serverproc import free_port
 from tests.support.admin import admin_status, admin_user_flags
+from tests.support.servers import restart
+from tests.support.waiting import wait_until
 
 P = {"persistent": "true"}
 K = 50
@@ -44,13 +44,6 @@ def send_batch(client: Client, destination: str, recs: list, **more: str) -> Non
     headers = batch_headers(destination, len(recs), **more)
     headers.pop("destination")
     client.send(destination, encode_send_records(recs), **headers)
-
-
-def restart(server_factory, srv: ServerProcess) -> ServerProcess:
-    """kill -9, then the same data directory and port again."""
-    srv.kill()
-    assert srv.proc.returncode == -signal.SIGKILL
-    return server_factory(name=srv.data_dir.name.removeprefix("data-"), port=srv.port)
 
 
 def until_marker(client: Client, marker: str, already: int = 0) -> list:
@@ -124,7 +117,7 @@ def test_after_the_receipt_a_kill_9_loses_nothing_and_doubles_nothing(server_fac
     producer = stomp_client(srv)
     send_batch(producer, queue, records(K))  # waits for the RECEIPT
 
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     again = stomp_client(srv)
     send_batch(again, queue, records(K))  # the dup-ids were journaled with the messages
     again.send(queue, "marker", persistent="true")
@@ -207,7 +200,7 @@ def test_a_full_destination_holds_the_whole_batch_until_there_is_room(server_fac
     queue = f"/queue/{unique('sbblock')}"
 
     def destination() -> dict:
-        status = wait_until(lambda: admin_status(admin), 10, "GET /status")
+        status = wait_until(lambda: admin_status(admin), "GET /status", 10)
         return status["destinations"].get(queue, {})
 
     def kib(first: int, count: int) -> bytes:

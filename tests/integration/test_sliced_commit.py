@@ -22,7 +22,7 @@ import time
 import pytest
 
 from pairmq.client.plain import BlockingConnection
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.support.admin import admin_status, managed_server
 from tests.support.canary import Canary
@@ -36,6 +36,7 @@ from tests.support.commits import (
     send_commit,
     stage,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -151,8 +152,8 @@ def test_kill_9_at_many_moments_of_a_commit_keeps_all_or_none(server_factory) ->
 def pair_crash(pair: Pair, delay: float) -> tuple[str, bool]:
     pair.start(parallel=True)
     pair.wait_formed()
-    wait_for(lambda: (pair.status("primary") or {}).get("ha", {})
-             .get("synchronized-with-backup"), 20, "the backup in sync")
+    wait_until(lambda: (pair.status("primary") or {}).get("ha", {})
+               .get("synchronized-with-backup"), "the backup in sync", 20)
     conn = pair.connect("primary", timeout=30)
     stage(conn, "big", QUEUE, CRASH_N)
     replies = Replies(conn)
@@ -213,7 +214,7 @@ def test_a_client_gone_right_after_its_commit_leaves_all_or_none(server_factory,
             recent = readings[-6:]  # no COMMIT under way, the same depth for 1.5 s
             return len(recent) == 6 and len(set(recent)) == 1 and recent[0] is not None
 
-        wait_for(settled, 30, f"{QUEUE} settled", interval=0.3)
+        wait_until(settled, f"{QUEUE} settled", 30, interval=0.3)
     assert srv.alive()
     assert canary.lost == [], f"the canary lost rounds {canary.lost[:10]}"
     held = all_or_none(drain(srv.address, QUEUE, expect=readings[-1], idle=0.5), count)

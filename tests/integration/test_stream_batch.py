@@ -9,7 +9,7 @@ import pytest
 
 from pairmq.protocol.batch import decode_records
 from tests.integration.rawstomp import Frame, RawStomp
-from tests.integration.test_streams import nothing_more, restart
+from tests.support.servers import restart
 from tests.support.streams import read, subscribe
 
 NOT_RECORD = {"subscription", "ack", "message-id", "destination", "content-length",
@@ -67,7 +67,7 @@ def test_a_batched_range_carries_what_plain_messages_do(server_factory, raw_clie
     assert records == expected[2:27]
     c.close()
     r.close()
-    srv = restart(server_factory, srv)  # recovered: every body is read back from the journal
+    srv = restart(srv)  # recovered: every body is read back from the journal
     c, _ = raw_client(srv)
     sizes, records = read_batched(c, "/stream/b", 0, 30, 1000)
     assert sizes == [30] and records == expected
@@ -80,11 +80,11 @@ def test_credit_counts_records(server, raw_client):
               **{"x-stream-batch": "4", "prefetch-count": "10"})
     frames = read(c, 3)
     assert [int(f.headers["x-stream-batch"]) for f in frames] == [4, 4, 2]
-    nothing_more(c)
+    c.assert_quiet()
     c.request("ACK", {"id": frames[0].headers["ack"]})  # four records' credit back
     more = read(c, 1)[0]
     assert (more.headers["x-stream-offset"], more.headers["x-stream-batch"]) == ("10", "4")
-    nothing_more(c)
+    c.assert_quiet()
 
 
 @pytest.mark.parametrize("value", ["0", "10001", "many"])

@@ -9,21 +9,9 @@ import time
 
 import pytest
 
-from tests.integration.rawstomp import ConnectionClosed, RawStomp
-from tests.serverproc import ServerProcess
+from tests.integration.rawstomp import ConnectionClosed
+from tests.support.servers import restart
 from tests.support.streams import append, bodies, info, offsets, read, stream_info, subscribe
-
-
-def restart(server_factory, srv: ServerProcess, *flags: str, **kwargs) -> ServerProcess:
-    """kill -9, then start again on the same data directory and port."""
-    srv.kill()
-    name = srv.data_dir.name.removeprefix("data-")
-    return server_factory(*flags, name=name, port=srv.port, **kwargs)
-
-
-def nothing_more(client: RawStomp, wait: float = 0.3) -> None:
-    with pytest.raises(TimeoutError):
-        client.read_frame(wait)
 
 
 def test_append_then_read_from_every_kind_of_start(server, raw_client):
@@ -51,12 +39,12 @@ def test_append_then_read_from_every_kind_of_start(server, raw_client):
     assert offsets(read(r, 5 - from_3)) == list(range(from_3, 5))
     subscribe(r, "/stream/s1", "offset=99")  # beyond next: waits for it
     subscribe(r, "/stream/s1")  # default: next
-    nothing_more(r)
+    r.assert_quiet()
     append(c, "/stream/s1", ["m5"])
     frames = read(r, 5)  # every reader but offset=99 (which still waits) reads on
     assert offsets(frames) == [5] * 5
     assert len({f.headers["subscription"] for f in frames}) == 5
-    nothing_more(r)
+    r.assert_quiet()
 
 
 def test_bounded_range_end_marker_and_independent_readers(server, raw_client):
@@ -76,7 +64,7 @@ def test_bounded_range_end_marker_and_independent_readers(server, raw_client):
     assert end.body == b""
     for f in frames:
         a.request("ACK", {"id": f.headers["ack"]})  # acking the marker is harmless
-    nothing_more(a)
+    a.assert_quiet()
 
     # A range past the end waits for the appends, then ends; another reader is unaffected.
     b, _ = raw_client(server)
@@ -87,7 +75,7 @@ def test_bounded_range_end_marker_and_independent_readers(server, raw_client):
     append(c, "/stream/s2", ["m4", "m5", "m6"])
     frames = read(b, 3)
     assert offsets(frames[:2]) == [4, 5] and frames[2].headers["x-stream-end"] == "true"
-    nothing_more(b)
+    b.assert_quiet()
     assert offsets(read(a, 3)) == [4, 5, 6]
     assert stream_info(c, "/stream/s2") == (0, 7)
 
@@ -97,7 +85,7 @@ def test_credit_limits_what_a_client_ack_reader_is_sent(server, raw_client):
     append(c, "/stream/s3", [f"m{i}" for i in range(10)])
     subscribe(c, "/stream/s3", "first", ack="client", **{"prefetch-count": "3"})
     frames = read(c, 3)
-    nothing_more(c)
+    c.assert_quiet()
     c.request("ACK", {"id": frames[-1].headers["ack"]})  # cumulative: three credits back
     assert offsets(read(c, 3)) == [3, 4, 5]
 
@@ -134,7 +122,7 @@ def test_dup_id_appends_once(server, raw_client):
     append(c, "/stream/dups", ["b"], **{"dup-id": "d2"})
     subscribe(c, "/stream/dups", "first")
     assert bodies(read(c, 2)) == ["a", "b"]
-    nothing_more(c)
+    c.assert_quiet()
 
 
 def test_offsets_and_contents_survive_kill_9(server_factory, raw_client):
@@ -144,7 +132,7 @@ def test_offsets_and_contents_survive_kill_9(server_factory, raw_client):
     append(c, "/stream/orders", [f"order {i}" for i in range(1, 20)])
     stream_info(c, "/stream/empty")  # created by a SUBSCRIBE, empty
     c.close()
-    srv = restart(server_factory, srv)
+    srv = restart(srv)
     c, _ = raw_client(srv)
     assert stream_info(c, "/stream/orders") == (0, 20)
     assert stream_info(c, "/stream/empty") == (0, 0)
@@ -172,7 +160,7 @@ max_bytes = 0
     append(c, "/stream/aging", ["old"] * 5)
     time.sleep(1.6)  # the age passes, and the server's periodic tick applies it
     assert stream_info(c, "/stream/aging") == (4, 5)  # the newest is always kept
-    srv = restart(server_factory, srv, config_text=config)
+    srv = restart(srv, config_text=config)
     c, _ = raw_client(srv)
     assert stream_info(c, "/stream/sized") == (first, 40)
     assert stream_info(c, "/stream/aging") == (4, 5)
@@ -195,7 +183,7 @@ orders = {max_bytes = 500, group = "spark"}
     c.request("SEND", {"destination": "/stream/orders", "x-stream-group": "spark",
                        "x-stream-commit-offset": "3"})  # offsets only move forward
     assert stream_info(c, "/stream/orders") == (7, 20)  # retention up to the group's offset
-    srv = restart(server_factory, srv, config_text=config)
+    srv = restart(srv, config_text=config)
     c, _ = raw_client(srv)
     assert stream_info(c, "/stream/orders") == (7, 20)
     subscribe(c, "/stream/orders", "group", **{"x-stream-group": "spark"})

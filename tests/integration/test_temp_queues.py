@@ -3,8 +3,8 @@ deleted with the connection."""
 
 from __future__ import annotations
 
-from tests.integration.clients import wait_until
 from tests.integration.rawstomp import unique
+from tests.support.waiting import wait_until
 
 
 def request(requester, service, temp: str, body: str):
@@ -118,7 +118,7 @@ def test_sending_after_the_owner_dropped_gets_an_error(server, stomp_client):
         )
         return probe.listener.errors[0] if probe.listener.errors else None
 
-    error = wait_until(error_or_none, 5, "ERROR for a dead temp queue")
+    error = wait_until(error_or_none, "ERROR for a dead temp queue", 5)
     assert "no longer exists" in error.headers.get("message", "")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import socket
 import ssl
@@ -14,24 +13,20 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from pathlib import Path
 
 import pytest
 import stomp
 
 import pairmq.client
 from pairmq.client import ConnectionFailed
-from tests.integration.clients import Collector, wait_until
+from tests.integration.clients import Collector
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import admin_request
-from tests.support.certs import Pki, client_context, make_pki
+from tests.support.certs import Pki, client_context
+from tests.support.cli import run, run_pairmq
+from tests.support.waiting import wait_until
 
 HOST = "127.0.0.1"
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path / "pki")
 
 
 def tls_server(server_factory, pki: Pki, *flags: str, client_auth: str = "none"
@@ -41,7 +36,7 @@ def tls_server(server_factory, pki: Pki, *flags: str, client_auth: str = "none"
     srv = server_factory("--user", "alice:secret", "--stomp-tls", f"{HOST}:{port}",
                          *pki.server_flags(client_auth=client_auth), *flags, anonymous=False)
     # the helper waited for the plaintext listener; the TLS one opens just after it
-    wait_until(lambda: "server s" in srv.logs() and " ready: " in srv.logs(), what="ready")
+    wait_until(lambda: "server s" in srv.logs() and " ready: " in srv.logs(), "ready")
     return srv, port
 
 
@@ -93,10 +88,9 @@ def test_tls_1_0_and_1_1_are_refused(server_factory, pki, version) -> None:
     loop's TLS closes the connection), and the same clients get TLS 1.2 and 1.3."""
     _srv, port = tls_server(server_factory, pki)
     def s_client(flag: str) -> str:
-        done = subprocess.run(["openssl", "s_client", "-connect", f"{HOST}:{port}", flag,
-                               "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", pki.ca_file],
-                              input=b"", capture_output=True, timeout=20)
-        return done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        done = run("openssl", "s_client", "-connect", f"{HOST}:{port}", flag, "-cipher",
+                   "DEFAULT@SECLEVEL=0", "-CAfile", pki.ca_file, stdin="", timeout=20)
+        return done.stdout + done.stderr
 
     out = s_client({ssl.TLSVersion.TLSv1: "-tls1", ssl.TLSVersion.TLSv1_1: "-tls1_1"}[version])
     assert "Cipher is (NONE)" in out, out
@@ -143,7 +137,7 @@ def test_client_certificates_required_from_the_ca(server_factory, pki) -> None:
                                key_store_path=str(alice.both)) as client:
         client.send("/queue/certs", b"no password")
     wait_until(lambda: "logged in as 'alice' by its client certificate" in _srv.logs(),
-               what="the certificate login")
+               "the certificate login")
     # a certificate naming nobody configured is no login (anonymous access is off)
     bob = pki.ca.issue("bob", client=True)
     with pytest.raises(pairmq.client.ClientError, match="authentication failed"):
@@ -171,7 +165,7 @@ def test_a_reload_reaches_new_connections(server_factory, pki, tmp_path) -> None
     shutil.copy(renewed.key, pki.server.key)
     shutil.copy(renewed_ca.cert_path, pki.ca.cert_path)
     srv.proc.send_signal(1)  # SIGHUP
-    wait_until(lambda: "TLS certificates reloaded" in srv.logs(), what="the reload")
+    wait_until(lambda: "TLS certificates reloaded" in srv.logs(), "the reload")
     after = handshake(port, client_context(str(renewed_ca.cert_path)))
     assert after.getpeercert()["serialNumber"] != first["serialNumber"]
     with pytest.raises(ssl.SSLCertVerificationError):
@@ -188,7 +182,7 @@ def test_a_reload_with_a_bad_file_keeps_the_running_certificates(server_factory,
     srv, port = tls_server(server_factory, pki)
     pki.server.key.write_text("not a key\n")
     srv.proc.send_signal(1)
-    wait_until(lambda: "TLS reload refused" in srv.logs(), what="the refusal")
+    wait_until(lambda: "TLS reload refused" in srv.logs(), "the refusal")
     assert str(pki.server.key) in srv.logs()
     with handshake(port, client_context(pki.ca_file)) as sock:
         assert sock.version() is not None
@@ -198,23 +192,21 @@ def test_the_management_port_speaks_https(server_factory, pki) -> None:
     admin = f"{HOST}:{free_port()}"
     srv, _port = tls_server(server_factory, pki, "--admin", admin, "--admin-tls",
                             "--user", "ops:opspw")
-    wait_until(lambda: "Management HTTP on https://" in srv.logs(), what="HTTPS")
+    wait_until(lambda: "Management HTTP on https://" in srv.logs(), "HTTPS")
     context = client_context(pki.ca_file)
     request = urllib.request.Request(
         f"https://{admin}/status",
         headers={"Authorization": "Basic " + base64.b64encode(b"ops:opspw").decode()})
     with urllib.request.urlopen(request, context=context, timeout=5) as response:
         status = json.loads(response.read())
-    assert status["name"] == srv.data_dir.name.removeprefix("data-")
+    assert status["name"] == srv.name
     with pytest.raises(OSError):  # plaintext HTTP gets no answer it can read
         admin_request(admin, "/status", credentials=("ops", "opspw"), timeout=3)
     env_ca = {"PAIRMQ_CA": pki.ca_file, "PAIRMQ_USER": "ops", "PAIRMQ_PASSWORD": "opspw"}
-    done = subprocess.run([sys.executable, "-m", "pairmq", "reload", f"https://{admin}"],
-                          env={**os.environ, **env_ca}, capture_output=True, text=True,
-                          timeout=30)
+    done = run_pairmq("reload", f"https://{admin}", env=env_ca)
     assert done.returncode == 0, done.stderr
     assert "reloaded" in done.stdout
-    wait_until(lambda: "TLS reload asked by user ops" in srv.logs(), what="the reload")
+    wait_until(lambda: "TLS reload asked by user ops" in srv.logs(), "the reload")
 
 
 def test_one_tls_client_sends_and_receives_at_once_without_garbling(server_factory, pki
@@ -262,7 +254,7 @@ def test_the_outbox_forwards_over_tls_once_the_server_is_up(server_factory, pki,
             client.send("/queue/tls-outbox", b"m%d" % i)  # into the outbox: no server yet
         assert client.stats()["outbox"]["depth"] == 10
         server_factory(*flags, anonymous=False)
-        wait_until(lambda: client.stats()["outbox"]["depth"] == 0, 30, "the outbox forwarded")
+        wait_until(lambda: client.stats()["outbox"]["depth"] == 0, "the outbox forwarded", 30)
     with pairmq.client.connect(url, login="alice", passcode="secret") as client:
         sub = client.subscribe("/queue/tls-outbox", ack="client-individual")
         got = []
@@ -282,7 +274,7 @@ def test_a_server_with_tls_only(pki, tmp_path) -> None:
                              *pki.server_flags()], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: b"ready: STOMP over TLS on" in (tmp_path / "server.log").read_bytes(),
-                   20, "the TLS listener")
+                   "the TLS listener", 20)
         assert b"STOMP on " not in (tmp_path / "server.log").read_bytes()
         with pairmq.client.connect(f"stomp+ssl://{HOST}:{port}",
                                    trust_store_path=pki.ca_file) as client:

@@ -7,21 +7,10 @@ import pytest
 
 from pairmq.client.plain import BlockingConnection
 from pairmq.protocol import Frame, serialize
+from tests.integration.clients import fill
 from tests.integration.rawstomp import unique
 from tests.serverproc import free_port
 from tests.support.admin import admin_request, admin_status, admin_user_flags, status_when_up
-
-
-def sync(client) -> None:
-    """A receipted round trip on `client`'s connection."""
-    client.send(f"/queue/{unique('sync')}", "sync")
-
-
-def fill(server, stomp_client, queue: str, count: int) -> None:
-    producer = stomp_client(server)
-    for i in range(count):
-        producer.send(queue, f"m{i}", receipt=(i == count - 1))
-    producer.disconnect()
 
 
 def test_sends_are_delivered_only_at_commit(server, stomp_client):
@@ -34,8 +23,8 @@ def test_sends_are_delivered_only_at_commit(server, stomp_client):
         producer.send(queue, f"tx{i}", transaction="t1")
     producer.send(queue, "outside")
     consumer.wait_body("outside")
-    sync(producer)
-    sync(consumer)
+    producer.sync()
+    consumer.sync()
     assert consumer.bodies() == ["outside"], "nothing of a transaction is delivered before COMMIT"
     producer.commit("t1")
     consumer.wait_messages(4)
@@ -51,8 +40,8 @@ def test_sends_to_several_destinations_commit_together(server, stomp_client):
     producer.begin("t")
     producer.send(queue, "to queue", transaction="t")
     producer.send(topic, "to topic", transaction="t")
-    sync(producer)
-    sync(consumer)
+    producer.sync()
+    consumer.sync()
     assert consumer.bodies() == []
     producer.commit("t")
     consumer.wait_messages(2)
@@ -75,7 +64,7 @@ def test_abort_discards_sends(server, stomp_client):
     producer.conn.commit("t1", headers={"receipt": "late-commit"})
     error = producer.wait_error()
     assert error.headers.get("receipt-id") == "late-commit"
-    sync(consumer)
+    consumer.sync()
     assert consumer.bodies() == ["after"]
 
 
@@ -88,9 +77,7 @@ def test_disconnect_with_open_transaction_discards_sends(server, stomp_client, h
     producer.drop() if how == "drop" else producer.disconnect()
     consumer = stomp_client(server)
     consumer.subscribe(queue)
-    consumer.send(queue, "after")
-    consumer.wait_body("after")
-    assert consumer.bodies() == ["after"]
+    assert consumer.bodies_up_to_marker(queue) == ["after"]
 
 
 def test_interleaved_transactions_are_independent(server, stomp_client):
@@ -124,9 +111,7 @@ def test_ack_takes_effect_at_commit(server, stomp_client):
     consumer.drop()
     check = stomp_client(server)
     check.subscribe(queue)
-    check.send(queue, "after")
-    check.wait_body("after")
-    assert check.bodies() == ["after"], "acks committed: nothing comes back"
+    assert check.bodies_up_to_marker(queue) == ["after"], "acks committed: nothing comes back"
 
 
 @pytest.mark.parametrize("how", ["drop", "disconnect"])
@@ -145,7 +130,7 @@ def test_uncommitted_ack_is_undone_by_disconnect(server, stomp_client, how):
     (again,) = check.wait_messages(1)
     assert again.body == "m1"
     assert again.headers["redelivered"] == "true"
-    sync(check)
+    check.sync()
     assert check.bodies() == ["m1"]
 
 
@@ -168,9 +153,7 @@ def test_abort_returns_acked_messages_marked_redelivered(server, stomp_client):
     consumer.drop()
     check = stomp_client(server)
     check.subscribe(queue)
-    check.send(queue, "after")
-    check.wait_body("after")
-    assert check.bodies() == ["after"]
+    assert check.bodies_up_to_marker(queue) == ["after"]
 
 
 def test_nack_takes_effect_at_commit(server, stomp_client):
@@ -181,7 +164,7 @@ def test_nack_takes_effect_at_commit(server, stomp_client):
     (m0,) = consumer.wait_messages(1)
     consumer.begin("t")
     consumer.nack(m0, transaction="t")
-    sync(consumer)
+    consumer.sync()
     assert len(consumer.messages) == 1, "a NACK in a transaction waits for COMMIT"
     consumer.commit("t")
     again = consumer.wait_messages(2)[1]

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from pairmq.client.plain import BlockingConnection, StompError
-from tests.integration.clients import wait_until
 from tests.serverproc import free_port
-from tests.support.admin import ADMIN_USER, admin_user_flags, pairmq_cli
+from tests.support.admin import ADMIN_USER, admin_user_flags
+from tests.support.cli import manage, run_pairmq
+from tests.support.waiting import wait_until
 
 SECURITY = """
 [auth.users.filed]
@@ -28,14 +29,8 @@ def managed(server_factory):
     admin = f"127.0.0.1:{free_port()}"
     srv = server_factory("--admin", admin, *admin_user_flags(), config_text=SECURITY,
                          anonymous=False, name="users")
-    wait_until(lambda: "Management HTTP on" in srv.logs(), what="the management port")
+    wait_until(lambda: "Management HTTP on" in srv.logs(), "the management port")
     return srv, admin
-
-
-def cli(admin: str, *args: str):
-    done = pairmq_cli(*args, "--admin", admin)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def login(srv, user: str, password: str) -> BlockingConnection:
@@ -50,34 +45,34 @@ def refused_login(srv, user: str, password: str) -> str:
 
 def test_add_passwd_grant_revoke_remove(server_factory) -> None:
     srv, admin = managed(server_factory)
-    assert "user 'ann' set" in cli(admin, "user", "add", "ann", "--role", "producers",
-                                   "--new-password", "pw1")
+    assert "user 'ann' set" in manage(admin, "user", "add", "ann", "--role", "producers",
+                                      "--new-password", "pw1").stdout
     ann = login(srv, "ann", "pw1")
     ann.send("/queue/orders.eu", b"by ann")  # the role applies: producers may send
-    listed = cli(admin, "user", "list")
+    listed = manage(admin, "user", "list").stdout
     assert "ann\tproducers\trun time" in listed and "filed\tproducers\tfile" in listed
     assert f"{ADMIN_USER}\tadmin\tfile" in listed
     # passwd: the old one no longer logs in
-    cli(admin, "user", "passwd", "ann", "--new-password", "pw2")
+    manage(admin, "user", "passwd", "ann", "--new-password", "pw2")
     assert "authentication failed" in refused_login(srv, "ann", "pw1")
     login(srv, "ann", "pw2").close()
-    assert "producers\tann,filed" in cli(admin, "role", "list")
-    assert json.loads(cli(admin, "role", "list", "--json"))["roles"]["producers"] == [
+    assert "producers\tann,filed" in manage(admin, "role", "list").stdout
+    assert json.loads(manage(admin, "role", "list", "--json").stdout)["roles"]["producers"] == [
         "ann", "filed"]
-    users = json.loads(cli(admin, "user", "list", "--json"))["users"]
+    users = json.loads(manage(admin, "user", "list", "--json").stdout)["users"]
     assert {"name": "ann", "roles": ["producers"], "source": "run time"} in users
     # revoke: her connection closes; her next one may not send
-    cli(admin, "role", "revoke", "producers", "ann")
+    manage(admin, "role", "revoke", "producers", "ann")
     with pytest.raises((StompError, OSError)):
         ann.send("/queue/orders.eu", b"after revoke")
     again = login(srv, "ann", "pw2")
     with pytest.raises(StompError, match="lacks permission send"):
         again.send("/queue/orders.eu", b"no role")
-    cli(admin, "role", "grant", "producers", "ann")
+    manage(admin, "role", "grant", "producers", "ann")
     ann = login(srv, "ann", "pw2")
     ann.send("/queue/orders.eu", b"granted again")
     # remove: her connection closes, she cannot log in
-    cli(admin, "user", "remove", "ann")
+    manage(admin, "user", "remove", "ann")
     with pytest.raises((StompError, OSError)):
         ann.send("/queue/orders.eu", b"removed")
     assert "authentication failed" in refused_login(srv, "ann", "pw2")
@@ -87,23 +82,23 @@ def test_add_passwd_grant_revoke_remove(server_factory) -> None:
 
 def test_run_time_changes_outlive_a_restart_and_override_the_file(server_factory) -> None:
     srv, admin = managed(server_factory)
-    cli(admin, "user", "add", "bob", "--role", "producers", "--new-password", "bobpw")
-    cli(admin, "user", "remove", "filed")  # a user of the file, removed at run time
+    manage(admin, "user", "add", "bob", "--role", "producers", "--new-password", "bobpw")
+    manage(admin, "user", "remove", "filed")  # a user of the file, removed at run time
     srv.stop()
     srv2, admin2 = managed(server_factory)
     assert srv2.data_dir == srv.data_dir
     login(srv2, "bob", "bobpw").close()
     assert "authentication failed" in refused_login(srv2, "filed", "from-file")
-    listed = cli(admin2, "user", "list")
+    listed = manage(admin2, "user", "list").stdout
     assert "bob\tproducers\trun time" in listed and "filed" not in listed
 
 
 def test_only_an_admin_changes_users_and_a_bad_request_is_named(server_factory) -> None:
     _srv, admin = managed(server_factory)
-    done = pairmq_cli("user", "add", "eve", "--new-password", "x", "--admin", admin,
+    done = run_pairmq("user", "add", "eve", "--new-password", "x", "--admin", admin,
                       env={"PAIRMQ_USER": "filed", "PAIRMQ_PASSWORD": "from-file"})
     assert done.returncode == 1 and "needs role admin" in done.stderr, done.stderr
-    done = pairmq_cli("user", "remove", "nobody", "--admin", admin)
+    done = run_pairmq("user", "remove", "nobody", "--admin", admin)
     assert done.returncode == 1 and "no user 'nobody'" in done.stderr, done.stderr
 
 
@@ -112,28 +107,28 @@ def test_permission_rules_at_run_time(server_factory) -> None:
     filed = login(srv, "filed", "from-file")
     filed.send("/queue/orders.eu", b"allowed by the file's rule")
     # a narrower rule set at run time decides for orders.eu
-    cli(admin, "security", "set", "orders.eu", "--grant", "send=eu-desk",
-        "--grant", "consume=eu-desk")
-    listed = cli(admin, "security", "list")
+    manage(admin, "security", "set", "orders.eu", "--grant", "send=eu-desk",
+           "--grant", "consume=eu-desk")
+    listed = manage(admin, "security", "list").stdout
     assert "orders.eu\tsend=eu-desk consume=eu-desk\trun time" in listed, listed
     assert "orders.#\tsend=producers consume=producers\tfile" in listed, listed
     again = login(srv, "filed", "from-file")
     with pytest.raises(StompError, match="lacks permission send on /queue/orders.eu "
                                          r"\(granted to roles: eu-desk\)"):
         again.send("/queue/orders.eu", b"refused now")
-    cli(admin, "role", "grant", "eu-desk", "filed")
+    manage(admin, "role", "grant", "eu-desk", "filed")
     login(srv, "filed", "from-file").send("/queue/orders.eu", b"as eu-desk")
     # the file's own rule removed at run time: it stays removed after a restart
-    cli(admin, "security", "remove", "orders.#")
+    manage(admin, "security", "remove", "orders.#")
     srv.stop()
     srv2, admin2 = managed(server_factory)
-    listed = cli(admin2, "security", "list")
+    listed = manage(admin2, "security", "list").stdout
     assert "orders.#" not in listed and "orders.eu" in listed, listed
     with pytest.raises(StompError, match=r"lacks permission send on /queue/orders\.us"):
         login(srv2, "filed", "from-file").send("/queue/orders.us", b"no rule matches")
-    bad = pairmq_cli("security", "set", "/queue/x", "--grant", "send=a", "--admin", admin2)
+    bad = run_pairmq("security", "set", "/queue/x", "--grant", "send=a", "--admin", admin2)
     assert bad.returncode == 1 and "without /queue/" in bad.stderr, bad.stderr
-    bad = pairmq_cli("security", "set", "x", "--grant", "sned=a", "--admin", admin2)
+    bad = run_pairmq("security", "set", "x", "--grant", "sned=a", "--admin", admin2)
     assert bad.returncode == 1 and "unknown permission 'sned'" in bad.stderr, bad.stderr
 
 
@@ -141,20 +136,20 @@ def test_the_management_api_follows_the_rules_on_pairmq_management(server_factor
     """Beside the admin and monitor roles, [security] grants `manage` (changes) and
     `browse` (reads) on pairmq.management."""
     _srv, admin = managed(server_factory)
-    cli(admin, "user", "add", "opsy", "--role", "operators", "--new-password", "o")
-    cli(admin, "user", "add", "watch", "--role", "dashboards", "--new-password", "w")
+    manage(admin, "user", "add", "opsy", "--role", "operators", "--new-password", "o")
+    manage(admin, "user", "add", "watch", "--role", "dashboards", "--new-password", "w")
     as_opsy = {"PAIRMQ_USER": "opsy", "PAIRMQ_PASSWORD": "o"}
     as_watch = {"PAIRMQ_USER": "watch", "PAIRMQ_PASSWORD": "w"}
-    denied = pairmq_cli("user", "list", "--admin", admin, env=as_watch)
+    denied = run_pairmq("user", "list", "--admin", admin, env=as_watch)
     assert denied.returncode == 1 and "permission browse on pairmq.management" in \
         denied.stderr, denied.stderr
-    cli(admin, "security", "set", "pairmq.management", "--grant", "manage=operators",
-        "--grant", "browse=operators,dashboards")
-    assert pairmq_cli("user", "list", "--admin", admin, env=as_watch).returncode == 0
-    refused = pairmq_cli("user", "add", "x", "--new-password", "x", "--admin", admin,
+    manage(admin, "security", "set", "pairmq.management", "--grant", "manage=operators",
+           "--grant", "browse=operators,dashboards")
+    assert run_pairmq("user", "list", "--admin", admin, env=as_watch).returncode == 0
+    refused = run_pairmq("user", "add", "x", "--new-password", "x", "--admin", admin,
                          env=as_watch)
     assert refused.returncode == 1 and "permission manage on pairmq.management" in \
         refused.stderr, refused.stderr
-    done = pairmq_cli("user", "add", "x", "--new-password", "x", "--admin", admin,
+    done = run_pairmq("user", "add", "x", "--new-password", "x", "--admin", admin,
                       env=as_opsy)
     assert done.returncode == 0, done.stderr

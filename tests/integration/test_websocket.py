@@ -21,7 +21,7 @@ import pytest
 import stomp
 
 from pairmq.server.config import ConfigError, load_config
-from tests.integration.clients import Collector, wait_until
+from tests.integration.clients import Collector
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import (
     admin_request,
@@ -32,6 +32,7 @@ from tests.support.admin import (
 )
 from tests.support.certs import make_pki
 from tests.support.jsclient import start_script
+from tests.support.waiting import wait_until
 from tests.support.wsstomp import Closed, WsStomp
 
 HOST = "127.0.0.1"
@@ -47,7 +48,7 @@ def ws_server(server_factory: Callable[..., ServerProcess], *flags: str,
     srv = server_factory("--user", f"alice:{hashed('secret')}", "--stomp-ws", f"{HOST}:{port}",
                          *(["--stomp-ws-tls"] if tls else []), *flags, anonymous=anonymous)
     # the helper waited for the TCP listener; the WebSocket one opens just after it
-    wait_until(lambda: " ready: " in srv.logs(), what="the server ready")
+    wait_until(lambda: " ready: " in srv.logs(), "the server ready")
     url = f"{'wss' if tls else 'ws'}://{HOST}:{port}/stomp"
     assert f"STOMP over WebSocket on {url}" in srv.logs()
     return srv, url

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
 from tests.support.admin import admin_request
 from tests.support.spark import (
     BatchFiles,
@@ -20,6 +20,7 @@ from tests.support.spark import (
     last_batch,
     pair_url,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +42,11 @@ def test_reader_reads_each_offset_once_through_a_kill_a_restart_and_a_replay(
 
     query = start(processingTime="100 milliseconds")
     try:
-        wait_for(lambda: committed(checkpoint, 1), 60, "two batches committed")
+        wait_until(lambda: committed(checkpoint, 1), "two batches committed", 60)
         pair.kill("primary")  # the query's tasks and its driver fail over to the backup
         pair.wait_active(15, "backup")
         append(url, "events", 500, start=2000)
-        wait_for(lambda: committed(checkpoint, 6), 90, "batches after the failover")
+        wait_until(lambda: committed(checkpoint, 6), "batches after the failover", 90)
         assert query.exception() is None, query.exception()
     finally:
         query.stop()  # perhaps in the middle of a batch: the restart runs it again
@@ -93,7 +94,7 @@ def test_writer_leaves_one_copy_through_retries_a_kill_and_a_replayed_batch(
     killed_while_running: list[bool] = []
 
     def kill() -> None:
-        wait_for(lambda: committed(checkpoint, 0), 60, "the first batch committed")
+        wait_until(lambda: committed(checkpoint, 0), "the first batch committed", 60)
         pair.kill("primary")
         killed_while_running.append(query.isActive)
 

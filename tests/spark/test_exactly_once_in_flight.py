@@ -11,10 +11,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from tests.ha.pair import Pair, wait_for
+from tests.ha.pair import Pair
 from tests.serverproc import free_port
 from tests.support.admin import admin_status, admin_user_flags, metric
 from tests.support.spark import drain, pair_url, server_url
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +35,9 @@ def test_a_write_with_more_rows_in_flight_than_the_dup_cache_leaves_one_copy_thr
 
     def kill() -> None:
         # mid-write: once the active holds a good part of the rows, not all of them
-        wait_for(lambda: metric(pair.admin_address("primary"),
-                                "pairmq_messages_received_total") >= 40_000,
-                 120, "40,000 rows at the active", interval=0.02)
+        wait_until(lambda: metric(pair.admin_address("primary"),
+                                  "pairmq_messages_received_total") >= 40_000,
+                   "40,000 rows at the active", 120, interval=0.02)
         pair.kill("primary")
         killed_mid_write.append(not written.is_set())
 

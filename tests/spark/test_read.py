@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.ha.pair import wait_for
 from tests.serverproc import free_port
 from tests.support.spark import BatchFiles, append, committed, server_url, url_of
+from tests.support.waiting import wait_until
 
 import pairmq.client
 from pairmq.client import ServerError
@@ -112,7 +112,7 @@ def test_option_group_stores_the_group_s_offset_as_batches_commit(spark, server,
                  .option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="100 milliseconds").start())
         try:
-            wait_for(lambda: committed(checkpoint, batches - 1), 60, f"{batches} batches")
+            wait_until(lambda: committed(checkpoint, batches - 1), f"{batches} batches", 60)
             time.sleep(1)  # Spark commits a batch's end to the source when it plans the next
         finally:
             query.stop()

@@ -4,7 +4,7 @@ The management port refuses requests without a user that has the right role
 (docs/configuration.md, "Management HTTP"). Servers started by the test helpers get
 ADMIN_USER (through `admin_user_flags()`), and every helper that reads /status or POSTs
 /activate goes through `admin_request` / `admin_status`, or passes `admin_env()` to the
-`pairmq` command.
+`pairmq` command (tests/support/cli.py).
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ import base64
 import functools
 import http.client
 import json
-import os
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 from pairmq.server.guards.auth import hash_password
+from tests.support.waiting import wait_until
 
 ADMIN_USER = "pairmq-test-admin"
 ADMIN_PASSWORD = "admin-test-password"
@@ -97,12 +94,8 @@ def admin_status(address: str, timeout: float = 2.0,
 def status_when_up(address: str, timeout: float = 10.0) -> dict[str, Any]:
     """GET /status once the management port answers: it opens a moment after the STOMP
     port, which is what starting a server waits for."""
-    deadline = time.monotonic() + timeout
-    while (status := admin_status(address)) is None:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{address} did not answer GET /status in {timeout} s")
-        time.sleep(0.05)
-    return status
+    return wait_until(lambda: admin_status(address), f"{address} to answer GET /status",
+                      timeout, interval=0.05)
 
 
 def metric(address: str, name: str) -> float:
@@ -116,13 +109,14 @@ def metric(address: str, name: str) -> float:
     raise AssertionError(f"no {name} in /metrics: {str(body)[:300]!r}")
 
 
-def pairmq_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30.0
-               ) -> subprocess.CompletedProcess:
-    """`pairmq ARGS` without a terminal, logged in as the test admin unless `env` says
-    otherwise (PAIRMQ_USER / PAIRMQ_PASSWORD)."""
-    return subprocess.run([sys.executable, "-m", "pairmq", *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          env={**os.environ, **admin_env(), **(env or {})})
+def api(address: str, path: str, data: Any = None, credentials: tuple[str, str] = ADMIN
+        ) -> Any:
+    """The JSON answer of one management API request (a POST of `data`, or a GET), which
+    must succeed (200)."""
+    code, _, body = admin_request(address, path, method="GET" if data is None else "POST",
+                                  credentials=credentials, data=data)
+    assert code == 200, (code, body)
+    return body
 
 
 def metric_samples(address: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -157,3 +151,12 @@ def managed_server(server_factory: Any, *flags: str, **kwargs: Any) -> tuple[Any
     srv = server_factory(*flags, *admin_flags, **kwargs)
     status_when_up(address)
     return srv, address
+
+
+def sample_value(samples: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str,
+                 **labels: str) -> float:
+    """The value of one series of `metric_samples`, by its name and labels."""
+    key = tuple(sorted(labels.items()))
+    assert name in samples, f"no {name} in /metrics"
+    assert key in samples[name], f"{name}{labels} not in {sorted(samples[name])}"
+    return samples[name][key]

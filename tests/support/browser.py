@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +40,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
 from tests.support.admin import ADMIN
+from tests.support.waiting import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -116,19 +116,17 @@ class Browser:
 
     def wait(self, predicate: Callable[[], T], what: str, timeout: float = WAIT_S) -> T:
         """Poll `predicate` (in the test, against the live page) until it is truthy."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value: T | None = None
+        def look() -> T | None:
             try:
-                value = predicate()
+                return predicate()
             except (NoSuchElementException, StaleElementReferenceException):
-                pass  # the page changed under the look: look again
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the console did not show {what} within {timeout} s; "
-                                     f"it shows:\n{self.page_text()}\n{self.console_log()}")
-            time.sleep(0.1)
+                return None  # the page changed under the look: look again
+
+        try:
+            return wait_until(look, f"the console to show {what}", timeout, interval=0.1)
+        except TimeoutError:
+            raise AssertionError(f"the console did not show {what} within {timeout} s; "
+                                 f"it shows:\n{self.page_text()}\n{self.console_log()}") from None
 
     def wait_text(self, css: str, text: str, timeout: float = WAIT_S) -> str:
         """Wait until the element matching `css` shows `text`; returns all its text."""

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+from tests.support.cli import run
 
 
 @contextmanager
@@ -26,7 +24,7 @@ def small_disk(mountpoint: Path, size: str) -> Iterator[Path]:
     """Mount a tmpfs of `size` (e.g. "4m") at mountpoint for the duration of the block."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     try:
-        mounted = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint))
+        mounted = run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint))
     except (OSError, subprocess.SubprocessError) as e:
         pytest.skip(f"cannot mount a small file system here: {e}")
     if mounted.returncode != 0:
@@ -35,8 +33,8 @@ def small_disk(mountpoint: Path, size: str) -> Iterator[Path]:
     try:
         yield mountpoint
     finally:
-        if _run("umount", str(mountpoint)).returncode != 0:
-            _run("umount", "-l", str(mountpoint))
+        if run("umount", str(mountpoint)).returncode != 0:
+            run("umount", "-l", str(mountpoint))
 
 
 @contextmanager
@@ -49,10 +47,10 @@ def loop_filesystem(workdir: Path, mountpoint: Path, size_mb: int = 32) -> Itera
     mountpoint.mkdir(parents=True, exist_ok=True)
     with open(image, "wb") as f:
         f.truncate(size_mb * 1024 * 1024)
-    made = _run("mkfs.ext4", "-q", "-F", str(image))
+    made = run("mkfs.ext4", "-q", "-F", str(image))
     if made.returncode != 0:
         pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
-    mounted = _run("mount", "-o", "loop", str(image), str(mountpoint))
+    mounted = run("mount", "-o", "loop", str(image), str(mountpoint))
     if mounted.returncode != 0:
         pytest.skip("mounting a loop filesystem is not permitted here (needs root and loop "
                     f"devices): {mounted.stderr.strip()}")
@@ -60,19 +58,19 @@ def loop_filesystem(workdir: Path, mountpoint: Path, size_mb: int = 32) -> Itera
         yield mountpoint
     finally:
         thaw(mountpoint)  # never leave it frozen, whatever happened
-        if _run("umount", str(mountpoint)).returncode != 0:
-            _run("umount", "-l", str(mountpoint))
+        if run("umount", str(mountpoint)).returncode != 0:
+            run("umount", "-l", str(mountpoint))
 
 
 def freeze(mountpoint: Path) -> None:
     """fsfreeze -f: from now on writes to the file system block (skipped if refused)."""
-    frozen = _run("fsfreeze", "-f", str(mountpoint))
+    frozen = run("fsfreeze", "-f", str(mountpoint))
     if frozen.returncode != 0:
         pytest.skip(f"fsfreeze is not permitted here: {frozen.stderr.strip()}")
 
 
 def thaw(mountpoint: Path) -> None:
-    _run("fsfreeze", "-u", str(mountpoint))
+    run("fsfreeze", "-u", str(mountpoint))
 
 
 @contextmanager

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import run
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "support" / "js"
 NODE_DIR = ROOT / ".cache" / "node"
@@ -45,9 +47,8 @@ def node_modules() -> Path:
         if not stamp.exists() or stamp.read_text() != wanted:
             for name in MANIFESTS:
                 shutil.copyfile(SCRIPTS / name, NODE_DIR / name)
-            result = subprocess.run(
-                ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
-                capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+            result = run("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error",
+                         cwd=NODE_DIR, timeout=INSTALL_TIMEOUT_S)
             if result.returncode != 0:
                 raise RuntimeError(f"npm ci in {NODE_DIR} failed:\n{result.stdout}\n"
                                    f"{result.stderr}")

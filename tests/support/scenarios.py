@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.ha.clients import parse_address, send_some
+from tests.ha.clients import send_some
 from tests.ha.pair import Pair
 
 QUEUE = "/queue/ha-restart"
@@ -15,11 +15,11 @@ def both_down_with_newest(pair: Pair, newest: str,
     """A formed pair; messages `old` on both; the older server dies; messages `new` only on
     `newest`, which then dies too. Returns (old, new) dup-ids."""
     older = pair.other(newest)
-    old = send_some(parse_address(pair.stomp_address("primary")), queue, "old", 10)
+    old = send_some(pair.client_address("primary"), queue, "old", 10)
     pair.kill(older)
     pair.wait_active(10, newest)
     pair.wait_state(newest, "STANDALONE", 10)
-    new = send_some(parse_address(pair.stomp_address(newest)), queue, "new", 10)
+    new = send_some(pair.client_address(newest), queue, "new", 10)
     pair.kill(newest)
     return old, new
 

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from pairmq.core import Broker, CoreError, CoreSettings
 from pairmq.core.admission import Admission
-from pairmq.core.broker.broker import TURN_DELIVERIES
 from pairmq.core.settings import AddressFullPolicy
+from pairmq.core.subscription import TURN_DELIVERIES
 
 NOW = 1_000_000
 

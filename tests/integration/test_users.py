@@ -112,6 +112,10 @@ def test_permission_rules_at_run_time(server_factory) -> None:
     listed = manage(admin, "security", "list").stdout
     assert "orders.eu\tsend=eu-desk consume=eu-desk\trun time" in listed, listed
     assert "orders.#\tsend=producers consume=producers\tfile" in listed, listed
+    # the connection that sent before is refused too: a decision kept per destination
+    # (server/stomp/connection.py) lasts only until the rules change
+    with pytest.raises(StompError, match=r"lacks permission send on /queue/orders\.eu"):
+        filed.send("/queue/orders.eu", b"refused on the connection that sent before")
     again = login(srv, "filed", "from-file")
     with pytest.raises(StompError, match="lacks permission send on /queue/orders.eu "
                                          r"\(granted to roles: eu-desk\)"):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pairmq.protocol import ProtocolError, escape_header, unescape_header
 
@@ -57,3 +59,24 @@ def test_unknown_version():
         escape_header("a", "2.0")
     with pytest.raises(ValueError):
         unescape_header("a", "2.0")
+
+
+@pytest.mark.parametrize(
+    ("wire", "value"),
+    [
+        ("ID\\cpairmq-1\\c42", "ID:pairmq-1:42"),  # a message id: only \c, the quick path
+        ("\\\\c", "\\c"),  # an escaped backslash before a c is not a colon
+        ("\\\\\\c", "\\:"),
+        ("\\c\\\\", ":\\"),
+    ],
+)
+def test_colon_escapes_decode_left_to_right(wire, value):
+    assert unescape_header(wire, "1.2") == value
+    assert unescape_header(wire, "1.1") == value
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet="\\c:nr\n\rx", max_size=16))
+def test_escaping_round_trips(value):
+    assert unescape_header(escape_header(value, "1.2"), "1.2") == value
+    assert unescape_header(escape_header(value, "1.1"), "1.1") == value  # CR goes raw

@@ -8,7 +8,9 @@ import pytest
 
 from pairmq.core.permissions import Exists, Permission, Rule, SecurityRules
 from pairmq.server.stomp.session import (
+    COMMANDS,
     TRANSITIONS,
+    Intake,
     InvalidTransition,
     Phase,
     ServerSession,
@@ -108,8 +110,32 @@ def test_a_reason_to_wait_holds_frames_until_it_is_cleared(wait: Wait) -> None:
 
 def test_only_frames_after_connect_count_for_a_resumed_session() -> None:
     session = session_in(Phase.CONNECTED)
-    assert [c for c in ("CONNECT", "STOMP", "SEND", "ACK", "DISCONNECT")
-            if session.counts(c)] == ["SEND", "ACK", "DISCONNECT"]
+    counted = []
+    for command in ("CONNECT", "STOMP", "SEND", "ACK", "DISCONNECT"):
+        before = session.frames
+        session.applied(command)
+        if session.frames > before:
+            counted.append(command)
+    assert counted == ["SEND", "ACK", "DISCONNECT"]
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+@pytest.mark.parametrize("wait", list(Wait))
+def test_intake_and_applies_say_what_the_phase_and_the_wait_say(phase: Phase,
+                                                                wait: Wait) -> None:
+    """The values the shell reads per frame agree with the rules written out: a command is
+    in `applies` exactly when `refusal` has nothing against it, and `intake` holds frames
+    while logging in or waiting, ignores them after a DISCONNECT or once closed."""
+    session = session_in(phase)
+    session.wait = wait
+    for command in (*COMMANDS, "BOGUS"):
+        assert (command in session.applies) == (session.refusal(command) is None), command
+    ignored = phase in (Phase.DISCONNECTING, Phase.CLOSED)
+    held = not ignored and (phase is Phase.LOGGING_IN or wait is not Wait.NONE)
+    assert session.intake is (Intake.IGNORE if ignored else Intake.HOLD if held
+                              else Intake.APPLY)
+    assert session.reads_frames == (not ignored)
+    assert session.holds_frames == held
 
 
 def test_without_rules_everything_is_allowed() -> None:

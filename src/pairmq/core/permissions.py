@@ -159,6 +159,10 @@ class Exists:
     non_durable_topic: str | None = None
 
 
+# The commands `needed` may ask a permission for: any other frame needs none.
+PERMISSIONED = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE"})
+
+
 def needed(command: str, headers: Mapping[str, str], exists: Exists
            ) -> list[tuple[Permission, str]]:
     """The permissions a frame needs, each with the destination it needs it on."""

@@ -27,9 +27,14 @@ def ack_mode_of(ack: str) -> int:
     return mode
 
 
+# Messages one session is handed per turn of the server, at most (core/broker/broker.py
+# `_turn_full`).
+TURN_DELIVERIES = 512
+
+
 class Subscription:
     __slots__ = ("ack_mode", "destination", "durable", "id", "index", "prefetch", "queue",
-                 "session", "unacked")
+                 "session", "turn_cap", "unacked")
 
     def __init__(self, session: Session, sub_id: str, destination: str, queue: Queue,
                  ack_mode: int, prefetch: int, durable: bool,
@@ -40,6 +45,7 @@ class Subscription:
         self.queue = queue
         self.ack_mode = ack_mode
         self.prefetch = prefetch
+        self.turn_cap = min(prefetch, TURN_DELIVERIES)  # deliveries it takes per turn
         self.durable = durable
         # a consumer of a shared queue with a selector: what it may take (core/selective.py)
         self.index = index
@@ -47,6 +53,7 @@ class Subscription:
         self.unacked: dict[str, Entry] = {}
 
     def can_take(self) -> bool:
+        """Room for one more delivery (Broker._dispatch tests the same, written out)."""
         if not self.session.writable:
             return False
         return self.ack_mode == ACK_AUTO or len(self.unacked) < self.prefetch

@@ -49,6 +49,9 @@ def unescape_header(value: str, version: str) -> str:
     table = _table(version)
     if version == "1.0" or "\\" not in value:
         return value
+    colons = value.replace("\\c", ":")
+    if "\\" not in colons:  # only \c escapes (a message id's colons): every backslash
+        return colons  # began one, so decoding left to right gives the same
 
     def decode(match: re.Match[str]) -> str:
         char = match.group(1)

@@ -13,7 +13,7 @@ are checked here too. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ProtocolError
 
@@ -32,11 +32,19 @@ class MessageLimits:
     max_frame_bytes: int
     max_headers: int
     max_header_bytes: int
+    # Headers a message may keep: what the server adds must still fit (set from the above:
+    # every SEND reads it).
+    most_headers: int = field(init=False)
+    # A message with at most `most_headers` headers and a body of at most this many bytes
+    # fits whatever its header lines hold (each is within max_header_bytes already): the
+    # server skips `check` for it (most SENDs).
+    body_fits: int = field(init=False)
 
-    @property
-    def most_headers(self) -> int:
-        """Headers a message may keep: what the server adds must still fit."""
-        return max(0, self.max_headers - HEADERS_ADDED)
+    def __post_init__(self) -> None:
+        most_headers = max(0, self.max_headers - HEADERS_ADDED)
+        object.__setattr__(self, "most_headers", most_headers)
+        object.__setattr__(self, "body_fits", self.max_frame_bytes - BYTES_ADDED
+                           - most_headers * (self.max_header_bytes + 2))
 
     def check(self, headers: Mapping[str, str], body_bytes: int,
               also: Mapping[str, str] | None = None, what: str = "a message",

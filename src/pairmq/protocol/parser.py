@@ -142,6 +142,7 @@ class FrameParser:
         """Append the frames complete in `src`; return where the unfinished rest starts."""
         end = len(src)
         max_frame = self._max_frame
+        copy_body = type(src) is not bytes  # a bytearray's slice is copied to bytes
         version = self._version
         crlf = self._crlf
         scan = self._scan
@@ -251,8 +252,9 @@ class FrameParser:
                 if src[stop]:
                     raise ProtocolError(f"missing NUL after body of content-length {size}",
                                         receipt=headers.get("receipt"))
-            chunk = src[body:stop]  # bytes from bytes; a bytearray's slice is copied to bytes
-            payload = chunk if type(chunk) is bytes else bytes(chunk)
+            # bytes from bytes: `src` is bytes unless copy_body
+            payload: bytes = bytes(src[body:stop]) if copy_body \
+                else src[body:stop]  # type: ignore[assignment]
             frames.append(Frame(command, headers, payload))
             pos = stop + 1
             if command in _CONNECT_COMMANDS:

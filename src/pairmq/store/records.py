@@ -67,6 +67,8 @@ TX_DROP = 23  # never decided; its sends mean nothing: (TX_DROP, key)
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_U8_U32 = struct.Struct("<BI")  # packed: no padding with "<"
+_U32_U64 = struct.Struct("<IQ")
 _ADD_FIXED = struct.Struct("<BQQBBI")  # type, order, expires, priority, persistent, deliveries
 
 
@@ -172,12 +174,18 @@ def encode_add(order: int, message_id: str, destination: str, priority: int, exp
 
 
 def encode_del(queue: str, message_id: str, order: int) -> bytes:
-    return b"".join((_U8.pack(DEL_ORDER), _s(queue), _s(message_id), _U64.pack(order)))
+    # _s(queue), _s(message_id) written out: two of these per message acknowledged
+    q = queue.encode()
+    m = message_id.encode()
+    return b"".join((_U8_U32.pack(DEL_ORDER, len(q)), q, _U32.pack(len(m)), m,
+                     _U64.pack(order)))
 
 
 def encode_delivered(queue: str, message_id: str, deliveries: int, order: int) -> bytes:
-    return b"".join((_U8.pack(DELIVERED_ORDER), _s(queue), _s(message_id),
-                     _U32.pack(deliveries), _U64.pack(order)))
+    q = queue.encode()
+    m = message_id.encode()
+    return b"".join((_U8_U32.pack(DELIVERED_ORDER, len(q)), q, _U32.pack(len(m)), m,
+                     _U32_U64.pack(deliveries, order)))
 
 
 _ADD_BEFORE_META = 1 + 8 + 8 + 1 + 1 + 4 + 4  # _ADD_FIXED, then the metadata's length

@@ -57,7 +57,9 @@ log = logging.getLogger("pairmq.store")
 
 # Record kinds a run of new messages may hold (store/summary.py): the messages and their
 # dup-ids, and bookkeeping that writes nothing
-_SUMMARISED = (rec.ADD, rec.DUP, rec.DUP_EVICT, rec.PRODUCER_FORGET)
+_SUMMARISED = frozenset({rec.ADD, rec.DUP, rec.DUP_EVICT, rec.PRODUCER_FORGET})
+# the kinds `persist` meets for every message, as module constants (no attribute lookup)
+_ADD, _DEL, _DELIVERED, _DUP, _PRODUCER = rec.ADD, rec.DEL, rec.DELIVERED, rec.DUP, rec.PRODUCER
 _RUN_GAP = 16 * 1024  # read_bodies: record bytes between two bodies read along with them
 _RUN_BYTES = 8 * 1024 * 1024  # ... and at most this much in one pread
 
@@ -133,14 +135,9 @@ class Store(Recovering, Compacting, Mirroring):
         runs_ended: list[CommitRun] = []  # ... and those whose last record this is
         for record in records:
             kind = record[0]
-            if kind == rec.PRODUCER:
-                producers[(record[1], record[2])] = record
-                continue
-            if kind == rec.DUP:
-                dups.append((record[1], record[2]))
-            elif kind not in _SUMMARISED:
-                summarised = None
-            if kind == rec.ADD:
+            # The kinds every message brings first, the others in `_entry_of`. A run of new
+            # messages (`summarised`) ends at any kind but those _SUMMARISED holds.
+            if kind == _ADD:
                 message, queue_keys = record[1], record[2]
                 body = message.body if message.body is not None else self.read_body(message)
                 entry, body_at = encode_add(message.order, message.message_id,
@@ -155,7 +152,8 @@ class Store(Recovering, Compacting, Mirroring):
                 else:
                     pending[id(message)] = len(added)
                     added.append((message, queue_keys, size + body_at, body))
-            elif kind == rec.DEL:
+            elif kind == _DEL:
+                summarised = None
                 message = record[2]
                 entry = encode_del(record[1], message.message_id, message.order)
                 at = pending.get(id(message)) if message.journal_queues is None else None
@@ -167,72 +165,26 @@ class Store(Recovering, Compacting, Mirroring):
                 if message.journal_delivered:
                     message.journal_delivered.pop(record[1], None)
                 self._release(message, record[1])
-            elif kind == rec.DELIVERED:
+            elif kind == _DELIVERED:
+                summarised = None
                 message = record[2]
                 entry = encode_delivered(record[1], message.message_id, record[3],
                                          message.order)
                 if message.journal_delivered is None:
                     message.journal_delivered = {}
                 message.journal_delivered[record[1]] = record[3]
-            elif kind == rec.DURABLE:
-                entry = encode_durable(record[1], record[2])
-                keys.append(("durable", record[1]))
-            elif kind == rec.UNDURABLE:
-                entry = encode_undurable(record[1])
-                self._forget(("durable", record[1]))
-            elif kind == rec.DEST:
-                entry = encode_dest(*record[1:])  # (destination[, settings])
-                keys.append(("dest", record[1]))
-            elif kind == rec.UNDEST:
-                entry = encode_undest(record[1])
-                self._forget(("dest", record[1]))
-            elif kind == rec.USER:
-                entry = encode_user(record[1], record[2], record[3])
-                keys.append(("user", record[1]))
-            elif kind == rec.UNUSER:
-                entry = encode_unuser(record[1])
-                keys.append(("user", record[1]))  # the removal lives on (core/accounts.py)
-            elif kind == rec.RULE:
-                entry = encode_rule(record[1], record[2])
-                keys.append(("rule", record[1]))
-            elif kind == rec.UNRULE:
-                entry = encode_unrule(record[1])
-                keys.append(("rule", record[1]))
-            elif kind == rec.DUP:
-                entry = encode_dup(record[1], record[2])
-                keys.append(("dup", record[1], record[2]))
-            elif kind == rec.GROUP:
-                entry = encode_group(record[1], record[2], record[3])
-                keys.append(("group", record[1], record[2]))
-            elif kind == rec.DUP_EVICT:
-                self._forget(("dup", record[1], record[2]))
+            elif kind == _PRODUCER:
+                producers[(record[1], record[2])] = record
                 continue
-            elif kind == rec.PRODUCER_FORGET:
-                producers.pop((record[1], record[2]), None)
-                self._forget(("producer", record[1], record[2]))
-                continue
-            elif kind == EPOCH_RECORD:
-                entry = encode_epoch(record[1])
-                keys.append(("epoch", record[1]))
-            elif kind == DUPS_RECORD:
-                entry = encode_dups(record[1], record[2])
-                keys.extend(("dup", record[1], dup_id) for dup_id in record[2])
-            elif kind == rec.TX_SEND:  # a COMMIT in slices (core/broker/committing.py)
-                run, send = record[1], record[2]
-                entry = encode_tx_send(run.key, send.destination, send.headers, send.body)
-                if run.segment is None and (not runs_begun or runs_begun[-1] is not run):
-                    runs_begun.append(run)
-            elif kind == rec.TX_END:
-                entry = encode_tx_end(record[1].key, len(record[1].sends))
-            elif kind == rec.TX_DONE:
-                entry = encode_tx_done(record[1].key, record[2])
-                if record[2] == len(record[1].sends):
-                    runs_ended.append(record[1])
-            elif kind == rec.TX_DROP:
-                entry = encode_tx_drop(record[1].key)
-                runs_ended.append(record[1])
             else:
-                raise ValueError(f"unknown record kind {kind}")
+                if kind == _DUP:
+                    dups.append((record[1], record[2]))
+                elif kind not in _SUMMARISED:
+                    summarised = None
+                found = self._entry_of(record, keys, producers, runs_begun, runs_ended)
+                if found is None:
+                    continue
+                entry = found
             parts.append(entry)
             size += len(entry)
         for record in producers.values():
@@ -281,6 +233,73 @@ class Store(Recovering, Compacting, Mirroring):
         if self.paged.total != paged_before and self.broker is not None:
             self.broker.set_paged_bytes(self.paged.total)
         return seq
+
+    def _entry_of(self, record: Record, keys: list[LiveKey],
+                  producers: dict[tuple[str, str], Record], runs_begun: list[CommitRun],
+                  runs_ended: list[CommitRun]) -> bytes | None:
+        """The journal entry of a record of a kind no message brings (`persist` writes
+        those itself), noting what keeps its segment; None: bookkeeping, nothing written."""
+        kind = record[0]
+        if kind == rec.DURABLE:
+            entry = encode_durable(record[1], record[2])
+            keys.append(("durable", record[1]))
+        elif kind == rec.UNDURABLE:
+            entry = encode_undurable(record[1])
+            self._forget(("durable", record[1]))
+        elif kind == rec.DEST:
+            entry = encode_dest(*record[1:])  # (destination[, settings])
+            keys.append(("dest", record[1]))
+        elif kind == rec.UNDEST:
+            entry = encode_undest(record[1])
+            self._forget(("dest", record[1]))
+        elif kind == rec.USER:
+            entry = encode_user(record[1], record[2], record[3])
+            keys.append(("user", record[1]))
+        elif kind == rec.UNUSER:
+            entry = encode_unuser(record[1])
+            keys.append(("user", record[1]))  # the removal lives on (core/accounts.py)
+        elif kind == rec.RULE:
+            entry = encode_rule(record[1], record[2])
+            keys.append(("rule", record[1]))
+        elif kind == rec.UNRULE:
+            entry = encode_unrule(record[1])
+            keys.append(("rule", record[1]))
+        elif kind == _DUP:
+            entry = encode_dup(record[1], record[2])
+            keys.append(("dup", record[1], record[2]))
+        elif kind == rec.GROUP:
+            entry = encode_group(record[1], record[2], record[3])
+            keys.append(("group", record[1], record[2]))
+        elif kind == rec.DUP_EVICT:
+            self._forget(("dup", record[1], record[2]))
+            return None
+        elif kind == rec.PRODUCER_FORGET:
+            producers.pop((record[1], record[2]), None)
+            self._forget(("producer", record[1], record[2]))
+            return None
+        elif kind == EPOCH_RECORD:
+            entry = encode_epoch(record[1])
+            keys.append(("epoch", record[1]))
+        elif kind == DUPS_RECORD:
+            entry = encode_dups(record[1], record[2])
+            keys.extend(("dup", record[1], dup_id) for dup_id in record[2])
+        elif kind == rec.TX_SEND:  # a COMMIT in slices (core/broker/committing.py)
+            run, send = record[1], record[2]
+            entry = encode_tx_send(run.key, send.destination, send.headers, send.body)
+            if run.segment is None and (not runs_begun or runs_begun[-1] is not run):
+                runs_begun.append(run)
+        elif kind == rec.TX_END:
+            entry = encode_tx_end(record[1].key, len(record[1].sends))
+        elif kind == rec.TX_DONE:
+            entry = encode_tx_done(record[1].key, record[2])
+            if record[2] == len(record[1].sends):
+                runs_ended.append(record[1])
+        elif kind == rec.TX_DROP:
+            entry = encode_tx_drop(record[1].key)
+            runs_ended.append(record[1])
+        else:
+            raise ValueError(f"unknown record kind {kind}")
+        return entry
 
     def _locate(self, message: Message, info: SegmentInfo, queue_keys: list[str],
                 body_offset: int, seq: int, counted: bool = False) -> None:

@@ -23,17 +23,24 @@ class Acknowledgements(BrokerState):
     # ----------------------------------------------------------------- ACK / NACK
 
     def ack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None) -> None:
-        settled = self._settled(conn_id, ack_id, transaction)
-        if settled is None:
-            return
-        tx, sub, entries = settled
-        if tx is not None:
-            tx.acked.extend((sub.queue, e) for e in entries)
-        else:
+        if transaction is None:  # settled at once: every consumer's ACK takes this path
+            session = self._session(conn_id)
+            if session.cursors and self._stream_acked(session, ack_id):
+                return  # a stream's delivery: credit back only
+            sub, entries = self._take_acked(session, ack_id)
+            q = sub.queue
             for entry in entries:
-                self._consumed(sub.queue, entry)
+                self._consumed(q, entry)
+        else:
+            settled = self._settled(conn_id, ack_id, transaction)
+            if settled is None:
+                return
+            tx, sub, entries = settled
+            assert tx is not None
+            tx.acked.extend((sub.queue, e) for e in entries)
+            q = sub.queue
         self.stats["acknowledged"] += len(entries)
-        self._dispatch(sub.queue, now)
+        self._dispatch(q, now)
 
     def nack(self, conn_id: int, ack_id: str, now: int, transaction: str | None = None,
              requeue: bool = True) -> None:
@@ -54,7 +61,8 @@ class Acknowledgements(BrokerState):
     def _settled(self, conn_id: int, ack_id: str, transaction: str | None
                  ) -> tuple[Transaction | None, Subscription, list[Entry]] | None:
         """What an ACK or NACK settles: its transaction (None: at once), subscription and
-        deliveries; None for a stream's (it gives credit back only). In a transaction,
+        deliveries; None for a stream's (it gives credit back only). (An ACK outside a
+        transaction, every consumer's, takes the same steps in `ack` itself.) In a transaction,
         only while that holds fewer than max_transaction_messages, sent or settled: its
         COMMIT applies them in one turn (about 2.3 µs each; its sends in slices,
         core/broker/committing.py)."""
@@ -62,8 +70,7 @@ class Acknowledgements(BrokerState):
         tx = self._tx(session, transaction) if transaction is not None else None
         if self._stream_acked(session, ack_id):
             return None
-        most = self.settings.max_transaction_messages
-        if tx is not None and tx.held() >= most:
+        if tx is not None and tx.held() >= (most := self.settings.max_transaction_messages):
             raise CoreError(f"transaction {transaction!r} holds max_transaction_messages "
                             f"({most}) messages, sent or acknowledged: COMMIT it before "
                             "acknowledging more")
@@ -103,10 +110,12 @@ class Acknowledgements(BrokerState):
         else:
             ids = [ack_id]
         entries = []
+        legacy = session.legacy_index is not None  # STOMP 1.0 and 1.1 sessions only
         for key in ids:
             entry = sub.unacked.pop(key)
             session.acks.pop(key, None)
-            self._forget_legacy(session, sub.id, entry.message.message_id, key)
+            if legacy:
+                self._forget_legacy(session, sub.id, entry.message.message_id, key)
             entries.append(entry)
         return sub, entries
 

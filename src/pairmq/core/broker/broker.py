@@ -48,7 +48,6 @@ from pairmq.core.subscription import ACK_AUTO, Delivery, Subscription
 SWEEP_SLICE = 20_000
 
 _FULL = AddressState.FULL  # tested for every message consumed (see core/broker/intake.py)
-TURN_DELIVERIES = 512  # messages one session is handed per turn of the server, at most
 
 
 class Broker(Subscribing, Intake, Acknowledgements, Committing, Follow, Resume, Streams,
@@ -234,13 +233,19 @@ class Broker(Subscribing, Intake, Acknowledgements, Committing, Follow, Resume, 
         """Hand waiting messages to consumers with room, round-robin."""
         consumers = q.consumers
         n = len(consumers)
-        if not n:
-            return
+        if not n or (not q.count and q.address.log is None):
+            return  # nobody to hand anything to, or nothing to hand out nor to read back
         idle = 0
+        outbox = self.outbox
         while q.count:
             sub = consumers[q.rr % n]
             q.rr += 1
-            if not sub.can_take() or self._turn_full(sub):
+            session = sub.session
+            box = outbox.get(session.id)
+            # sub.can_take(), written out (this loop runs for every message handed out)
+            if not session.writable or (sub.ack_mode != ACK_AUTO
+                                        and len(sub.unacked) >= sub.prefetch) \
+                    or (box is not None and len(box) >= sub.turn_cap and self._turn_full(sub)):
                 idle += 1
                 if idle >= n:
                     break
@@ -264,7 +269,7 @@ class Broker(Subscribing, Intake, Acknowledgements, Committing, Follow, Resume, 
                 continue
             idle = 0
             self._deliver(sub, entry)
-        if q.count < PAGE_LOW and q.address.log is not None:
+        if q.address.log is not None and q.count < PAGE_LOW:
             self._want_pages(q)  # core/broker/paging.py: the next window, read by the store
 
     def _turn_full(self, sub: Subscription) -> bool:
@@ -274,7 +279,7 @@ class Broker(Subscribing, Intake, Acknowledgements, Committing, Follow, Resume, 
         (a client-ack consumer acknowledging 2,000 messages at once got 2,000 new ones in
         the same turn: 100 ms). The rest comes at the next turns (`take_capped`)."""
         box = self.outbox.get(sub.session.id)
-        if box is not None and len(box) >= min(sub.prefetch, TURN_DELIVERIES):
+        if box is not None and len(box) >= sub.turn_cap:
             self._capped.add(sub.session.id)
             return True
         return False

@@ -39,6 +39,7 @@ from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.session import BatchRest, PendingSend, Session, Transaction
 from pairmq.core.settings import AddressFullPolicy
 from pairmq.protocol.batch import SEND_BATCH_HEADER
+from pairmq.protocol.stamps import EPOCH_HEADER, PRODUCER_HEADER, SEQ_HEADER
 
 _NAMED = (QUEUE, TOPIC, STREAM)  # kinds whose address is found by the destination's name
 # Enum members as module constants: the SEND path tests them for every message, and a
@@ -69,9 +70,12 @@ class Intake(BrokerState):
         Inside a transaction the message only waits for COMMIT, where it is decided."""
         session = self._session(conn_id)
         kind, name = parse_destination(destination)
-        self._may_create(destination, kind)
+        if destination not in self.addresses:  # the usual case needs no call
+            self._may_create(destination, kind)
         _check_message_headers(headers)
-        stamp = stamp_of(headers)
+        # stamp_of(headers), without its call for a SEND that names no producer stamp
+        stamp = stamp_of(headers) if (PRODUCER_HEADER in headers or SEQ_HEADER in headers
+                                      or EPOCH_HEADER in headers) else None
         if kind == REPLY and name not in self.reply_queues:
             raise CoreError(f"temporary queue {destination!r} no longer exists")
         if transaction is not None:
@@ -344,8 +348,8 @@ class Intake(BrokerState):
             keys = [q.key for q in targets if q.key is not None]
             if keys:
                 self.records.append((rec.ADD, message, keys))
-        if keys and len(keys) == len(targets) and (
-                admission is _IS_PAGED or self._pages_to_log(address)):
+        if keys and len(keys) == len(targets) and (admission is _IS_PAGED or (
+                (log := address.log) is not None and log.busy)):  # `_pages_to_log`, inline
             self._to_log(address, targets, message)  # core/broker/paging.py: no object kept
         else:
             for q in list(targets):

@@ -17,27 +17,48 @@ from __future__ import annotations
 import asyncio
 
 
-class TurnBudget:
-    """How long frames may still be applied in this turn of the loop (times are given)."""
+class _PerTurn:
+    """A clock started by the first use in a turn of the loop, and reset when the turn
+    ends (a callback scheduled when it starts, which runs first among the turn's)."""
 
-    def __init__(self, budget_s: float) -> None:
-        self.budget_s = budget_s
-        self._started: float | None = None  # when this turn's first frames were applied
+    def __init__(self) -> None:
+        self._started: float | None = None  # when this turn's clock started
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's, once known
 
-    def start(self, now: float) -> None:
-        """Frames are about to be applied: the first of a turn starts its clock."""
-        if self._started is None:
-            self._started = now
-            asyncio.get_running_loop().call_soon(self._next_turn)
-
-    def spent(self, now: float) -> bool:
-        return self._started is not None and now - self._started > self.budget_s
+    def _begin(self, now: float) -> None:
+        self._started = now
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            # found once: asyncio.get_running_loop() costs a getpid() system call in
+            # Python 3.11, and a clock starts every turn
+            loop = self._loop = asyncio.get_running_loop()
+        loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         self._started = None
 
 
-class ReadBudget:
+class TurnBudget(_PerTurn):
+    """How long frames may still be applied in this turn of the loop (times are given)."""
+
+    def __init__(self, budget_s: float) -> None:
+        super().__init__()
+        self.budget_s = budget_s
+
+    def start(self, now: float) -> float:
+        """Frames are about to be applied: the first of a turn starts its clock. Returns
+        when the turn's budget is spent (on the same clock as `now`)."""
+        started = self._started
+        if started is None:
+            self._begin(now)
+            started = now
+        return started + self.budget_s
+
+    def spent(self, now: float) -> bool:
+        return self._started is not None and now - self._started > self.budget_s
+
+
+class ReadBudget(_PerTurn):
     """How many paged messages or stream records may still be read back from the journal
     in this turn of the loop, by time (issue 18).
 
@@ -51,10 +72,10 @@ class ReadBudget:
     progress. Times are given; the clock renews each turn as TurnBudget's does."""
 
     def __init__(self, budget_s: float, floor: int, per_record_s: float = 25e-6) -> None:
+        super().__init__()
         self.budget_s = budget_s
         self.floor = floor
         self.per_record_s = per_record_s  # the last reads' cost per record, smoothed
-        self._started: float | None = None  # when this turn's first read began
         self.fresh = False  # the last room() started the turn's clock
 
     def room(self, now: float) -> int:
@@ -62,8 +83,7 @@ class ReadBudget:
         started = self._started
         self.fresh = started is None
         if started is None:
-            self._started = now
-            asyncio.get_running_loop().call_soon(self._next_turn)
+            self._begin(now)
             return max(self.floor, int(self.budget_s / self.per_record_s))
         return max(0, int((self.budget_s - (now - started)) / self.per_record_s))
 
@@ -71,9 +91,6 @@ class ReadBudget:
         """`records` were read back (and handed on) in `seconds`."""
         if records:
             self.per_record_s = (self.per_record_s + seconds / records) / 2
-
-    def _next_turn(self) -> None:
-        self._started = None
 
 
 class SliceSize:
@@ -91,3 +108,4 @@ class SliceSize:
     def took(self, items: int, seconds: float) -> None:
         if items:
             self.per_item_s = (self.per_item_s + seconds / items) / 2
+

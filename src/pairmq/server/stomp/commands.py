@@ -21,6 +21,8 @@ class Commands(ConnectionState):
     """Subscriptions, acknowledgements, transactions (a mixin: StompConnection provides
     the state)."""
 
+    __slots__ = ()  # all in ConnectionState's
+
     def on_subscribe(self, frame: Frame) -> dict[str, str] | None:
         h = frame.headers
         destination = h.get("destination")

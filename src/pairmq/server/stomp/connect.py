@@ -38,6 +38,8 @@ SUPPORTED = "1.0,1.1,1.2"
 class Connecting(ConnectionState):
     """CONNECT and the session's life (a mixin: StompConnection provides the state)."""
 
+    __slots__ = ()  # all in ConnectionState's
+
     def _park(self) -> None:
         session = self.session
         self.role.parking.park(Parked(self.conn_id, self.token, self.asked.key, session.login,

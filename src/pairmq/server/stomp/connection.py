@@ -19,10 +19,11 @@ from collections.abc import Callable
 from typing import cast
 
 from pairmq.core import CoreError
+from pairmq.core.accounts import Accounts
 from pairmq.core.admission import Admission, Cause, Outcome
 from pairmq.core.broker.intake import TRANSPORT_HEADERS as NOT_KEPT
 from pairmq.core.destinations import STREAM_PREFIX
-from pairmq.core.permissions import Exists
+from pairmq.core.permissions import PERMISSIONED, Exists, SecurityRules
 from pairmq.core.queue import Address
 from pairmq.core.rabbitmq import AMQ_QUEUE_PREFIX, amq_target
 from pairmq.core.stream_log import Outgoing, StreamBatch
@@ -35,7 +36,7 @@ from pairmq.server.stomp import wire
 from pairmq.server.stomp.commands import Commands
 from pairmq.server.stomp.connect import Connecting, audit
 from pairmq.server.stomp.connection_state import Stall
-from pairmq.server.stomp.session import OWN_RECEIPTS, Phase, Wait
+from pairmq.server.stomp.session import COUNTED, OWN_RECEIPTS, Intake, Phase, Wait
 from pairmq.server.stomp.sliced_frames import BATCH_SLICE, HELD, SlicedFrames
 
 log = logging.getLogger("pairmq.connection")
@@ -51,6 +52,8 @@ WRITE_LOW_WATER = 256 * 1024
 
 class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
     """A client connection; it belongs to the role it was accepted in, for life."""
+
+    __slots__ = ()  # all in ConnectionState's
 
     # ------------------------------------------------------------ asyncio callbacks
 
@@ -223,16 +226,16 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
         thousands of messages (16 batched SENDs of 1,000), and a turn of the event loop that
         long delays every other client and the pair's heartbeats. What is left waits in the backlog,
         reading paused, until the next turn (issue 18). At least one frame is applied."""
-        turn = self.turn
-        turn.start(time.perf_counter())
+        clock = time.perf_counter
+        deadline = self.turn.start(clock())
         session = self.session
         for i, frame in enumerate(frames):
-            if not session.reads_frames:
-                return  # after a DISCONNECT, or closed: ignored
-            if session.holds_frames:
-                self.backlog.extend(frames[i:])
-                return
-            if i and turn.spent(time.perf_counter()):
+            intake = session.intake  # one value per frame (server/stomp/session.py)
+            if intake is not _APPLY:
+                if intake is _HOLD:
+                    self.backlog.extend(frames[i:])
+                return  # ignored: after a DISCONNECT, or closed
+            if i and clock() > deadline:
                 self.backlog.extend(frames[i:])
                 session.wait = Wait.TURN
                 if self.transport is not None:
@@ -244,20 +247,26 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
     def handle(self, frame: Frame) -> None:
         command = frame.command
         session = self.session
-        refusal = session.refusal(command)
-        if refusal is not None:
+        if command not in session.applies:
+            refusal = session.refusal(command)
+            assert refusal is not None
             self.fail(refusal, frame)
             return
         role = self.role
-        if role.phase is not RolePhase.CURRENT:
+        if role.phase is not _CURRENT:
             retired = role.refusal()
             assert retired is not None
             self.fail(retired.message, frame, extra=retired.extra)
             return
-        denied = self._denied(frame)
-        if denied is not None:
-            self.fail(denied, frame)
-            return
+        if command in PERMISSIONED:  # the commands [security] may refuse
+            accounts = self.broker.accounts
+            if accounts.version != self.rules_version:  # users or rules changed
+                self._rules_changed(accounts)
+            if self.rules is not None:  # none in force: nothing to refuse, no call
+                denied = self._denied(frame, self.rules)
+                if denied is not None:
+                    self.fail(denied, frame)
+                    return
         mark = role.frame_mark()
         try:
             held = HANDLERS[command](self, frame)
@@ -267,7 +276,7 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
         if held is HELD:
             return
         extra = held if isinstance(held, dict) else None  # headers for this frame's RECEIPT
-        if session.counts(command):
+        if command in COUNTED:  # session.applied(command), without a call per frame
             session.frames += 1
         # A RECEIPT says this frame and every earlier one of the connection were taken, so
         # it waits for the newest record this connection wrote: this frame's own (or, for a
@@ -285,7 +294,9 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
         """Send a RECEIPT once the record it waits for is confirmed (on disk and, in a pair,
         on the backup), never earlier, and after every earlier output of this connection."""
         role = self.role
-        if not self.held and (ticket is None or role.confirmed(ticket)):
+        # role.confirmed(ticket), written out: every RECEIPT comes here
+        if not self.held and (ticket is None or (
+                ticket.seq is not None and ticket.seq <= role.confirmed_seq)):
             self.out.append(frame_bytes)
             role.mark_dirty(self)
             return
@@ -304,7 +315,7 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
             return
         role = self.role
         held = self.held
-        held.release(role.confirmed, self.out)
+        held.release(role.confirmed_seq, self.out)
         role.mark_dirty(self)
         if held.size <= WRITE_LOW_WATER and Stall.HELD in self._stalls:
             self._stall(Stall.HELD, False)  # whoever called flushes what is dispatched
@@ -343,19 +354,34 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
             self.process(frames)
         self.role.flush()
 
-    def _denied(self, frame: Frame) -> str | None:
-        """Why [security] refuses this frame (ServerSession.denial), audited, or None."""
-        rules = self.broker.accounts.rules_over(self.config.security)
-        if rules is None:
+    def _rules_changed(self, accounts: Accounts) -> None:
+        """Users or rules changed (or none were read yet): the rules in force, and no SEND
+        decision kept from before."""
+        self.rules_version = accounts.version
+        self.rules = accounts.rules_over(self.config.security)
+        self.sends_allowed.clear()
+
+    def _denied(self, frame: Frame, rules: SecurityRules) -> str | None:
+        """Why [security] refuses this frame (ServerSession.denial), audited, or None. A
+        SEND's decision is kept per destination until users or rules change (the session's
+        roles are its login's, for its life): a producer is checked once, not per message."""
+        command = frame.command
+        headers = frame.headers
+        sends_allowed = self.sends_allowed
+        destination = headers.get("destination") if command == "SEND" else None
+        if destination in sends_allowed:
             return None
         session = self.session
-        command = frame.command
-        exists = self.broker.exists_for(self.conn_id, command, frame.headers) \
+        exists = self.broker.exists_for(self.conn_id, command, headers) \
             if session.owns_broker_session else _NOTHING
-        refusal = session.denial(command, frame.headers, rules, exists)
+        refusal = session.denial(command, headers, rules, exists)
         if refusal is not None:
             audit.warning("%s (connection %d from %s)", refusal, self.conn_id, self.peer)
             return str(refusal)
+        if destination is not None:
+            if len(sends_allowed) >= SENDS_ALLOWED_KEPT:
+                sends_allowed.clear()
+            sends_allowed.add(destination)
         return None
 
     def on_send(self, frame: Frame) -> object:
@@ -365,8 +391,10 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
             raise CoreError("SEND requires a destination header")
         if destination.startswith(AMQ_QUEUE_PREFIX):  # RabbitMQ's name (core/rabbitmq.py)
             destination = amq_target(destination, h, self.broker.streams)
-        count = parse_send_batch(h.get(SEND_BATCH_HEADER))
-        if count is not None:  # docs/stomp.md: its messages are taken or held as a whole
+        batched = h.get(SEND_BATCH_HEADER)
+        if batched is not None:  # docs/stomp.md: its messages are taken or held as a whole
+            count = parse_send_batch(batched)
+            assert count is not None
             messages = decode_send_records(frame.body, count)
             self.limits.check_batch(messages, h, BATCH_NOT_KEPT)
             outcome = self.broker.send_batch(self.conn_id, destination, h, messages, now_ms(),
@@ -376,7 +404,9 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
             if self.broker.batch_open(self.conn_id):
                 return self._route_later(frame)
             return self._no_room(frame, outcome)
-        self.limits.check(h, len(frame.body), not_kept=NOT_KEPT)
+        limits = self.limits
+        if len(h) > limits.most_headers or len(frame.body) > limits.body_fits:
+            limits.check(h, len(frame.body), not_kept=NOT_KEPT)  # it may not fit: look
         journal_full = self.role.journal_full_reason() if h.get("persistent") == "true" \
             or destination.startswith(STREAM_PREFIX) else None
         outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
@@ -390,7 +420,7 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
         if admission is _HELD:
             return self.hold(frame, outcome.address)
         if admission is _FAILED:
-            waiting = self.held.newest_unconfirmed(self.role.confirmed)
+            waiting = self.held.newest_unconfirmed(self.role.confirmed_seq)
             if waiting is not None and outcome.cause is not Cause.JOURNAL:
                 # RECEIPTs of earlier frames and MESSAGEs still wait for their records
                 # (which a working journal will confirm): the ERROR, and the close after
@@ -543,6 +573,9 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
 
 
 _HELD, _FAILED = Admission.HELD, Admission.FAILED  # for every SEND: no class lookups
+_APPLY, _HOLD = Intake.APPLY, Intake.HOLD  # for every frame
+_CURRENT = RolePhase.CURRENT
+SENDS_ALLOWED_KEPT = 1024  # destinations a connection remembers it may send to
 _NOTHING = Exists()
 BATCH_NOT_KEPT = NOT_KEPT | {SEND_BATCH_HEADER}  # a batched SEND's own header stays with it
 

@@ -10,11 +10,8 @@ queue, its size (bounded like a socket buffer), and which releases were asked fo
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 
 from pairmq.server.role.confirmations import Ticket
-
-Confirmed = Callable[[Ticket], bool]
 
 
 class HeldOutput:
@@ -40,23 +37,24 @@ class HeldOutput:
         self._waited = ticket
         return True
 
-    def release(self, confirmed: Confirmed, out: list[bytes]) -> None:
-        """Move the frames whose records are confirmed, up to the first one still waiting,
-        to `out`."""
+    def release(self, confirmed_seq: int, out: list[bytes]) -> None:
+        """Move the frames whose records are confirmed (every record up to `confirmed_seq`
+        is), up to the first one still waiting, to `out`."""
         frames = self._frames
         released = 0
         while frames:
             ticket = frames[0][0]
-            if ticket is not None and not confirmed(ticket):
+            # not `Role.confirmed(ticket)`: a call for each frame released
+            if ticket is not None and (ticket.seq is None or ticket.seq > confirmed_seq):
                 break
             frame_bytes = frames.popleft()[1]
             released += len(frame_bytes)
             out.append(frame_bytes)
         self.size -= released
 
-    def newest_unconfirmed(self, confirmed: Confirmed) -> Ticket | None:
+    def newest_unconfirmed(self, confirmed_seq: int) -> Ticket | None:
         """The last record some held frame still waits for (None: none waits)."""
         for ticket, _ in reversed(self._frames):
-            if ticket is not None and not confirmed(ticket):
+            if ticket is not None and (ticket.seq is None or ticket.seq > confirmed_seq):
                 return ticket
         return None

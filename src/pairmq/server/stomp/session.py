@@ -14,6 +14,11 @@ them for CLOSED ends it, closed or parked for its connection_ttl (server/role/pa
 Frames are applied in AWAITING_CONNECT (CONNECT or STOMP only) and CONNECTED (anything but
 those two). In LOGGING_IN they wait for the login's outcome; after a DISCONNECT and once
 closed they are ignored. In CONNECTED they also wait while `wait` names a reason.
+
+What becomes of a frame read now is one value, `intake` (apply, hold, ignore), and which
+commands the phase applies is `applies`: both follow from the phase and the wait, and are
+set whenever either changes, so that the shell asks one attribute per frame, not a chain
+of tests (every frame of every connection passes here).
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ class Phase(StrEnum):
     CONNECTED = "connected"
     DISCONNECTING = "disconnecting"  # DISCONNECT taken: closes once its RECEIPT is out
     CLOSED = "closed"  # an ERROR was sent, the server closed it, or the socket is gone
+
+
+class Intake(StrEnum):
+    """What becomes of a frame read now."""
+
+    APPLY = "apply"  # applied at once (its command still checked against `applies`)
+    HOLD = "hold"  # kept in the backlog, reading paused, until the wait or the login ends
+    IGNORE = "ignore"  # after a DISCONNECT, or closed
 
 
 class Wait(StrEnum):
@@ -66,6 +79,15 @@ CONNECTS = frozenset({"CONNECT", "STOMP"})
 COMMANDS = frozenset({"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
                       "BEGIN", "COMMIT", "ABORT", "DISCONNECT"})
 OWN_RECEIPTS = frozenset({"CONNECT", "STOMP", "DISCONNECT"})  # answered by their handler
+COUNTED = COMMANDS - CONNECTS  # applied, they count among a resumed session's `frames`
+
+# phase -> the commands it applies (any other is refused: `refusal` says why)
+APPLIES: dict[Phase, frozenset[str]] = {
+    _A: CONNECTS, _L: frozenset(), _C: COMMANDS - CONNECTS, _D: frozenset(), _X: frozenset()}
+# phase -> what becomes of its frames while nothing waits (`wait` is NONE)
+INTAKE: dict[Phase, Intake] = {
+    _A: Intake.APPLY, _L: Intake.HOLD, _C: Intake.APPLY, _D: Intake.IGNORE,
+    _X: Intake.IGNORE}
 
 
 class InvalidTransition(RuntimeError):
@@ -75,11 +97,15 @@ class InvalidTransition(RuntimeError):
 class ServerSession:
     """One connection's STOMP state on the server."""
 
-    __slots__ = ("frames", "login", "phase", "roles", "version", "wait")
+    __slots__ = ("_wait", "applies", "closed", "frames", "intake", "login", "phase", "roles",
+                 "version")
 
     def __init__(self) -> None:
         self.phase = Phase.AWAITING_CONNECT
-        self.wait = Wait.NONE
+        self._wait = Wait.NONE
+        self.applies = APPLIES[self.phase]  # the commands applied in this phase
+        self.intake = INTAKE[self.phase]  # what becomes of a frame read now
+        self.closed = False  # in CLOSED (read on every read and delivery: not a property)
         self.version = "1.2"
         self.login: str | None = None
         self.roles: frozenset[str] = frozenset()  # the user's, for [security] rules
@@ -92,7 +118,26 @@ class ServerSession:
         if new is None:
             raise InvalidTransition(f"{event!r} in phase {old}")
         self.phase = new
+        self.applies = APPLIES[new]
+        self.closed = new is _X
+        self._settle_intake()
         return old
+
+    @property
+    def wait(self) -> Wait:
+        """Why frames wait in the backlog (NONE: they do not)."""
+        return self._wait
+
+    @wait.setter
+    def wait(self, why: Wait) -> None:
+        self._wait = why
+        self._settle_intake()
+
+    def _settle_intake(self) -> None:
+        intake = INTAKE[self.phase]
+        if intake is Intake.APPLY and self._wait is not Wait.NONE:
+            intake = Intake.HOLD
+        self.intake = intake
 
     # ------------------------------------------------------------ what the phase allows
 
@@ -100,12 +145,12 @@ class ServerSession:
     def reads_frames(self) -> bool:
         """Frames read now are applied or wait; after a DISCONNECT, or closed, they are
         ignored."""
-        return self.phase in (_A, _L, _C)
+        return self.intake is not Intake.IGNORE
 
     @property
     def holds_frames(self) -> bool:
         """Frames read now wait in the backlog (a login is checked, or `wait`)."""
-        return self.phase is _L or self.wait is not Wait.NONE
+        return self.intake is Intake.HOLD
 
     @property
     def owns_broker_session(self) -> bool:
@@ -114,10 +159,6 @@ class ServerSession:
     @property
     def connected(self) -> bool:
         return self.phase is _C
-
-    @property
-    def closed(self) -> bool:
-        return self.phase is _X
 
     def refusal(self, command: str) -> str | None:
         """Why a frame with this command may not be applied in this phase (the ERROR's
@@ -142,6 +183,9 @@ class ServerSession:
             return None
         return rules.refusal(self.login, self.roles, needed(command, headers, exists))
 
-    def counts(self, command: str) -> bool:
-        """Whether an applied frame counts among those a resumed session reports."""
-        return command not in CONNECTS
+    def applied(self, command: str) -> None:
+        """A frame was applied: it counts among those a resumed session reports, unless it
+        was the CONNECT. (The shell, for every frame, adds to `frames` itself when the
+        command is in COUNTED: the same rule, without a call.)"""
+        if command in COUNTED:
+            self.frames += 1

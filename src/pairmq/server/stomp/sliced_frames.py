@@ -28,6 +28,8 @@ class SlicedFrames(ConnectionState):
     """Batched SENDs and COMMITs applied a slice per turn (a mixin: StompConnection
     provides the state)."""
 
+    __slots__ = ()  # all in ConnectionState's
+
     def _route_later(self, frame: Frame) -> object:
         """A big batch was admitted and its first slice routed: the rest goes a slice per
         turn (a turn stays short), frames after it waiting, and its RECEIPT after the

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test test-deps test-long lint typecheck bench fuzz sim pipeline pipeline-cluster clean
+.PHONY: up test test-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -55,6 +55,13 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
+
+# This working tree against REF (a git ref), alternating runs: rate and CPU per message as
+# ratios (benchmarks/compare.py). A change to the per-message path reports these.
+REF ?= main
+ROUNDS ?= 6
+bench-compare: $(STAMP)
+	$(BIN)/python benchmarks/compare.py --ref $(REF) --rounds $(ROUNDS)
 
 fuzz: $(STAMP)
 	$(BIN)/python benchmarks/fuzz_campaign.py --frames 1000000

@@ -84,6 +84,7 @@ SETUP_TIMEOUT_S = 20.0
 REPORT_TIMEOUT_S = 30.0  # generator processes reporting back once stopped
 DUPLICATE_GRACE_S = 0.3  # keep consuming after the last expected message, to see extras
 LATENCY_SAMPLES = 200_000  # per run, spread over all messages
+NON_PERSISTENT_BATCH = 256  # SENDs per write when no window applies
 SEGMENT_RE = re.compile(r"^journal-\d{8}\.seg$")
 SERVER_LOG_PROBLEMS = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback")
 
@@ -209,6 +210,7 @@ class Job:
     sample_every: int = 1
     late: bool = False  # consumer: messages are waiting already (no receipt to wait for)
     tls_ca: str | None = None  # --tls: connect over TLS, trusting this CA
+    persistent: bool = True  # False: no persistent header, a receipt on the last SEND only
 
 
 def generator_main(job: Job, shared: Shared) -> None:
@@ -240,8 +242,9 @@ def produce(job: Job, shared: Shared, wire: Wire, result: dict[str, Any]) -> Non
     while not shared.start.wait(POLL_S):
         wire.check()
     wire.check()
-    head = (f"SEND\ndestination:{job.destination}\npersistent:true\n"
-            f"content-length:{job.size}\n").encode()
+    head = (f"SEND\ndestination:{job.destination}\n"
+            + ("persistent:true\n" if job.persistent else "")
+            + f"content-length:{job.size}\n").encode()
     tail = b"x" * job.size + b"\x00"
     count, window, first, every = job.count, job.window, job.first, job.sample_every
     written = array("q", bytes(8 * count))  # SEND write time per receipt id
@@ -249,6 +252,20 @@ def produce(job: Job, shared: Shared, wire: Wire, result: dict[str, Any]) -> Non
     buf = wire.buf
     clock = time.monotonic_ns
     result["first_send_ns"] = clock()
+    if not job.persistent:
+        # As the shared bench's "receipts last": every SEND at once, a receipt on the last
+        # (it comes once every earlier one of the connection was taken).
+        for start in range(0, count, NON_PERSISTENT_BATCH):
+            now = clock()
+            stamp = b"\nts:%d\n\n" % now
+            end = min(start + NON_PERSISTENT_BATCH, count)
+            wire.send(b"".join([head + (b"receipt:%d\n" % k if k == count - 1 else b"")
+                                + b"g:%d" % (first + k) + stamp + tail
+                                for k in range(start, end)]))
+            written[end - 1] = now
+            sent = end
+            result["sent"] = sent
+        confirmed = count - 1  # the one receipt to come
     while confirmed < count:
         room = min(window - (sent - confirmed), count - sent)
         if room > 0:
@@ -500,8 +517,10 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
              destination: str | None = None, timeout: float = 600.0,
              idle_timeout: float = 30.0, server: psutil.Process | None = None,
              on_tick: Any = None, consumer_delay: float = 0.0,
-             tls_ca: str | None = None) -> LoadResult:
+             tls_ca: str | None = None, persistent: bool = True) -> LoadResult:
     """Producers send `total` persistent messages with receipts; consumers ACK each one.
+    With `persistent` False the messages are not persistent and only each producer's last
+    SEND asks for a receipt (the window does not apply).
 
     With no consumers the run ends when every SEND is confirmed (a journal builder).
     `on_tick(confirmed, received)` is called about every 50 ms from this process.
@@ -536,7 +555,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
             for i, count in enumerate(split(total, producers)):
                 pool.launch("producer", i, generator_main, (
                     Job("producer", i, host, port, destination, deadline, total, first, count,
-                        size, window, sample_every=every, tls_ca=tls_ca), shared))
+                        size, window, sample_every=every, tls_ca=tls_ca,
+                        persistent=persistent), shared))
                 first += count
             if pool.wait_ready("producer", producers, SETUP_TIMEOUT_S):
                 server_cpu0 = process_cpu(server)

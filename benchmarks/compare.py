@@ -1,0 +1,215 @@
+"""This build against another, in alternating runs: the price of a change, as ratios.
+
+Run from the repository root (or `make bench-compare REF=<git ref>`):
+
+    .venv/bin/python benchmarks/compare.py --ref main
+    .venv/bin/python benchmarks/compare.py --ref 038886b --rounds 8 --messages 40000
+    .venv/bin/python benchmarks/compare.py --ref HEAD~3 --scenarios durable --fail-above 1.05
+
+The reference's `src/` is taken from git (`git archive REF src`) into a scratch
+directory; the other build is the working tree as it is, uncommitted changes included.
+Both run from this checkout's virtualenv (same Python, same libraries), the reference
+by `PYTHONPATH`, which is checked before anything is measured.
+
+Each round starts a fresh server of each build (fresh data directory), makes a
+discarded warm-up run, then runs every scenario once; which build goes first alternates
+between rounds, so that the machine's drift falls on both. Scenarios (1 KiB messages,
+one queue, consumers ack:client-individual with prefetch 1000, as `../shared/bench/`):
+
+- durable: 1 producer, 1 consumer, persistent messages each with a receipt, window 100;
+- non-persistent: 1 producer, 1 consumer, no persistent header, a receipt on the last
+  SEND only;
+- durable-4p4c: 4 producers, 4 consumers competing on the queue, as durable.
+
+Printed per scenario: the median rate (messages received and acknowledged per second)
+and the median broker CPU per message (µs, the server process: event loop and journal
+writer) of each build, then the median of the per-round ratios, working tree over
+reference: rate above 1 and CPU below 1 are better. A change to the per-message path
+reports the durable and non-persistent lines of this (docs/benchmarks.md).
+
+With `--fail-above X` the exit status is 1 when a scenario's CPU-per-message ratio is
+above X (a guard a reviewer can run); `--json FILE` appends one line per run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import psutil  # noqa: E402
+from tests.serverproc import start_server  # noqa: E402
+
+from benchmarks.persistent import run_load  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    producers: int
+    consumers: int
+    persistent: bool
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario("durable", 1, 1, True),
+    Scenario("non-persistent", 1, 1, False),
+    Scenario("durable-4p4c", 4, 4, True),
+)}
+WARM_UP_MESSAGES = 5000
+WORK = "work"  # the working tree's name in the output
+SEGMENT_BYTES = str(64 << 20)
+
+
+@dataclass(frozen=True)
+class Build:
+    name: str  # "work" or the reference as given
+    src: Path  # the directory holding the `pairmq` package
+
+
+@dataclass(frozen=True)
+class Run:
+    build: str
+    scenario: str
+    round: int
+    msgs_per_s: float
+    cpu_us_per_msg: float
+
+
+def reference_source(ref: str, scratch: Path) -> Path:
+    """`src/` of `ref`, extracted from git into `scratch`: no checkout is touched."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "src"],
+                             capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise SystemExit(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
+    return scratch / "src"
+
+
+def check_imports(build: Build) -> None:
+    """The server will import `pairmq` from `build.src`, not from an installed copy."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import pairmq; print(pairmq.__file__)"],
+        env=_env(build), capture_output=True, text=True, check=False)
+    where = Path(found.stdout.strip() or "?").resolve()
+    if found.returncode != 0 or not where.is_relative_to(build.src.resolve()):
+        raise SystemExit(f"{build.name}: pairmq imports from {where}, not {build.src} "
+                         f"({found.stderr.strip()[-300:]})")
+
+
+def _env(build: Build) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(build.src)}
+
+
+def one_round(build: Build, scenarios: list[Scenario], messages: int, rnd: int,
+              scratch: Path) -> list[Run]:
+    """A fresh server of `build`, a warm-up, then each scenario once."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"r{rnd}-{build.name[:12]}-", dir=scratch))
+    server = start_server(workdir, "--segment-bytes", SEGMENT_BYTES, "--log-level", "warning",
+                          name="compare", env={"PYTHONPATH": str(build.src)})
+    runs = []
+    try:
+        proc = psutil.Process(server.proc.pid)
+        warm = run_load(server.host, server.port, 1, 1, WARM_UP_MESSAGES, server=proc)
+        if warm.errors:
+            raise RuntimeError(f"{build.name}: warm-up failed: {warm.errors[:3]}")
+        for s in scenarios:
+            res = run_load(server.host, server.port, s.producers, s.consumers, messages,
+                           server=proc, persistent=s.persistent)
+            if res.errors or not server.alive():
+                raise RuntimeError(f"{build.name} {s.name}: {res.errors[:3] or 'server died'}")
+            assert res.server_cpu_s is not None
+            runs.append(Run(build.name, s.name, rnd, res.msgs_per_s,
+                            res.server_cpu_s / messages * 1e6))
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return runs
+
+
+def report(runs: list[Run], ref: str, scenarios: list[Scenario]) -> dict[str, float]:
+    """Print medians and ratios; returns each scenario's median CPU-per-message ratio."""
+    cpu_ratios = {}
+    print(f"\n{'scenario':16} {'build':>12} {'msgs/s':>9} {'CPU µs/msg':>11}")
+    for s in scenarios:
+        mine = {r.round: r for r in runs if r.scenario == s.name and r.build == WORK}
+        theirs = {r.round: r for r in runs if r.scenario == s.name and r.build != WORK}
+        for name, rs in ((ref, theirs), (WORK, mine)):
+            print(f"{s.name:16} {name[:12]:>12} "
+                  f"{statistics.median(r.msgs_per_s for r in rs.values()):9.0f} "
+                  f"{statistics.median(r.cpu_us_per_msg for r in rs.values()):11.1f}")
+        both = sorted(set(mine) & set(theirs))
+        rate = [mine[k].msgs_per_s / theirs[k].msgs_per_s for k in both]
+        cpu = [mine[k].cpu_us_per_msg / theirs[k].cpu_us_per_msg for k in both]
+        cpu_ratios[s.name] = statistics.median(cpu)
+        print(f"{s.name:16} {'ratio':>12} {statistics.median(rate):9.3f} "
+              f"{cpu_ratios[s.name]:11.3f}   work/{ref}, median of {len(both)} rounds "
+              f"(CPU per round: {' '.join(f'{c:.3f}' for c in cpu)})")
+    return cpu_ratios
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ref", required=True, help="git ref to compare the working tree with")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--scenarios", default="durable,non-persistent",
+                   help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    p.add_argument("--fail-above", type=float, default=None,
+                   help="exit 1 when a CPU-per-message ratio is above this")
+    p.add_argument("--json", default=None, help="append one JSON line per run to this file")
+    args = p.parse_args(argv)
+    unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(sorted(unknown))}: "
+                f"choose from {', '.join(SCENARIOS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
+    scratch = Path(tempfile.mkdtemp(prefix="pairmq-compare-"))
+    try:
+        builds = [Build(args.ref, reference_source(args.ref, scratch)), Build(WORK, ROOT / "src")]
+        for b in builds:
+            check_imports(b)
+        runs: list[Run] = []
+        for rnd in range(1, args.rounds + 1):
+            order = builds if rnd % 2 else builds[::-1]
+            for build in order:
+                got = one_round(build, scenarios, args.messages, rnd, scratch)
+                for r in got:
+                    print(f"round {rnd} {r.build[:12]:>12} {r.scenario:16} "
+                          f"{r.msgs_per_s:9.0f} msgs/s {r.cpu_us_per_msg:7.1f} µs/msg",
+                          flush=True)
+                    if args.json:
+                        with open(args.json, "a") as f:
+                            f.write(json.dumps(r.__dict__) + "\n")
+                runs += got
+        cpu_ratios = report(runs, args.ref, scenarios)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.fail_above is not None:
+        over = {k: v for k, v in cpu_ratios.items() if v > args.fail_above}
+        if over:
+            print(f"CPU per message above {args.fail_above} of {args.ref}: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in over.items()), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""benchmarks/compare.py, the guard for the per-message path: the parts that decide what is
+compared and how it is reported. The alternating runs themselves are a benchmark
+(`make bench-compare`), not a test."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from benchmarks import compare
+from benchmarks.compare import WORK, Build, Run, Scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_reference_is_taken_from_git_and_imported_from_there(tmp_path: Path) -> None:
+    src = compare.reference_source("HEAD", tmp_path)
+    assert (src / "pairmq" / "__init__.py").is_file()
+    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:src/pairmq/__init__.py"],
+                               capture_output=True, check=True).stdout
+    assert (src / "pairmq" / "__init__.py").read_bytes() == committed
+    compare.check_imports(Build("HEAD", src))  # raises unless pairmq comes from `src`
+
+
+def test_a_build_that_would_import_another_copy_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "src"
+    empty.mkdir()  # no pairmq here: the installed one would be imported instead
+    with pytest.raises(SystemExit, match="pairmq imports from"):
+        compare.check_imports(Build("nothing", empty))
+
+
+def test_an_unknown_ref_says_so(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no-such-ref-here"):
+        compare.reference_source("no-such-ref-here", tmp_path)
+
+
+def test_unknown_scenarios_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--ref", "main", "--scenarios", "durable,fastest"])
+    assert "fastest" in capsys.readouterr().err
+
+
+def test_ratios_are_the_median_of_each_rounds_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = Scenario("durable", 1, 1, True)
+    runs = []
+    # round by round, work over ref: CPU 1.10, 0.90, 1.20 (median 1.10); rate 0.5, 1, 2
+    for rnd, (ref_cpu, work_cpu, ref_rate, work_rate) in enumerate(
+            [(10.0, 11.0, 100.0, 50.0), (20.0, 18.0, 100.0, 100.0), (10.0, 12.0, 50.0, 100.0)]):
+        runs.append(Run("abc123", "durable", rnd, ref_rate, ref_cpu))
+        runs.append(Run(WORK, "durable", rnd, work_rate, work_cpu))
+    ratios = compare.report(runs, "abc123", [scenario])
+    assert ratios == {"durable": pytest.approx(1.10)}
+    out = capsys.readouterr().out
+    assert "1.000" in out  # the rate ratio's median
+    assert "1.100 0.900 1.200" in out  # every round's CPU ratio, shown
+
+
+def test_fail_above_exits_non_zero_when_a_ratio_is_over(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    def fake_round(build: Build, scenarios: list[Scenario], messages: int, rnd: int,
+                   scratch: Path) -> list[Run]:
+        cpu = 12.0 if build.name == WORK else 10.0  # the working tree costs 1.2x
+        return [Run(build.name, s.name, rnd, 1000.0, cpu) for s in scenarios]
+
+    monkeypatch.setattr(compare, "one_round", fake_round)
+    args = ["--ref", "HEAD", "--rounds", "2", "--scenarios", "durable"]
+    assert compare.main([*args, "--fail-above", "1.25"]) == 0
+    assert compare.main([*args, "--fail-above", "1.05"]) == 1
+

@@ -54,6 +54,14 @@ def test_ratios_are_the_median_of_each_rounds_ratio(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "1.000" in out  # the rate ratio's median
     assert "1.100 0.900 1.200" in out  # every round's CPU ratio, shown
+    assert "work costlier in 2 of 3 rounds" in out
+    assert "between 0.900 and 1.200" in out  # under 4 rounds: all of them
+
+
+def test_the_spread_is_the_middle_half_of_the_rounds() -> None:
+    assert compare.spread([1.0, 1.1]) == (1.0, 1.1)
+    low, high = compare.spread([0.9, 1.0, 1.02, 1.04, 1.06, 1.3])
+    assert 0.9 < low < 1.02 and 1.04 < high < 1.3
 
 
 def test_fail_above_exits_non_zero_when_a_ratio_is_over(monkeypatch: pytest.MonkeyPatch,

@@ -267,9 +267,8 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
                 if denied is not None:
                     self.fail(denied, frame)
                     return
-        mark = role.frame_mark()
         try:
-            held = HANDLERS[command](self, frame)
+            held, ticket = role.apply_frame(HANDLERS[command], self, frame)
         except (CoreError, ProtocolError) as e:
             self.fail(str(e), frame)
             return
@@ -282,7 +281,6 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
         # it waits for the newest record this connection wrote: this frame's own (or, for a
         # dup-id hit, the original's) or, if it wrote none, that of an earlier frame (an
         # ACK sent without a receipt, say). Never for a record of somebody else's.
-        ticket = role.ticket_since(mark)
         if ticket is not None:
             self.last_ticket = ticket
         receipt = frame.headers.get("receipt")
@@ -411,6 +409,9 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
             or destination.startswith(STREAM_PREFIX) else None
         outcome = self.broker.send(self.conn_id, destination, h, frame.body, now_ms(),
                                    h.get("transaction"), journal_full)
+        admission = outcome.admission
+        if admission is not _HELD and admission is not _FAILED:
+            return None  # taken (or paged, dropped, a duplicate): the usual case, no call
         return self._no_room(frame, outcome)
 
     def _no_room(self, frame: Frame, outcome: Outcome) -> object:

@@ -54,8 +54,6 @@ class TurnBudget(_PerTurn):
             started = now
         return started + self.budget_s
 
-    def spent(self, now: float) -> bool:
-        return self._started is not None and now - self._started > self.budget_s
 
 
 class ReadBudget(_PerTurn):

@@ -275,7 +275,7 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
         if held is HELD:
             return
         extra = held if isinstance(held, dict) else None  # headers for this frame's RECEIPT
-        if command in COUNTED:  # session.applied(command), without a call per frame
+        if command in COUNTED:  # it counts among those a resumed session reports
             session.frames += 1
         # A RECEIPT says this frame and every earlier one of the connection were taken, so
         # it waits for the newest record this connection wrote: this frame's own (or, for a

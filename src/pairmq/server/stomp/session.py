@@ -142,12 +142,6 @@ class ServerSession:
     # ------------------------------------------------------------ what the phase allows
 
     @property
-    def reads_frames(self) -> bool:
-        """Frames read now are applied or wait; after a DISCONNECT, or closed, they are
-        ignored."""
-        return self.intake is not Intake.IGNORE
-
-    @property
     def holds_frames(self) -> bool:
         """Frames read now wait in the backlog (a login is checked, or `wait`)."""
         return self.intake is Intake.HOLD
@@ -182,10 +176,3 @@ class ServerSession:
         if rules is None:
             return None
         return rules.refusal(self.login, self.roles, needed(command, headers, exists))
-
-    def applied(self, command: str) -> None:
-        """A frame was applied: it counts among those a resumed session reports, unless it
-        was the CONNECT. (The shell, for every frame, adds to `frames` itself when the
-        command is in COUNTED: the same rule, without a call.)"""
-        if command in COUNTED:
-            self.frames += 1

@@ -58,10 +58,12 @@ bench: $(STAMP)
 
 # This working tree against REF (a git ref), alternating runs: rate and CPU per message as
 # ratios (benchmarks/compare.py). A change to the per-message path reports these.
+# LOAD=stompbench drives the shared bench's load generator (../shared/bench) instead.
 REF ?= main
 ROUNDS ?= 6
+LOAD ?= pairmq
 bench-compare: $(STAMP)
-	$(BIN)/python benchmarks/compare.py --ref $(REF) --rounds $(ROUNDS)
+	$(BIN)/python benchmarks/compare.py --ref $(REF) --rounds $(ROUNDS) --load $(LOAD)
 
 fuzz: $(STAMP)
 	$(BIN)/python benchmarks/fuzz_campaign.py --frames 1000000

@@ -27,6 +27,13 @@ writer) of each build, then the median of the per-round ratios, working tree ove
 reference: rate above 1 and CPU below 1 are better. A change to the per-message path
 reports the durable and non-persistent lines of this (docs/benchmarks.md).
 
+`--load stompbench` drives the shared bench's load generator instead of this
+repository's (`--stompbench PATH`, by default `../shared/bench/stompbench.py` beside the
+checkout: the harness the peers are compared with, docs/benchmarks.md). Its clients are
+raw sockets, one process each; it reads more frames per socket read than
+`benchmarks/persistent.py`'s generators, so per-read costs weigh less in its figures.
+Same scenarios, same servers, same alternation.
+
 With `--fail-above X` the exit status is 1 when a scenario's CPU-per-message ratio is
 above X (a guard a reviewer can run); `--json FILE` appends one line per run.
 """
@@ -69,6 +76,8 @@ SCENARIOS = {s.name: s for s in (
     Scenario("durable-4p4c", 4, 4, True),
 )}
 WARM_UP_MESSAGES = 5000
+DEFAULT_STOMPBENCH = ROOT.parent / "shared" / "bench" / "stompbench.py"
+STOMPBENCH_USER = '[auth.users.bench]\npassword = "bench"\nroles = ["admin"]\n'
 WORK = "work"  # the working tree's name in the output
 SEGMENT_BYTES = str(64 << 20)
 
@@ -113,19 +122,50 @@ def _env(build: Build) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(build.src)}
 
 
+def stompbench_load(stompbench: Path, port: int, s: Scenario, messages: int,
+                    proc: psutil.Process) -> tuple[float, float]:
+    """One run of the shared bench's load generator: (messages per second consumed, the
+    server's CPU seconds), as it measured them (`--broker-pid`)."""
+    args = [sys.executable, str(stompbench), "--port", str(port), "--login", "bench",
+            "--passcode", "bench", "--size", "1024",
+            "--window", "100", "--ack", "client-individual", "--prefetch", "1000",
+            "--producers", str(s.producers), "--consumers", str(s.consumers),
+            "--messages", str(messages), "--broker-pid", str(proc.pid),
+            "--persistent" if s.persistent else "--no-persistent"]
+    done = subprocess.run(args, cwd=stompbench.parent, capture_output=True, text=True,
+                          timeout=900, check=False)
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines else {}
+    if done.returncode != 0 or not result.get("ok"):
+        raise RuntimeError(f"stompbench {s.name}: {done.stderr.strip()[-300:] or result}")
+    return float(result["consumer_msgs_per_s"]), float(result["broker_cpu_secs"])
+
+
 def one_round(build: Build, scenarios: list[Scenario], messages: int, rnd: int,
-              scratch: Path) -> list[Run]:
-    """A fresh server of `build`, a warm-up, then each scenario once."""
+              scratch: Path, stompbench: Path | None = None) -> list[Run]:
+    """A fresh server of `build`, a warm-up, then each scenario once (with this
+    repository's load generator, or the shared bench's when `stompbench` is given)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"r{rnd}-{build.name[:12]}-", dir=scratch))
+    # stompbench logs in (as the peers want it); our generators connect anonymously
     server = start_server(workdir, "--segment-bytes", SEGMENT_BYTES, "--log-level", "warning",
-                          name="compare", env={"PYTHONPATH": str(build.src)})
+                          name="compare", env={"PYTHONPATH": str(build.src)},
+                          config_text=STOMPBENCH_USER if stompbench else None,
+                          anonymous=stompbench is None)
     runs = []
     try:
         proc = psutil.Process(server.proc.pid)
-        warm = run_load(server.host, server.port, 1, 1, WARM_UP_MESSAGES, server=proc)
-        if warm.errors:
-            raise RuntimeError(f"{build.name}: warm-up failed: {warm.errors[:3]}")
+        if stompbench is not None:
+            stompbench_load(stompbench, server.port, SCENARIOS["durable"], WARM_UP_MESSAGES,
+                            proc)
+        else:
+            warm = run_load(server.host, server.port, 1, 1, WARM_UP_MESSAGES, server=proc)
+            if warm.errors:
+                raise RuntimeError(f"{build.name}: warm-up failed: {warm.errors[:3]}")
         for s in scenarios:
+            if stompbench is not None:
+                rate, cpu_s = stompbench_load(stompbench, server.port, s, messages, proc)
+                runs.append(Run(build.name, s.name, rnd, rate, cpu_s / messages * 1e6))
+                continue
             res = run_load(server.host, server.port, s.producers, s.consumers, messages,
                            server=proc, persistent=s.persistent)
             if res.errors or not server.alive():
@@ -183,7 +223,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fail-above", type=float, default=None,
                    help="exit 1 when a CPU-per-message ratio is above this")
     p.add_argument("--json", default=None, help="append one JSON line per run to this file")
+    p.add_argument("--load", choices=("pairmq", "stompbench"), default="pairmq",
+                   help="the load generator: benchmarks/persistent.py's, or the shared "
+                        "bench's stompbench.py")
+    p.add_argument("--stompbench", type=Path, default=DEFAULT_STOMPBENCH,
+                   help=f"with --load stompbench (default {DEFAULT_STOMPBENCH})")
     args = p.parse_args(argv)
+    if args.load == "stompbench" and not args.stompbench.is_file():
+        p.error(f"--load stompbench: no {args.stompbench} (give --stompbench PATH)")
     unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
     if unknown:
         p.error(f"unknown scenario(s) {', '.join(sorted(unknown))}: "
@@ -203,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(1, args.rounds + 1):
             order = builds if rnd % 2 else builds[::-1]
             for build in order:
-                got = one_round(build, scenarios, args.messages, rnd, scratch)
+                got = one_round(build, scenarios, args.messages, rnd, scratch,
+                                args.stompbench if args.load == "stompbench" else None)
                 for r in got:
                     print(f"round {rnd} {r.build[:12]:>12} {r.scenario:16} "
                           f"{r.msgs_per_s:9.0f} msgs/s {r.cpu_us_per_msg:7.1f} µs/msg",

@@ -35,6 +35,16 @@ def test_an_unknown_ref_says_so(tmp_path: Path) -> None:
         compare.reference_source("no-such-ref-here", tmp_path)
 
 
+def test_the_shared_bench_load_needs_its_generator(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "stompbench.py"
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--ref", "main", "--load", "stompbench", "--stompbench", str(missing)])
+    assert f"no {missing}" in capsys.readouterr().err
+    args = compare.parse_args(["--ref", "main"])
+    assert args.load == "pairmq"
+
+
 def test_unknown_scenarios_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         compare.parse_args(["--ref", "main", "--scenarios", "durable,fastest"])
@@ -67,7 +77,7 @@ def test_the_spread_is_the_middle_half_of_the_rounds() -> None:
 def test_fail_above_exits_non_zero_when_a_ratio_is_over(monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path) -> None:
     def fake_round(build: Build, scenarios: list[Scenario], messages: int, rnd: int,
-                   scratch: Path) -> list[Run]:
+                   scratch: Path, stompbench: Path | None = None) -> list[Run]:
         cpu = 12.0 if build.name == WORK else 10.0  # the working tree costs 1.2x
         return [Run(build.name, s.name, rnd, 1000.0, cpu) for s in scenarios]
 

@@ -46,6 +46,9 @@ FIXED = {
     98108: "an elected server left `elected` on a stale synchronisation request, and "
            "served on a new channel with neither lease nor promise: its copy wiped the "
            "epoch the witness had granted the backup meanwhile, with a confirmed message",
+    3011: "an active whose disk stalled handed over while the witness was down, and the "
+          "link was cut after \"go\": the backup gave up taking over and waited for the "
+          "witness's holder, the old active, which deferred to the backup for ever",
 }
 
 

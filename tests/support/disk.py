@@ -44,6 +44,7 @@ def loop_filesystem(workdir: Path, mountpoint: Path, size_mb: int = 32) -> Itera
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
     image = workdir / "fs.img"
+    workdir.mkdir(parents=True, exist_ok=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
     with open(image, "wb") as f:
         f.truncate(size_mb * 1024 * 1024)

@@ -8,9 +8,9 @@ walk, unless it `goes_on` (then the rules below it still apply, to the phase it 
 Read a row as "in these phases, when this holds, do that, because". A rule with no action
 says the phase stays as it is, and why.
 
-Phases in no row are moved by their own inputs only: the serving phases (their steps and
-the lease's end), ACTIVATING (the witness's replies, the recovery), STEPPING_DOWN (the
-journal read back), STOPPING and STOPPED. Which phase changes exist at all is
+Phases in no row are moved by their own inputs only: the serving phases other than ACTIVE
+(their steps and the lease's end), ACTIVATING (the witness's replies, the recovery),
+STEPPING_DOWN (the journal read back), STOPPING and STOPPED. Which phase changes exist at all is
 TRANSITIONS (ha/phases.py); the rules' grounds are in ha/replication.py's docstring and
 docs/ha.md.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pairmq.ha import channel as ch
 from pairmq.ha.events import Log, Send
 from pairmq.ha.messages import Failback, FailbackStep
-from pairmq.ha.phases import Phase
+from pairmq.ha.phases import JournalDisk, Phase
 from pairmq.ha.rules import FAREWELL_HEARD
 from pairmq.ha.rules import ReplicationRules as Machine
 from pairmq.ha.states import State
@@ -107,6 +107,10 @@ def _alone_promise_ran_out(m: Machine, now: float) -> bool:
     return _alone(m, now) and now >= m.promise_until
 
 
+def _journal_stalled(m: Machine, now: float) -> bool:
+    return m.disk is JournalDisk.STALLED
+
+
 # ------------------------------------------------------------ actions
 
 def _take_over(m: Machine, now: float) -> None:
@@ -158,6 +162,10 @@ def _activate_alone(m: Machine, now: float) -> None:
     m._activate_alone()
 
 
+def _hand_over_stalled(m: Machine, now: float) -> None:
+    m._hand_over_stalled(now)
+
+
 def _to(*phases: Phase) -> frozenset[Phase]:
     return frozenset(phases)
 
@@ -165,6 +173,12 @@ def _to(*phases: Phase) -> frozenset[Phase]:
 # ------------------------------------------------------------ the table
 
 DECISIONS: tuple[Rule, ...] = (
+    # -- serving with an in-sync backup on a disk that stopped completing writes
+    Rule(_to(P.ACTIVE), _journal_stalled, _hand_over_stalled,
+         "the journal's disk stalled (stall_timeout_ms): the in-sync backup holds every "
+         "record appended (streamed before this server's fsync, acknowledged after its own): "
+         "hand over to it at once (HANDING_OVER), as a failback does; this server rejoins as "
+         "its backup once its disk completes writes (ha/handover.py)"),
     # -- handed over to: activate, whatever the peer says, unless it serves again
     Rule(_to(P.TAKING_OVER), _no_serving_peer, _take_over,
          "the active handed over and is gone or serves no more: activate, again until "
@@ -182,6 +196,10 @@ DECISIONS: tuple[Rule, ...] = (
     Rule(_to(P.SYNCING, P.PASSIVE, P.FAILBACK_ASKED, P.TAKING_OVER), _peer_serves, None,
          "following the serving peer (TAKING_OVER: waiting until it serves no more)"),
     # -- a connected peer that serves nothing
+    Rule(_to(P.DEFERRING), _undecided_peer_and_witness, _activate_if_the_witness_names_it,
+         "the peer handed over to is undecided (it gave up taking over, or restarted): the "
+         "witness decides, as from WAITING (simulator seed 3011: the witness down when the "
+         "lease was given back, the link cut after \"go\": each server waited for the other)"),
     Rule(_to(P.DEFERRING), _peer_serves_nothing, None,
          "handed over to the peer: let it activate, do not compete"),
     Rule(_to(P.ORPHANED, P.PASSIVE, P.FAILBACK_ASKED), _peer_serves_nothing,

@@ -125,6 +125,19 @@ class SteppedDown:
 
 
 @dataclass(frozen=True)
+class JournalStalled:
+    """This server's journal has had a write in flight for `waited` seconds, past [store]
+    stall_timeout_ms: its disk does not complete writes (store/stall.py, issue 35)."""
+
+    waited: float
+
+
+@dataclass(frozen=True)
+class JournalFlowing:
+    """The stalled write completed: the disk completes writes again."""
+
+
+@dataclass(frozen=True)
 class Force:
     """An operator's `pairmq activate`."""
 
@@ -136,7 +149,7 @@ class Shutdown:
 
 Event = (PeerConnected | PeerLost | Heartbeat | SyncRequested | SyncServed | SyncOffered
          | SyncDone | MirrorProgress | BackupAcked | FailbackMessage | WitnessReplied
-         | Recovered | SteppedDown | Force | Shutdown)
+         | Recovered | SteppedDown | JournalStalled | JournalFlowing | Force | Shutdown)
 
 # ---------------------------------------------------------------- effects
 

@@ -1,8 +1,17 @@
 """How the active server of the replication pair hands over and stops.
 
-A part of `ReplicationMachine` (ha/replication.py; its state in ha/machine_state.py): failback and
-failover on shutdown (close clients, let the backup catch up, give the lease back keeping
-the backup as standby, say "go"), and a stop that gives the lease back.
+A part of `ReplicationMachine` (ha/replication.py; its state in ha/machine_state.py): failback,
+failover on shutdown and on a stalled disk (close clients, let the backup catch up, give
+the lease back keeping the backup as standby, say "go"), and a stop that gives the lease
+back.
+
+A stalled disk (issue 35): the journal's thread has had a write in flight past [store]
+stall_timeout_ms. The in-sync backup holds every record this server appended (they are
+streamed to it as they are appended, before this server's own fsync, and it acknowledges
+after its own), so it can serve everything confirmed, and more. So an ACTIVE server hands
+over to it at once, as a failback does, without waiting for heartbeats to lapse (they do
+not: the event loop is well). Stepping down then reads the journal back once the write in
+flight completes, so the server rejoins as a backup only when its disk works again.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from pairmq.ha import channel as ch
 from pairmq.ha.events import CloseClients, ConfirmationsChanged, Log, Persist, Send
 from pairmq.ha.machine_state import MachineState
 from pairmq.ha.messages import Failback, FailbackStep, WitnessPurpose, WitnessReply
-from pairmq.ha.phases import HandOver, HandOverStep, Phase
+from pairmq.ha.phases import HandOver, HandOverStep, JournalDisk, Phase
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
@@ -32,6 +41,29 @@ class HandOverSteps(MachineState):
                                 self.peer.stomp or None))
         self._emit(Persist())
         self._emit(ConfirmationsChanged())
+
+    def _journal_stalled(self, waited: float) -> None:
+        """The driver says the journal's disk stalled. ACTIVE hands over (the table of
+        ha/decisions.py); any other phase says what the stall means there."""
+        self.disk = JournalDisk.STALLED
+        if self.phase is Phase.ACTIVE or self.phase is Phase.HANDING_OVER:
+            return
+        if self.serving:
+            self._emit(Log(WARNING, f"The journal has not completed a write for {waited:.1f} s "
+                                    "and no backup is in sync to hand over to: clients wait "
+                                    "for the disk"))
+        elif self.phase in (Phase.SYNCING, Phase.PASSIVE, Phase.FAILBACK_ASKED):
+            self._emit(Log(WARNING, f"This backup's journal has not completed a write for "
+                                    f"{waited:.1f} s: the active server drops it from "
+                                    "synchronous replication; it synchronises again once its "
+                                    "disk completes writes"))
+
+    def _journal_flowing(self) -> None:
+        self.disk = JournalDisk.FLOWING
+
+    def _hand_over_stalled(self, now: float) -> None:
+        self._start_hand_over("the journal's disk stopped completing writes "
+                              "(stall_timeout_ms)", now, stopping=False)
 
     def _hand_over_progress(self, now: float) -> None:
         ho = self.hand_over

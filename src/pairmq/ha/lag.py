@@ -76,6 +76,14 @@ class ReplicationLag:
                    max(0.0, now - oldest))
 
 
+def backup_stalled(lag: Lag, timeout_s: float) -> bool:
+    """Whether a backup that receipts wait for has stopped acknowledging: the oldest
+    record sent and not acknowledged went out `timeout_s` ago or more ([store]
+    stall_timeout_ms, the same bound a server applies to its own disk: issue 35). Its
+    heartbeats may go on; its disk, or its process, does not."""
+    return timeout_s > 0 and lag.records > 0 and lag.seconds >= timeout_s
+
+
 class FollowerLag:
     """The backup's own view of its lag: the active's newest sequence comes in its
     heartbeats, so a backup knows how many records it lacks, and since when it has lacked

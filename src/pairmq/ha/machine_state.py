@@ -28,6 +28,7 @@ from pairmq.ha.phases import (
     HandOver,
     IllegalTransition,
     Journal,
+    JournalDisk,
     Phase,
     Settings,
     SteppingDown,
@@ -61,6 +62,7 @@ class MachineState:
         self.next_renew = 0.0
         self.join_target = 0  # JOINING: what the backup must hold to be in sync
         self.retry_at = 0.0  # no new activation before this (the last one was refused)
+        self.disk = JournalDisk.FLOWING  # this server's journal, as the driver last said
         self.witness = WitnessQueue(settings.identity, settings.boot)
         self._out: list[Effect] = []
         self._now = 0.0
@@ -89,6 +91,12 @@ class MachineState:
     @property
     def backup_in_sync(self) -> bool:
         return self.phase is Phase.ACTIVE or (self.hand_over is not None)
+
+    @property
+    def receipts_wait_for_backup(self) -> bool:
+        """Confirmations wait for the backup's acknowledgements (ACTIVE, JOINING): a backup
+        that stops acknowledging stops them (server/pair/replication.py drops it)."""
+        return self.phase is Phase.ACTIVE or self.phase is Phase.JOINING
 
     @property
     def in_sync_with_live(self) -> bool:

@@ -39,6 +39,14 @@ class Phase(StrEnum):
     STOPPED = "stopped"
 
 
+class JournalDisk(StrEnum):
+    """Whether this server's journal completes writes: an input's fact (JournalStalled,
+    JournalFlowing), which the serving phases act on (ha/decisions.py)."""
+
+    FLOWING = "flowing"
+    STALLED = "stalled"
+
+
 SERVING = frozenset({Phase.ELECTED, Phase.STANDALONE, Phase.JOINING, Phase.ACTIVE,
                      Phase.DROPPING_BACKUP, Phase.HANDING_OVER})
 IN_SYNC = frozenset({Phase.PASSIVE, Phase.FAILBACK_ASKED, Phase.TAKING_OVER})

@@ -25,7 +25,7 @@ from pairmq.ha.events import (
 )
 from pairmq.ha.handover import HandOverSteps
 from pairmq.ha.messages import PeerHello, SeqMessage, SyncRequest
-from pairmq.ha.phases import Phase, SteppingDown
+from pairmq.ha.phases import JournalDisk, Phase, SteppingDown
 from pairmq.ha.states import State
 from pairmq.ha.witnessing import WitnessRequests
 
@@ -296,6 +296,9 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         """STEPPING_DOWN: the journal is read back."""
         done = self.stepping_down
         assert done is not None
+        # The read-back waited for the write in flight: a stalled disk completes writes
+        # again (the retired role's writer, closed, no longer says so).
+        self.disk = JournalDisk.FLOWING
         self._emit(Log(INFO, "Journal read back after stepping down: a standby again"))
         self._enter(done.then, done.why)
 

@@ -29,6 +29,8 @@ from pairmq.ha.events import (
     FailbackMessage,
     Force,
     Heartbeat,
+    JournalFlowing,
+    JournalStalled,
     Log,
     MirrorProgress,
     PeerConnected,
@@ -71,6 +73,10 @@ def as_every_phase(m: Machine, event: Event) -> None:
             m._witness_replied(replied)
         case FailbackMessage(FailbackStep.SHUTDOWN):
             m.peer_farewell = True  # the peer stops without handing over
+        case JournalStalled(waited):
+            m._journal_stalled(waited)
+        case JournalFlowing():
+            m._journal_flowing()
         case _:
             dropped(m, event)
 

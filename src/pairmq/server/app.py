@@ -435,7 +435,7 @@ class PairmqServer:
             except TimeoutError:
                 log.warning("Journal not on disk within %.1f s of stopping to serve: records "
                             "not confirmed to clients may be lost", drain_timeout)
-        old.store.close()
+        await old.store.close_off_loop(self.loop)
         self._switch_role(self._new_role(RoleKind.STANDBY, self._new_broker(),
                                          self._new_store()), why)
 
@@ -460,7 +460,11 @@ class PairmqServer:
         a start does (seconds for millions of waiting messages: the pair's heartbeats and
         the witness go on meanwhile). Then a standby role that can mirror the peer."""
         old = self.role
-        old.store.close()
+        writer = old.store.writer
+        if writer is not None and writer.writing:
+            log.info("Waiting for the journal's write in flight to complete before reading "
+                     "the journal back (%.1f s so far)", writer.stall_view().in_flight_s)
+        await old.store.close_off_loop(self.loop)  # a stalled disk: the loop goes on
         store, broker = self._new_store(), self._new_broker()
         started = time.monotonic()
         with gc_paused(freeze=True):

@@ -78,6 +78,7 @@ class ServerConfig(Settings):
             full_policy=self.full_policy,
             paging_bytes=self.paging_bytes,
             paged_beyond=self.core_settings().paged_beyond,
+            stall_timeout_s=self.stall_timeout_ms / 1000,
         )
 
     @property

@@ -218,6 +218,10 @@ class Settings:
         "held or refused per full_policy (100 = no check)", _between(1, 100))
     paging_bytes: int = setting("store", 256 * 1024 * 1024,
         "persistent message bodies held in memory; beyond it they stay on disk", _at_least(0))
+    stall_timeout_ms: int = setting("store", 5000,
+        "a journal write not completed within this is a stalled disk: an active server with an "
+        "in-sync backup hands over to it, a backup is dropped from synchronous replication "
+        "(ms, 0 = never)", _at_least(0))
 
     # [auth]
     allow_anonymous: bool = setting("auth", False, "accept clients without a login")

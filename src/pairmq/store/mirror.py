@@ -264,7 +264,7 @@ class Mirroring(StoreState):
         self.memory_bytes = 0
         self.paged = PagedBytes()
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
-                                    first_seq - 1, [], loop)
+                                    first_seq - 1, [], loop, self.settings.stall_timeout_s)
         self.summaries = SummaryBuilder(self.writer.write_summary)
         broker = self.broker
         if broker is not None:

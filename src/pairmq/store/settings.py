@@ -15,6 +15,7 @@ class StoreSettings:
     max_journal_bytes: int = 0  # 0 = only the disk limits it
     full_policy: str = "fail"  # "fail" (ERROR to the sender) or "block" (stop reading)
     paging_bytes: int = 256 * 1024 * 1024  # message bodies held in memory before paging
+    stall_timeout_s: float = 0.0  # a write in flight this long is a stalled disk; 0 = off
     compact_ratio: float = 0.5  # rewrite the oldest segment once less than this is live
     # Destination name -> bytes of its messages recovery loads before leaving the rest on
     # disk (a destination under address_full_policy "page": its limit); 0 = no such cap.

@@ -49,6 +49,7 @@ from pairmq.store.records import (
     encode_user,
 )
 from pairmq.store.recovery import Recovering
+from pairmq.store.stall import StallView
 from pairmq.store.store_state import KEY_OVERHEAD
 from pairmq.store.summary import Added, SummaryBuilder
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
@@ -75,7 +76,8 @@ class Store(Recovering, Compacting, Mirroring):
 
     def _open(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
-                                    self._last_seq, self._segments, loop)
+                                    self._last_seq, self._segments, loop,
+                                    self.settings.stall_timeout_s)
         self.summaries = SummaryBuilder(self.writer.write_summary)
         if self._accounted is not broker:
             self.account(broker)
@@ -472,4 +474,18 @@ class Store(Recovering, Compacting, Mirroring):
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self._close_read_fds()
+
+    def stall_view(self) -> StallView | None:
+        """Whether the journal's disk completes writes (store/stall.py); None when closed."""
+        return None if self.writer is None else self.writer.stall_view()
+
+    async def close_off_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """`close`, with the wait for the write in flight in a thread: on a stalled disk
+        that wait lasts as long as the stall, and the event loop must go on meanwhile
+        (heartbeats, the witness, the other clients: issue 35)."""
+        writer = self.writer
+        if writer is not None:
+            writer.stop()
+            await loop.run_in_executor(None, writer.release)
         self._close_read_fds()

@@ -23,6 +23,7 @@ from pairmq.core.message import Message
 from pairmq.core.paged_log import PagedLog
 from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, frame_record
 from pairmq.store.segments import fsync_directory, segment_header, segment_name
+from pairmq.store.stall import StallView, StallWatch, check_interval
 from pairmq.store.summary import remove_summary, write_summary_file
 from pairmq.store.synctimes import SYNC_TIMES
 
@@ -64,7 +65,8 @@ class SegmentInfo:
 
 class JournalWriter:
     def __init__(self, directory: Path, segment_bytes: int, last_seq: int,
-                 segments: list[SegmentInfo], loop: asyncio.AbstractEventLoop) -> None:
+                 segments: list[SegmentInfo], loop: asyncio.AbstractEventLoop,
+                 stall_timeout_s: float = 0.0) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.loop = loop
@@ -81,6 +83,7 @@ class JournalWriter:
         self._on_synced: list[Callable[[int], None]] = []
         self._on_append: list[Callable[[int, bytes], None]] = []
         self._on_failure: list[Callable[[OSError | None], None]] = []
+        self._stalls = _StallChecks(StallWatch(stall_timeout_s), loop)  # disk completes writes?
         self._fds: dict[int, int] = {}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pairmq-journal")
         self._kick_scheduled = False
@@ -98,6 +101,7 @@ class JournalWriter:
         self.guard: Callable[[], bool] | None = None
         if self.current is None:
             self._roll()
+        self._stalls.start()
 
     # ------------------------------------------------------------ event-loop side
 
@@ -145,6 +149,14 @@ class JournalWriter:
         """Told of a write failure (with the error) and of the recovery (with None)."""
         self._on_failure.append(listener)
 
+    def on_stall(self, listener: Callable[[float | None], None]) -> None:
+        """Told when the disk stops completing writes (the seconds the group in flight has
+        waited) and when it completes them again (None)."""
+        self._stalls.listeners.append(listener)
+
+    def stall_view(self) -> StallView:
+        return self._stalls.watch.view(self.loop.time())
+
     def unlink_segment(self, segment_id: int) -> None:
         """Delete a segment, in order with the writes (after everything appended so far)."""
         info = self.segments.pop(segment_id)
@@ -188,6 +200,7 @@ class JournalWriter:
         target = self.appended_seq
         sizes = {sid: self.segments[sid].size for sid, _ in job if sid in self.segments}
         self.writing = True
+        self._stalls.watch.began(self.loop.time())
         future = self.loop.run_in_executor(self._executor, self._write, job, unlinks,
                                            summaries)
         future.add_done_callback(
@@ -197,6 +210,9 @@ class JournalWriter:
                  unlinks: list[int], summaries: list[tuple[int, bytes]], target: int,
                  sizes: dict[int, int]) -> None:
         self.writing = False
+        stalled_for = self._stalls.watch.ended(self.loop.time())
+        if stalled_for is not None:  # said even when closed: a step-down waited for it
+            self._stalls.over(stalled_for)
         if self.closed:
             return
         error = future.exception()
@@ -359,11 +375,58 @@ class JournalWriter:
         self._fds.clear()
 
     def close(self) -> None:
+        self.stop()
+        self.release()
+
+    def stop(self) -> None:
+        """Start nothing more (the event loop's half of `close`)."""
         self.closed = True
         if self._retry is not None:
             self._retry.cancel()
+        self._stalls.stop()
+
+    def release(self) -> None:
+        """Wait for the group in flight, then close the files (the other half of `close`:
+        it may wait as long as the disk does, so a stalled disk's is run in a thread)."""
         self._executor.shutdown(wait=True)
         self._close_fds()
+
+
+class _StallChecks:
+    """The writer's stall watch at work: looked at every `check_interval`, and whoever
+    listens told when a stall begins and ends (logged here)."""
+
+    def __init__(self, watch: StallWatch, loop: asyncio.AbstractEventLoop) -> None:
+        self.watch = watch
+        self._loop = loop
+        self.listeners: list[Callable[[float | None], None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        if self.watch.timeout_s > 0:
+            self._timer = self._loop.call_later(check_interval(self.watch.timeout_s),
+                                                self._check)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        watch, loop = self.watch, self._loop
+        self._timer = loop.call_later(check_interval(watch.timeout_s), self._check)
+        waited = watch.check(loop.time())
+        if waited is not None:
+            log.error("Journal write pending for %.1f s: the disk is not completing writes "
+                      "(stall_timeout_ms = %d); nothing is confirmed until it does",
+                      waited, round(watch.timeout_s * 1000))
+            for listener in self.listeners:
+                listener(waited)
+
+    def over(self, stalled_for: float) -> None:
+        log.warning("Journal writes complete again, after a stall of %.1f s", stalled_for)
+        for listener in self.listeners:
+            listener(None)
 
 
 def write_all(fd: int, buffers: list[bytes]) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Protocol, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
+from pairmq.ha.lag import ReplicationLag, backup_stalled
 from pairmq.ha.messages import PeerHello, SeqMessage, SyncOffer, SyncRequest, WitnessPurpose
 from pairmq.ha.phases import Settings
 from pairmq.ha.pump import EffectPump
@@ -19,6 +20,7 @@ from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.sim.journal import JournalError, Rec, SimJournal
 from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process, Scheduler
 from pairmq.ha.syncplan import plan_sync
+from pairmq.store.stall import StallWatch
 
 STANDBY, SERVING = "standby", "serving"  # the server's role kind (server/role/role.py)
 
@@ -39,10 +41,14 @@ class SimWorld(Protocol):
 
     sched: Scheduler
     activation: float  # seconds of silence after which a channel is given up
+    stall_timeout: float  # [store] stall_timeout_ms, in seconds
 
     def recovery_delay(self) -> float: ...
 
     def disk_delay(self) -> float: ...
+
+    def disk_stall_left(self, server: SimServer) -> float:
+        """How much longer the server's disk completes no write (0: it does)."""
 
     def sync_delay(self, records: int) -> float: ...
 
@@ -85,6 +91,8 @@ class SimServer(Process):
         self._ask_ids = 0
         self.check_at: float | None = None
         self.fsync_pending = False
+        self.stall = StallWatch(world.stall_timeout)  # store/stall.py, on this clock
+        self.lag = ReplicationLag()  # the backup's, as server/pair/replication.py counts it
         self.pump = self._new_pump()
         self.boots = 0
         self.stopping_until: float | None = None
@@ -106,6 +114,7 @@ class SimServer(Process):
         self.asking = None
         self.check_at = None
         self.fsync_pending = False
+        self.stall = StallWatch(self.world.stall_timeout)
         self.stopping_until = None
         self.pump = self._new_pump()  # what the dead process was to feed dies with it
         self.world.trace(self, "boot", f"journal {self.journal.appended_seq} "
@@ -223,7 +232,21 @@ class SimServer(Process):
             return
         self.world.trace(self, "tick", None)
         self._apply(self.machine.tick(self.clock()))
+        waited = self.stall.check(self.clock())  # the writer's periodic look (writer.py)
+        if waited is not None:
+            self.feed(ev.JournalStalled(waited))
+        self._drop_stalled_backup()
         self.later(self.settings.heartbeat, self._tick)
+
+    def _drop_stalled_backup(self) -> None:
+        """server/pair/replication.py's: a backup receipts wait for, silent past the stall
+        timeout, loses its link."""
+        link = self.link
+        if link is None or not self.machine.receipts_wait_for_backup:
+            return
+        lag = self.lag.view(self.journal.appended_seq, self.clock())
+        if backup_stalled(lag, self.world.stall_timeout):
+            self._drop(link, f"backup stalled: no acknowledgement for {lag.seconds:.1f} s")
 
     def _schedule_check(self) -> None:
         now = self.clock()
@@ -249,6 +272,10 @@ class SimServer(Process):
     # ------------------------------------------------------------ roles and the journal
 
     def _read_back(self) -> None:
+        if self.fsync_pending and self.world.disk_stall_left(self):
+            # store.close_off_loop waits for the write in flight, off the loop
+            self.later(self.world.disk_stall_left(self), self._read_back)
+            return
         self.journal.mirror = True
         self.feed(ev.SteppedDown())
 
@@ -256,6 +283,10 @@ class SimServer(Process):
         """server.become_active: a new serving role over this journal, the epoch journaled
         first (a serving role only journals the new epoch)."""
         if self.kind != SERVING:
+            stalled = self.world.disk_stall_left(self)
+            if stalled:  # so does its wait: the disk completes nothing before
+                self.later(stalled, self._became_active, epoch)
+                return
             self.journal.sync_all()  # recovery waits for the mirror to reach the disk
             self.journal.mirror = False
             self._new_role(SERVING)
@@ -304,11 +335,18 @@ class SimServer(Process):
     def _want_fsync(self) -> None:
         if not self.fsync_pending and self.journal.appended_seq > self.journal.synced_seq:
             self.fsync_pending = True
+            self.stall.began(self.clock())
             self.later(self.world.disk_delay(), self._fsynced, self.journal.appended_seq,
                        self.journal.version)
 
     def _fsynced(self, upto: int, version: int) -> None:
+        held = self.world.disk_stall_left(self)
+        if held:  # a stalled disk holds the write in flight until it completes writes
+            self.later(held, self._fsynced, upto, version)
+            return
         self.fsync_pending = False
+        if self.stall.ended(self.clock()) is not None:
+            self.feed(ev.JournalFlowing())
         if version == self.journal.version:
             self.journal.fsynced(upto)
             if self.journal.mirror:
@@ -331,6 +369,7 @@ class SimServer(Process):
         if self.outgoing:
             if self.link is not None:
                 self.link.send(self, ch.RECORDS, self.outgoing)
+                self.lag.sent(self.outgoing[-1].seq, 0, self.clock())
             self.outgoing = []
 
     def _serve_sync(self, link: Conn, request: SyncRequest) -> None:
@@ -384,6 +423,7 @@ class SimServer(Process):
         self.link = conn
         self.live_buffer = None
         self.outgoing = []
+        self.lag.reset(PeerHello.from_wire(hello).last_seq)
         self.last_recv = self.sched.now
         self.later(self.world.activation, self._recv_timeout, conn)
         self.feed(ev.PeerConnected(PeerHello.from_wire(hello)))
@@ -427,6 +467,8 @@ class SimServer(Process):
             self._mirror(conn, payload)
         else:
             event = ev.from_channel(kind, payload)
+            if isinstance(event, ev.BackupAcked):
+                self.lag.acked(event.seq)
             if event is not None:
                 self.feed(event)
 

@@ -34,6 +34,9 @@ class SimConfig:
     late_requests: float = 0.0  # probability that a witness request arrives late
     disk: tuple[float, float] = (0.001, 0.01)
     slow_disk: float = 0.0  # probability of an fsync taking up to a heartbeat
+    # [store] stall_timeout_ms: above the longest heartbeat timeout the runner draws (4 s),
+    # so that a silent backup is dropped for its silence first, as before stalls existed
+    stall_timeout: float = 5.0
     recovery: tuple[float, float] = (0.005, 0.05)
     rates: dict[str, float] = field(default_factory=dict)  # clock rates by process
     produce_every: float | None = 0.1  # None: no producer
@@ -98,6 +101,8 @@ class World:
         self.sched = Scheduler()
         self.net = Net(self.rng, config.latency, config.late_requests, 3 * config.heartbeat)
         self.activation = config.activation_ms / 1000
+        self.stall_timeout = config.stall_timeout
+        self.stalled_until: dict[str, float] = {}  # a server's disk completes no write before
         self.servers = {name: self._server(name) for name in (PRIMARY, BACKUP)}
         rate = config.rates.get(WITNESS, 1.0)
         self.witness = SimWitness(self, rate, self.rng.uniform(0, 1000))
@@ -137,6 +142,16 @@ class World:
         if self.config.slow_disk and self.rng.random() < self.config.slow_disk:
             return self.rng.uniform(0, self.config.heartbeat)
         return self.rng.uniform(*self.config.disk)
+
+    def disk_stall_left(self, server: SimServer) -> float:
+        return max(0.0, self.stalled_until.get(server.name, 0.0) - self.sched.now)
+
+    def stall_disk(self, name: str, duration: float) -> None:
+        """The server's disk completes no write for `duration` (fsfreeze, a frozen
+        volume): the process and its network go on."""
+        self.stalled_until[name] = max(self.stalled_until.get(name, 0.0),
+                                       self.sched.now + duration)
+        self.trace(None, "disk stall", f"{name} for {duration:.3f} s")
 
     def sync_delay(self, records: int) -> float:
         return self.rng.uniform(0.001, 0.01) + records * 0.00001

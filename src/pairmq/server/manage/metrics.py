@@ -25,6 +25,7 @@ from pairmq.core.capacity import Shortage
 from pairmq.core.queue import Address
 from pairmq.ha.states import State
 from pairmq.server.manage.managed_server import ManagedServer
+from pairmq.store.stall import Disk
 from pairmq.store.synctimes import SYNC_TIMES
 
 MESSAGE_COUNTERS = ("received", "delivered", "acknowledged", "expired", "dead_lettered",
@@ -99,8 +100,24 @@ class Collector:
         yield HistogramMetricFamily(
             "pairmq_journal_fsync_seconds", "time of each group commit's fdatasync",
             buckets=buckets, sum_value=total)
+        yield from self._disk()
         if server.watch is not None:
             yield from server.watch.metrics()  # event-loop lag, GC pauses (server/loop_lag.py)
+
+    def _disk(self) -> Iterator[Metric]:
+        """Whether the journal's disk completes writes (store/stall.py, issue 35)."""
+        disk = self.server.store.stall_view()
+        if disk is None:
+            return
+        yield _gauge("pairmq_journal_stalled", "1 while a journal write has been in flight "
+                     "longer than stall_timeout_ms", 1 if disk.disk is Disk.STALLED else 0)
+        yield _gauge("pairmq_journal_write_in_flight_seconds", "how long the journal write "
+                     "in flight has waited (0: none)", disk.in_flight_s)
+        yield _gauge("pairmq_journal_write_longest_seconds", "the longest journal write "
+                     "(a group's writes and fdatasync) completed since the start",
+                     disk.longest_s)
+        yield _counter("pairmq_journal_stalls", "journal writes that stalled past "
+                       "stall_timeout_ms", disk.stalls)
 
     def _pair(self, pair: dict[str, Any] | None) -> Iterator[Metric]:
         """The pair's view: state, epoch, the backup's lag, the witness, the lease."""

@@ -42,6 +42,12 @@ def server_summary(server: ManagedServer) -> dict[str, Any]:
                     "confirmed_seq": server.confirmed_seq, "epoch": store.epoch,
                     "full": store.full},
     }
+    disk = store.stall_view()
+    if disk is not None:  # whether the journal's disk completes writes (issue 35)
+        status["journal"]["disk"] = {
+            "state": disk.disk.value, "write_in_flight_s": disk.in_flight_s,
+            "longest_write_s": disk.longest_s, "stalls": disk.stalls,
+            "stall_timeout_ms": server.config.stall_timeout_ms}
     if pair is not None:
         status["ha"] = pair
         status["ha"]["failovers"] = server.failovers

@@ -44,6 +44,10 @@ class PairPolicy(Protocol):
     def mirror_synced(self, seq: int) -> None:
         """A mirrored (backup) journal reached the disk up to seq."""
 
+    def journal_stalled(self, waited: float | None) -> None:
+        """The journal's disk has not completed a write for `waited` seconds
+        ([store] stall_timeout_ms), or (None) completes writes again."""
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -82,6 +86,9 @@ class NoPair:
 
     def mirror_synced(self, seq: int) -> None:
         raise RuntimeError("a server without a pair never mirrors a journal")
+
+    def journal_stalled(self, waited: float | None) -> None:
+        pass  # nobody to hand over to: clients wait for the disk (the writer logs it)
 
     async def start(self) -> None:
         await self._open_for_serving()

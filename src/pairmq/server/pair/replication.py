@@ -21,7 +21,7 @@ from typing import Any, assert_never
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
-from pairmq.ha.lag import FollowerLag, ReplicationLag
+from pairmq.ha.lag import FollowerLag, ReplicationLag, backup_stalled
 from pairmq.ha.lease import LeaseView
 from pairmq.ha.messages import PeerHello, SeqMessage, SyncOffer, SyncRequest, WitnessPurpose
 from pairmq.ha.phases import Settings
@@ -83,6 +83,7 @@ class ReplicationDriver:
         self._wake = asyncio.Event()
         self._deadline: float | None = None
         self._stepping_down: asyncio.Task[None] | None = None  # the journal read back (StepDown)
+        self._dropping: tuple[Link, str] | None = None  # a stalled backup's link, and why
         if not self.witness_address:
             log.warning("No witness is configured: if the network splits the pair, both "
                         "servers may serve at once (split brain). Configure [ha] witness.")
@@ -274,6 +275,7 @@ class ReplicationDriver:
                 if now >= next_tick:
                     next_tick = now + self.heartbeat
                     self._apply(self.machine.tick(now))
+                    self._drop_stalled_backup(now)
                 else:
                     self._apply(self.machine.check(now))
             except asyncio.CancelledError:
@@ -291,6 +293,26 @@ class ReplicationDriver:
             except TimeoutError:
                 pass
 
+    def _drop_stalled_backup(self, now: float) -> None:
+        """A backup whose acknowledgements stopped while receipts wait for them (its disk
+        stalled, say, while its heartbeats go on) is dropped from synchronous replication
+        after [store] stall_timeout_ms, as a dead one is: its link is closed, this server
+        confirms alone once the witness knows (STANDALONE), and takes it back once it has
+        caught up (JOINING, then ACTIVE)."""
+        link = self.link
+        timeout = self.config.stall_timeout_ms / 1000
+        if link is None or not timeout or not self.machine.receipts_wait_for_backup:
+            return
+        lag = self.lag.view(self.server.store.appended_seq, now)
+        if not backup_stalled(lag, timeout):
+            return
+        why = (f"no acknowledgement for {lag.seconds:.1f} s ({lag.records} records behind, "
+               f"stall_timeout_ms = {self.config.stall_timeout_ms})")
+        log.warning("Backup %s dropped from synchronous replication: %s", self.machine.peer.name,
+                    why)
+        self._dropping = (link, f"backup stalled: {why}")
+        link.close()
+
     # ------------------------------------------------------------ the HA channel
 
     def _adopted(self, link: Link, hello: PeerHello) -> None:
@@ -302,6 +324,9 @@ class ReplicationDriver:
     def _ended(self, link: Link, reason: str) -> None:
         self.live_buffer = None
         self.outgoing.clear()
+        dropping, self._dropping = self._dropping, None
+        if dropping is not None and dropping[0] is link:
+            reason = dropping[1]
         self._feed(ev.PeerLost(reason))
 
     def _on_message(self, link: Link, kind: int, payload: bytes) -> None:
@@ -339,6 +364,11 @@ class ReplicationDriver:
     def mirror_synced(self, seq: int) -> None:
         """The backup's journal reached the disk up to seq."""
         self._feed(ev.MirrorProgress(self.server.store.appended_seq, seq))
+
+    def journal_stalled(self, waited: float | None) -> None:
+        """This server's journal disk stalled, or completes writes again (store/stall.py):
+        an ACTIVE server hands over (ha/handover.py)."""
+        self._feed(ev.JournalFlowing() if waited is None else ev.JournalStalled(waited))
 
     # ------------------------------------------------------------ active: the stream
 

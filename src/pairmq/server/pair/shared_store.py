@@ -94,6 +94,16 @@ class SharedStorePair:
     def mirror_synced(self, seq: int) -> None:
         raise RuntimeError("a shared-store server never mirrors a journal")
 
+    def journal_stalled(self, waited: float | None) -> None:
+        """The shared journal's disk stalled: the lock is kept (docs/ha.md, "Gray failures":
+        a write in flight cannot be called back, and once another server writes the journal
+        it could still land in it), so clients wait for the disk, as the backup would."""
+        if waited is not None and self.node.state.serving:
+            log.warning("The shared journal has not completed a write for %.1f s: this "
+                        "server keeps the live lock until the write in flight returns (a "
+                        "write cannot be called back; the other server's writes would meet "
+                        "it). Clients wait for the disk", waited)
+
     @property
     def link(self) -> Link | None:
         """The HA channel to the peer, while one is up."""

@@ -156,6 +156,7 @@ class Role:
         assert writer is not None
         writer.on_synced(lambda _seq: self._synced())
         writer.on_append(self._policy.on_append)
+        writer.on_stall(self._stalled)
         store.on_full_change(self._store_full_changed)
         self.confirmed_seq = store.synced_seq
         if self.kind is RoleKind.SERVING:
@@ -168,12 +169,18 @@ class Role:
         writer = self.store.writer
         assert writer is not None
         writer.on_synced(self._mirror_synced)
+        writer.on_stall(self._stalled)
 
     def _mirror_synced(self, seq: int) -> None:
         # The writer outlives this role (the next one serves from the same journal): only
         # the current standby role acknowledges the copy.
         if self.kind is RoleKind.STANDBY and self.phase is RolePhase.CURRENT:
             self._policy.mirror_synced(seq)
+
+    def _stalled(self, waited: float | None) -> None:
+        # As `_mirror_synced`: a writer outlives the role, only the current one reports.
+        if self.phase is RolePhase.CURRENT:
+            self._policy.journal_stalled(waited)
 
     def retire(self, message: str, active: str | None) -> None:
         """A newer role took over: close every connection of this one (naming the active

@@ -106,6 +106,8 @@ def test_the_console_shows_the_pair_and_follows_a_failover(pair: Pair, stomp_cli
     browser.wait_exact(server_row("primary", "state"), "ACTIVE")
     browser.wait_exact(server_row("backup", "state"), "PASSIVE")
     assert "(this page)" in browser.text(server_row("primary", "name"))
+    browser.wait_text(server_row("primary", "disk"), "ok (longest write")
+    assert browser.text(server_row("backup", "disk")) == "-"  # not known of the peer
     browser.wait_exact(destination_row("/queue/orders", "messages"), "12")
     browser.wait_exact(destination_row("/queue/invoices", "unacknowledged"), "2")
     assert browser.text(destination_row("/queue/invoices", "consumers")) == "1"

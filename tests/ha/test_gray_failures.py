@@ -23,6 +23,7 @@ import pytest
 from tests.ha.pair import NAMES, Pair
 from tests.ha.under_load import UnderLoad
 from tests.integration.clients import Client
+from tests.support.admin import admin_request
 from tests.support.disk import frozen, loop_filesystem
 from tests.support.waiting import wait_until
 
@@ -73,6 +74,10 @@ def test_the_backup_takes_over_when_the_actives_disk_freezes(
             disk = _disk(pair, "primary")
             assert disk["state"] == "stalled" and disk["stalls"] == 1, disk
             assert pair.status("primary")["state"] == "WAITING"
+            code, _, seen = admin_request(pair.admin_address("primary"), "/api/pair")
+            assert code == 200 and seen["servers"][0]["disk"]["state"] == "stalled"  # console
+            metrics = admin_request(pair.admin_address("primary"), "/metrics")[2]
+            assert "pairmq_journal_stalled 1.0" in metrics, metrics[-2000:]
             # the stomp.py client was told where the pair now serves
             errors = third_party.listener.wait_for(lambda: third_party.listener.errors,
                                                    10, "the ERROR of the hand-over")
@@ -151,3 +156,33 @@ def test_a_slow_disk_below_the_timeout_steps_nothing_down(
         logs = pair.logs(name)
         assert "stopped completing writes" not in logs and "Journal write pending" not in logs
         assert "dropped from synchronous replication" not in logs
+
+
+def test_a_frozen_shared_store_lets_the_lock_lapse_and_both_wait_for_it(
+        pair_factory: Callable[..., Pair], tmp_path: Path) -> None:
+    """Shared store: the journal and the lock's holder record are on one file system. Frozen,
+    the live's journal write and its lock re-verification both stall: its proof lapses
+    after the activation interval and it stops serving; the backup can take the lock but
+    not write either. Thawed, one server serves the one journal, every receipted message
+    there once."""
+    pair = pair_factory(policy="shared-store", flags=["--stall-timeout-ms", str(STALL_MS),
+                                                      "--segment-bytes", str(8 << 20)])
+    with ExitStack() as stack:
+        shared = stack.enter_context(loop_filesystem(tmp_path / "fs-shared", pair.shared_dir,
+                                                     size_mb=96))
+        stack.callback(pair.close)
+        pair.start()  # the primary first: it takes the lock
+        pair.wait_formed()
+        with UnderLoad(pair) as run:
+            run.load.wait_receipts(200, 20)
+            with frozen(shared):
+                froze = time.monotonic()
+                pair.wait_state("primary", ("WAITING", "STARTING"), 10)
+                lapsed = time.monotonic() - froze
+                time.sleep(2)  # both wait for the file system
+                assert pair.active() is None
+            pair.wait_active(30)
+            run.load.wait_receipts(200, 30)
+            run.drain()
+    assert lapsed < pair.activation_ms / 1000 + 2, f"the live stopped after {lapsed:.2f} s"
+    assert "cannot prove it holds the lock any more" in pair.logs("primary")

@@ -102,7 +102,8 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
         journal = status["journal"]
         own = {"name": status["name"], "state": status["state"], "stomp": status["stomp"],
                "epoch": journal["epoch"], "confirmed_seq": journal["confirmed_seq"],
-               "appended_seq": journal["appended_seq"], "this": True}
+               "appended_seq": journal["appended_seq"], "this": True,
+               "disk": journal.get("disk")}  # does its journal complete writes (issue 35)
         servers = [own]
         peer = ha.get("peer") or {}
         if peer.get("name"):

@@ -95,14 +95,14 @@ class SharedStorePair:
         raise RuntimeError("a shared-store server never mirrors a journal")
 
     def journal_stalled(self, waited: float | None) -> None:
-        """The shared journal's disk stalled: the lock is kept (docs/ha.md, "Gray failures":
-        a write in flight cannot be called back, and once another server writes the journal
-        it could still land in it), so clients wait for the disk, as the backup would."""
+        """The shared journal's disk stalled. The lock is not given up for it: a write in
+        flight cannot be called back, and would meet the next holder's. On a stalled file
+        system the lock's re-verification (a write and fsync there, every heartbeat) stalls
+        too, and the proof lapses after the activation interval: that steps the server
+        down (docs/ha.md, "Gray failures")."""
         if waited is not None and self.node.state.serving:
-            log.warning("The shared journal has not completed a write for %.1f s: this "
-                        "server keeps the live lock until the write in flight returns (a "
-                        "write cannot be called back; the other server's writes would meet "
-                        "it). Clients wait for the disk", waited)
+            log.warning("The shared journal has not completed a write for %.1f s: clients "
+                        "wait; the lock lapses if its verification stalls too", waited)
 
     @property
     def link(self) -> Link | None:

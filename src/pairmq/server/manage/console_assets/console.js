@@ -204,7 +204,14 @@
   // ------------------------------------------------------------------ the pair
 
   const SERVER_FIELDS = ["name", "state", "epoch", "appended_seq", "confirmed_seq",
-                         "lag_records", "lag_bytes", "lag_seconds"];
+                         "lag_records", "lag_bytes", "lag_seconds", "disk"];
+
+  // Whether the server's journal completes writes (issue 35): known of this server only.
+  function disk(d) {
+    if (!known(d)) return DASH;
+    if (d.state === "stalled") return `STALLED: a write pending for ${seconds(d.write_in_flight_s)}`;
+    return `ok (longest write ${seconds(d.longest_write_s)}, ${count(d.stalls)} stalls)`;
+  }
   let thisServer = null;
   let thisState = null;
 
@@ -258,7 +265,9 @@
           lag_records: count(lag.records),
           lag_bytes: bytes(lag.bytes),
           lag_seconds: known(lag.seconds) ? seconds(lag.seconds) : DASH,
+          disk: disk(s.disk),
         });
+        cell(row, "disk").dataset.stalled = s.disk && s.disk.state === "stalled" ? "true" : "false";
       });
 
     const w = p.witness;

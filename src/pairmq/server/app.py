@@ -49,6 +49,7 @@ from pairmq.store.gcpause import (
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.recovery import RecoveryReport
 from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
+from pairmq.store.stall import Disk
 from pairmq.store.store import Store
 
 DRAIN_TIMEOUT_S = 10.0
@@ -460,10 +461,10 @@ class PairmqServer:
         a start does (seconds for millions of waiting messages: the pair's heartbeats and
         the witness go on meanwhile). Then a standby role that can mirror the peer."""
         old = self.role
-        writer = old.store.writer
-        if writer is not None and writer.writing:
+        disk = old.store.stall_view()
+        if disk is not None and disk.disk is Disk.STALLED:
             log.info("Waiting for the journal's write in flight to complete before reading "
-                     "the journal back (%.1f s so far)", writer.stall_view().in_flight_s)
+                     "the journal back (%.1f s so far)", disk.in_flight_s)
         await old.store.close_off_loop(self.loop)  # a stalled disk: the loop goes on
         store, broker = self._new_store(), self._new_broker()
         started = time.monotonic()

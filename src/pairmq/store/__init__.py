@@ -1,5 +1,6 @@
 """The journal: record encoding (records.py), segment files (segments.py), group commit
-(writer.py) and how long its syncs take (synctimes.py), the store and its parts (store.py:
+(writer.py), how long its syncs take (synctimes.py) and whether its disk completes writes
+at all (stall.py), the store and its parts (store.py:
 appends, liveness and paging; recovery.py, with reading.py and summary.py; compaction.py; a
 backup's mirror, mirror.py; what they share, store_state.py; its settings, settings.py),
 paged entries and bodies (pages.py, paging.py), the replication stream's framing

@@ -30,9 +30,9 @@ reports the durable and non-persistent lines of this (docs/benchmarks.md).
 `--load stompbench` drives the shared bench's load generator instead of this
 repository's (`--stompbench PATH`, by default `../shared/bench/stompbench.py` beside the
 checkout: the harness the peers are compared with, docs/benchmarks.md). Its clients are
-raw sockets, one process each; it reads more frames per socket read than
-`benchmarks/persistent.py`'s generators, so per-read costs weigh less in its figures.
-Same scenarios, same servers, same alternation.
+raw sockets, one process each; the servers then have a user it logs in as. Same
+scenarios, same servers, same alternation. The two generators' figures differ (durable
+4P/4C most, docs/benchmarks.md): compare a build with another on one of them.
 
 With `--fail-above X` the exit status is 1 when a scenario's CPU-per-message ratio is
 above X (a guard a reviewer can run); `--json FILE` appends one line per run.

@@ -29,13 +29,18 @@ BACKUP = {"name": "backup", "identity": "backup#1", "role": "backup", "state": "
           "stomp": "backup:61614"}
 
 
+def join_backup(m: Machine, now: float) -> None:
+    """The backup connects, synchronises, acknowledges; the witness records it as standby."""
+    m.handle(ev.PeerConnected(wire_hello(BACKUP)), now)
+    m.handle(wire_sync({"request": True, "last_seq": 0}), now)
+    m.handle(ev.SyncServed(0), now)
+    out = m.handle(ev.BackupAcked(0), now)
+    reply(m, out, now, granted=True, holder="primary#1", epoch=1, standby="backup#1")
+
+
 def active_with_backup() -> tuple[Machine, FakeJournal]:
     m, journal = standalone(now=0.0)
-    m.handle(ev.PeerConnected(wire_hello(BACKUP)), 0.1)
-    m.handle(wire_sync({"request": True, "last_seq": 0}), 0.1)
-    m.handle(ev.SyncServed(0), 0.1)
-    out = m.handle(ev.BackupAcked(0), 0.1)
-    reply(m, out, 0.1, granted=True, holder="primary#1", epoch=1, standby="backup#1")
+    join_backup(m, 0.1)
     assert m.state is State.ACTIVE
     return m, journal
 
@@ -80,11 +85,7 @@ def test_a_stalled_server_hands_over_once_its_backup_is_in_sync() -> None:
     """The stall came first, the in-sync backup after: the table's rule still applies."""
     m, _ = standalone(now=0.0)
     m.handle(ev.JournalStalled(5.0), 0.05)
-    m.handle(ev.PeerConnected(wire_hello(BACKUP)), 0.1)
-    m.handle(wire_sync({"request": True, "last_seq": 0}), 0.1)
-    m.handle(ev.SyncServed(0), 0.1)
-    out = m.handle(ev.BackupAcked(0), 0.1)
-    reply(m, out, 0.1, granted=True, holder="primary#1", epoch=1, standby="backup#1")
+    join_backup(m, 0.1)
     assert m.phase is Phase.HANDING_OVER
 
 
@@ -92,11 +93,7 @@ def test_a_stall_that_ends_before_the_backup_is_in_sync_changes_nothing() -> Non
     m, _ = standalone(now=0.0)
     m.handle(ev.JournalStalled(5.0), 0.05)
     m.handle(ev.JournalFlowing(), 0.06)
-    m.handle(ev.PeerConnected(wire_hello(BACKUP)), 0.1)
-    m.handle(wire_sync({"request": True, "last_seq": 0}), 0.1)
-    m.handle(ev.SyncServed(0), 0.1)
-    out = m.handle(ev.BackupAcked(0), 0.1)
-    reply(m, out, 0.1, granted=True, holder="primary#1", epoch=1, standby="backup#1")
+    join_backup(m, 0.1)
     assert m.phase is Phase.ACTIVE
 
 

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test test-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
+.PHONY: up test test-deps etcd-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -16,17 +16,35 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-up: $(STAMP)
-	$(BIN)/pairmq up
+# ARBITER=etcd: the pair's lease on a local 3-member etcd cluster instead of `pairmq witness`
+# (etcd installed first when missing: etcd-deps).
+ARBITER ?= witness
+up: $(STAMP) $(if $(filter etcd,$(ARBITER)),etcd-deps)
+	$(BIN)/pairmq up --arbiter $(ARBITER)
 
-# The console's browser tests (tests/ha/test_console.py) drive Debian's Chromium and
-# ChromeDriver: installed when missing (with sudo when not root).
-test-deps:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+# Programs the tests drive, from Debian, installed when missing (with sudo when not root; one
+# apt-get for all): Chromium and ChromeDriver for the console's browser tests
+# (tests/ha/test_console.py), etcd and etcdctl for the etcd arbiter's (tests/support/etcd.py)
+# and `make up ARBITER=etcd`. Each word is PROGRAM:PACKAGE.
+BROWSER_DEBS := /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
+ETCD_DEBS := /usr/bin/etcd:etcd-server /usr/bin/etcdctl:etcd-client
+define install_missing_debs
+	@missing=""; \
+	for program_package in $(1); do \
+		[ -x "$${program_package%%:*}" ] || missing="$$missing $${program_package#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		$$sudo apt-get update -q && \
-		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	fi
+endef
+
+test-deps:
+	$(call install_missing_debs,$(BROWSER_DEBS) $(ETCD_DEBS))
+
+etcd-deps:
+	$(call install_missing_debs,$(ETCD_DEBS))
 
 # In two steps: the tests that mostly wait on servers, on TEST_WORKERS pytest-xdist workers;
 # then the heavy ones (marked slow or machine, and the Spark tests: tests/conftest.py), one
@@ -68,8 +86,9 @@ bench-compare: $(STAMP)
 fuzz: $(STAMP)
 	$(BIN)/python benchmarks/fuzz_campaign.py --frames 1000000
 
+# SEEDS seeded runs of the pair's simulator (ha/sim/); ARBITER=etcd: etcd as the arbiter.
 sim: $(STAMP)
-	$(BIN)/python -m pairmq.ha.sim --seeds $(SEEDS) --jobs $(JOBS)
+	$(BIN)/python -m pairmq.ha.sim --seeds $(SEEDS) --jobs $(JOBS) --arbiter $(ARBITER)
 
 # The Spark example (examples/pipeline): orders on a stream, revenue to Parquet, alerts to
 # a topic, checked at the end; local mode, or a standalone cluster (a master, 2 workers).

@@ -5,6 +5,7 @@ Run from the repository root:
     .venv/bin/python benchmarks/failover.py                        # 0, 100k, 1M retained
     .venv/bin/python benchmarks/failover.py --retained 0,100000 --runs 20
     .venv/bin/python benchmarks/failover.py --retained 1000000 --runs 5 --setting fast
+    .venv/bin/python benchmarks/failover.py --arbiter etcd --setting all --retained 0
 
 For each number of retained messages (--retained, persistent, --size bytes each):
 
@@ -25,6 +26,12 @@ below 1 s). --policy picks how the pair shares its data: "replication" (each ser
 own journal, the backup fed by the active's record stream, a witness) or "shared-store"
 (one journal in one directory, a lock; the backup replays it when it takes over; targets
 below 3 s empty and below 10 s with 1,000,000 messages).
+
+--arbiter etcd (replication): the pair's arbiter is a local 3-member etcd cluster
+(tests/support/etcd.py, started once; each run is a new pair with its own [ha] group)
+instead of `pairmq witness`; --kill-etcd-leader kills etcd's leader at the same moment as
+the active (restarted after the run); --etcd-heartbeat-ms / --etcd-election-ms tune etcd
+itself (its defaults 100 / 1000 ms; a leader lost with the active costs an election).
 
 Prints one JSON line per (setting, retained) with p50 and max (and every run's time). A
 lost message, a failover that does not happen within --give-up seconds, or a server that
@@ -49,9 +56,13 @@ import signal  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from contextlib import ExitStack  # noqa: E402
 from functools import partial  # noqa: E402
 from typing import Any, Protocol  # noqa: E402
+
+from tests.support.etcd import EtcdCluster  # noqa: E402
 
 from benchmarks.ha_replication import (  # noqa: E402
     BenchError,
@@ -103,16 +114,23 @@ class TwoServers:
     directory, a lock; the backup replays the journal when it takes over)."""
 
     def __init__(self, template: Path, heartbeat_ms: int, activation_ms: int,
-                 policy: str) -> None:
+                 policy: str, etcd: EtcdCluster | None = None,
+                 kill_etcd_leader: bool = False) -> None:
         self.template = template
         self.heartbeat_ms = heartbeat_ms
         self.activation_ms = activation_ms
         self.policy = policy
+        self.etcd = etcd  # the arbiter, instead of a witness process (--arbiter etcd)
+        self.kill_etcd_leader = kill_etcd_leader
+        self.killed_member: int | None = None
         self.pair: Pair | None = None
 
     def _pair(self, workdir: Path, activation_ms: int = 0) -> Pair:
+        # every run is a new pair: its own group, so no lease record of an earlier run
         self.pair = Pair(workdir, heartbeat_ms=self.heartbeat_ms,
-                         activation_ms=activation_ms or self.activation_ms, policy=self.policy)
+                         activation_ms=activation_ms or self.activation_ms, policy=self.policy,
+                         etcd=self.etcd.url if self.etcd else "",
+                         group=f"bench-{uuid.uuid4().hex[:12]}")
         return self.pair
 
     def prepare(self, retained: int, size: int) -> None:
@@ -162,6 +180,9 @@ class TwoServers:
         return self._current().ready_to_take_over(status)
 
     def kill_active(self) -> None:
+        if self.etcd is not None and self.kill_etcd_leader:
+            self.killed_member = self.etcd.wait_leader()
+            self.etcd.kill(self.killed_member)  # the etcd leader at the same moment
         self._current().servers["primary"].proc.send_signal(signal.SIGKILL)
 
     def taker(self) -> tuple[str, int]:
@@ -172,7 +193,12 @@ class TwoServers:
         return self._current().status("backup")
 
     def stop(self) -> list[str]:
-        return self._current().stop()  # what is still running (the killed one is reaped)
+        problems = self._current().stop()  # what is still running (the killed one is reaped)
+        if self.etcd is not None and self.killed_member is not None:
+            self.etcd.restart(self.killed_member)
+            self.etcd.wait_healthy()
+            self.killed_member = None
+        return problems
 
     def log_problems(self) -> list[str]:
         return self._current().log_problems()
@@ -180,7 +206,7 @@ class TwoServers:
 
 # --policy name -> how to make its deployment (template directory, heartbeat and
 # activation intervals in ms)
-POLICIES: dict[str, Callable[[Path, int, int], Deployment]] = {
+POLICIES: dict[str, Callable[..., Deployment]] = {
     name: partial(TwoServers, policy=name) for name in ("replication", "shared-store")}
 
 
@@ -290,7 +316,9 @@ def run_case(args: argparse.Namespace, setting: str, retained: int) -> dict[str,
     started = time.monotonic()
     template = Path(tempfile.mkdtemp(prefix=f"pairmq-failover-template-{retained}-",
                                      dir=args.workdir))
-    deployment = POLICIES[args.policy](template, heartbeat_ms, activation_ms)
+    deployment = POLICIES[args.policy](template, heartbeat_ms, activation_ms,
+                                       etcd=args.etcd_cluster,
+                                       kill_etcd_leader=args.kill_etcd_leader)
     label = f"{setting}-{retained}"
     runs: list[dict[str, Any]] = []
     setup_errors: list[str] = []
@@ -322,6 +350,10 @@ def run_case(args: argparse.Namespace, setting: str, retained: int) -> dict[str,
     return {
         "benchmark": "failover",
         "policy": args.policy,
+        "arbiter": args.arbiter + (" (its leader killed with the active)"
+                                   if args.kill_etcd_leader else ""),
+        "etcd_heartbeat_election_ms": ([args.etcd_heartbeat_ms, args.etcd_election_ms]
+                                       if args.arbiter == "etcd" else None),
         "setting": setting,
         "heartbeat_interval_ms": heartbeat_ms,
         "activation_interval_ms": activation_ms,
@@ -354,6 +386,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", choices=list(POLICIES), default="replication")
+    ap.add_argument("--arbiter", choices=["witness", "etcd"], default="witness",
+                    help="replication: `pairmq witness`, or a local 3-member etcd cluster")
+    ap.add_argument("--kill-etcd-leader", action="store_true",
+                    help="--arbiter etcd: kill the etcd leader at the same moment as the active "
+                         "(restarted after each run)")
+    ap.add_argument("--etcd-heartbeat-ms", type=int, default=100,
+                    help="--arbiter etcd: etcd's --heartbeat-interval (its default: 100)")
+    ap.add_argument("--etcd-election-ms", type=int, default=1000,
+                    help="--arbiter etcd: etcd's --election-timeout (its default: 1000)")
     ap.add_argument("--runs", type=int, default=20, help="failovers per case")
     ap.add_argument("--setting", choices=[*SETTINGS, "all"], default="defaults")
     ap.add_argument("--retained", default="0,100000,1000000",
@@ -373,6 +414,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.retained = [int(n) for n in args.retained.split(",")]
     except ValueError:
         ap.error(f"--retained takes comma-separated integers, got {args.retained!r}")
+    if args.kill_etcd_leader and args.arbiter != "etcd":
+        ap.error("--kill-etcd-leader needs --arbiter etcd")
     if args.runs < 1 or args.poll_ms < 0 or args.give_up <= 0 or min(args.retained) < 0:
         ap.error("--runs and --give-up must be positive, --retained not negative")
     return args
@@ -381,6 +424,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     names = list(SETTINGS) if args.setting == "all" else [args.setting]
+    with ExitStack() as stack:
+        args.etcd_cluster = None
+        if args.arbiter == "etcd":
+            etcd_dir = Path(tempfile.mkdtemp(prefix="pairmq-failover-etcd-", dir=args.workdir))
+            args.etcd_cluster = stack.enter_context(EtcdCluster(
+                etcd_dir, heartbeat_ms=args.etcd_heartbeat_ms, election_ms=args.etcd_election_ms))
+            stack.callback(shutil.rmtree, etcd_dir, ignore_errors=True)
+        return _cases(args, names)
+
+
+def _cases(args: argparse.Namespace, names: list[str]) -> int:
     failed = missed = False
     try:
         for name in names:

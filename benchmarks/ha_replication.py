@@ -51,6 +51,7 @@ import socket  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
@@ -113,8 +114,10 @@ class Pair:
 
     def __init__(self, workdir: Path, *, heartbeat_ms: int = 500, activation_ms: int = 2000,
                  backup_ack: str = "fsync", extra: tuple[str, ...] = (),
-                 policy: str = "replication") -> None:
+                 policy: str = "replication", etcd: str = "", group: str = "") -> None:
         self.workdir = workdir
+        self.etcd = etcd  # etcd://... as the arbiter instead of a witness process
+        self.group = group or f"bench-{uuid.uuid4().hex[:12]}"
         self.policy = policy  # "replication", or "shared-store": one journal in workdir/shared
         self.shared_dir = workdir / "shared"
         self.heartbeat_ms = heartbeat_ms
@@ -156,6 +159,9 @@ class Pair:
         if self.policy == "shared-store":
             self.shared_dir.mkdir(parents=True, exist_ok=True)
             flags += ["--shared-dir", str(self.shared_dir)]  # the lock decides: no witness
+        elif self.etcd:
+            flags += ["--witness", self.etcd, "--group", self.group,
+                      "--backup-ack", self.backup_ack]
         else:
             flags += ["--witness", self.witness_address, "--backup-ack", self.backup_ack]
         server = start_server(self.workdir, *flags, name=role)
@@ -195,7 +201,8 @@ class Pair:
             self.wait("backup", self.ready_to_take_over, timeout, "PASSIVE")
             self.wait("primary", lambda s: ha_state(s) == "ACTIVE", timeout, "ACTIVE")
             return
-        self.start_witness()
+        if not self.etcd:
+            self.start_witness()
         self.start("primary")
         self.start("backup")
         self.wait("primary", is_active_with_backup, timeout, "ACTIVE with its backup in sync")
@@ -213,10 +220,17 @@ class Pair:
             appended = active["ha"].get("appended_seq") if active else None
             return appended is not None and \
                 status["ha"]["shared"].get("read_ahead_seq", 0) >= appended
-        return is_passive_in_sync(status)
+        if not is_passive_in_sync(status):
+            return False
+        # ... and the arbiter knows it as the in-sync standby (the active's renewal that
+        # says so may lag the backup's sync by an etcd write): else it may not take over
+        active = self.status("primary")
+        standby = active["ha"]["witness"].get("standby") if active else None
+        return standby is not None and standby == status["ha"]["identity"]
 
     def log_files(self) -> list[Path]:
-        return [self.witness_log, *(s.log_path for s in self.servers.values())]
+        return [*([] if self.etcd else [self.witness_log]),
+                *(s.log_path for s in self.servers.values())]
 
     def log_problems(self, limit: int = 20) -> list[str]:
         return log_problems(self.log_files(), limit)

@@ -14,6 +14,7 @@ from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 from tests.support.admin import hashed
 from tests.support.certs import Pki, make_pki
+from tests.support.etcd import EtcdCluster, require_etcd
 
 serverproc.LOG_LEVEL = "debug"
 
@@ -145,3 +146,29 @@ def pair(pair_factory) -> Pair:
     p.start(parallel=True)
     p.wait_formed()
     return p
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A started 3-member etcd cluster on loopback (tests/support/etcd.py), every member
+    killed at teardown. Skipped where Debian's etcd-server is missing, except in CI: `make
+    test` installs it there (`make test-deps`), so a missing etcd fails loudly."""
+    require_etcd()
+    cluster = EtcdCluster(tmp_path / "etcd")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def etcd_cluster_unstarted(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """As `etcd_cluster`, its addresses known but no member started yet (the test starts it:
+    a server that finds etcd unreachable at its start)."""
+    require_etcd()
+    cluster = EtcdCluster(tmp_path / "etcd")
+    try:
+        yield cluster
+    finally:
+        cluster.close()

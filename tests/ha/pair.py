@@ -10,6 +10,7 @@ Used by the HA tests and the partition tests. The API is meant to stay stable:
     pair.wait_state("backup", "PASSIVE", 10)  # returns the status
     pair.active()                             # the one serving server's name, or None
     pair.kill("primary"); pair.restart("primary")
+    Pair(tmp_path, etcd=cluster.url)          # etcd as the arbiter, no witness process
     pair.connect("backup")                    # a BlockingConnection to its STOMP port
 
 Addresses: every server has a fixed STOMP port, HA listen port and admin port for the
@@ -60,6 +61,8 @@ class Pair:
         roles: Mapping[str, str] | None = None,
         policy: str = "replication",
         witness_flags: Sequence[str] = (),
+        etcd: str = "",
+        group: str = "",
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,10 @@ class Pair:
         self.secret_for: dict[str, str] = dict(secret_for or {})
         self.policy = policy
         # shared-store: one journal in one directory, the lock decides (no witness)
-        self.with_witness = with_witness and policy == "replication"
+        self.with_witness = with_witness and policy == "replication" and not etcd
+        # etcd as the arbiter (`etcd://...`): no witness process; the pair's name in etcd
+        self.etcd = etcd
+        self.group = group or f"pair-{uuid.uuid4().hex[:12]}"
         self.shared_dir = self.workdir / "shared"
         if policy == "shared-store":
             self.shared_dir.mkdir(exist_ok=True)
@@ -140,6 +146,8 @@ class Pair:
             flags += ["--shared-dir", str(self.shared_dir)]
         if self.with_witness:
             flags += ["--witness", self.witness_address_for.get(name, self.witness_address())]
+        elif self.etcd:
+            flags += ["--witness", self.etcd, "--group", self.group]
         return flags + self.flags + self.flags_for.get(name, []) + list(extra)
 
     # ------------------------------------------------------------ processes
@@ -212,16 +220,21 @@ class Pair:
         return self
 
     def wait_formed(self, timeout: float = 15.0, active: str = "primary") -> None:
-        """`active` ACTIVE with the other PASSIVE (in sync), each seeing the other so."""
+        """`active` ACTIVE with the other PASSIVE (in sync), each seeing the other so (and,
+        on etcd, the lease record naming the passive its standby)."""
         passive = self.other(active)
         self.wait_state(active, "ACTIVE", timeout)
         self.wait_state(passive, "PASSIVE", timeout)
 
         def views() -> bool:
             a, p = self.status(active), self.status(passive)
-            return bool(a and p and a["state"] == "ACTIVE" and p["state"] == "PASSIVE"
-                        and a["ha"]["peer"]["state"] == "PASSIVE"
-                        and p["ha"]["peer"]["state"] == "ACTIVE")
+            formed = bool(a and p and a["state"] == "ACTIVE" and p["state"] == "PASSIVE"
+                          and a["ha"]["peer"]["state"] == "PASSIVE"
+                          and p["ha"]["peer"]["state"] == "ACTIVE")
+            # on etcd, and the lease record names the backup the standby: an etcd write
+            # after the backup's sync, until which the backup may not take over
+            return formed and (not self.etcd or a["ha"]["witness"].get("standby")
+                               == p["ha"]["identity"])
 
         try:
             wait_until(views, "the pair formed", timeout)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.serverproc import free_port, start_server
 from tests.support.cli import run, run_pairmq
 
@@ -75,3 +77,27 @@ def test_witness_without_secret_is_refused(tmp_path: Path) -> None:
                  f"127.0.0.1:{free_port()}", env={"PATH": "/usr/bin:/bin"})
     assert result.returncode != 0
     assert "--secret" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("witness", "extra", "says"), [
+    ("etcdx://127.0.0.1:2379", [], 'scheme "etcdx://" is not etcd:// or etcds://'),
+    ("etcd://", [], "names no etcd member"),
+    ("etcd://127.0.0.1:2379,", [], "names no etcd member"),
+    ("etcd://127.0.0.1:2379/pairmq", [], "has a path"),
+    ("etcd://127.0.0.1:2379,127.0.0.1:2379", [], "names a member twice"),
+    ("etcd://127.0.0.1:high", [], '"127.0.0.1:high" is not HOST:PORT'),
+    ("etcd://127.0.0.1:2379", [], "group is required with an etcd witness"),
+    ("etcd://127.0.0.1:2379", ["--group", "a/b"], '"a/b" must be letters, digits'),
+    ("etcds://127.0.0.1:2379", ["--group", "g"],
+     "etcd_cert (or [tls] cert), etcd_key (or [tls] key), etcd_ca (or [tls] ca) required"),
+    ("etcds://127.0.0.1:2379", ["--group", "g", "--etcd-cert", "/nonexistent/c.pem",
+                                "--etcd-key", "/nonexistent/k.pem",
+                                "--etcd-ca", "/nonexistent/ca.pem"],
+     "etcd_cert (or [tls] cert) /nonexistent/c.pem: no such file"),
+])
+def test_a_bad_etcd_witness_is_refused_by_name(tmp_path: Path, witness: str,
+                                               extra: list[str], says: str) -> None:
+    result = run_server(tmp_path, *ha_flags(witness=witness), *extra)
+    assert result.returncode != 0
+    assert says in result.stderr, result.stderr
+    assert "--witness" in result.stderr or "--group" in result.stderr or "[ha]" in result.stderr

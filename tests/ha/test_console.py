@@ -175,6 +175,20 @@ def test_the_console_shows_the_pair_and_follows_a_failover(pair: Pair, stomp_cli
     browser.wait_exact(destination_row("/queue/orders", "messages"), "20")
 
 
+def test_the_console_shows_the_etcd_arbiter_and_a_member_lost(pair_factory, etcd_cluster,
+                                                              browser: Browser) -> None:
+    pair = pair_factory(etcd=etcd_cluster.url)
+    pair.start(parallel=True)
+    pair.wait_formed()
+    browser.open_console(pair.admin_address("primary"))
+    browser.wait_exact("#witness [data-field='kind']", f"etcd (group {pair.group})")
+    browser.wait_text("#witness [data-field='members']", "3 of 3, leader http://127.0.0.1:")
+    browser.wait_text("#witness [data-field='reachable']", "yes")
+    etcd_cluster.kill(etcd_cluster.wait_leader())
+    browser.wait_text("#witness [data-field='members']", "2 of 3")
+    assert pair.state("primary") == "ACTIVE"
+
+
 def test_a_queue_is_browsed_then_purged(server_factory, stomp_client,
                                         browser: Browser) -> None:
     srv, admin = started(server_factory)

@@ -56,6 +56,37 @@ ALERTS = Path(__file__).parents[2] / "deploy" / "prometheus" / "pairmq-alerts.ym
 METRIC = re.compile(r"\bpairmq_[a-z0-9_]+\b")
 
 
+ETCD_ONLY = {"pairmq_arbiter_members", "pairmq_arbiter_members_reachable"}
+
+
+def test_a_pair_on_etcd_reports_its_arbiter_and_a_member_lost(pair_factory,
+                                                             etcd_cluster) -> None:
+    pair = pair_factory(etcd=etcd_cluster.url)
+    pair.start(parallel=True)
+    pair.wait_formed()
+    active = pair.admin_address("primary")
+    seen = wait_until(lambda: (s := metric_samples(active)) and
+                      sample_value(s, "pairmq_arbiter_members_reachable") == 3 and s,
+                      "every etcd member seen", 10)
+    assert seen["pairmq_arbiter_info"] == {(("kind", "etcd"),): 1}
+    assert sample_value(seen, "pairmq_arbiter_reachable") == 1
+    assert sample_value(seen, "pairmq_arbiter_lease_held") == 1
+    assert sample_value(seen, "pairmq_arbiter_lease_remaining_seconds") > 0
+    assert sample_value(seen, "pairmq_arbiter_members") == 3
+    assert sum(seen["pairmq_arbiter_member_leader"].values()) == 1
+    assert set(seen) >= ETCD_ONLY
+    backup = metric_samples(pair.admin_address("backup"))
+    assert sample_value(backup, "pairmq_arbiter_lease_held") == 0
+    etcd_cluster.kill(etcd_cluster.wait_leader())
+    wait_until(lambda: sample_value(metric_samples(active),
+                                    "pairmq_arbiter_members_reachable") == 2,
+               "the killed member counted out", 15)
+    after = wait_until(lambda: (s := metric_samples(active)) and
+                       sample_value(s, "pairmq_arbiter_reachable") == 1 and s,
+                       "the two members left answering, once they elected a leader", 15)
+    assert states(after)["ACTIVE"] == 1  # no failover meanwhile
+
+
 def test_the_dashboard_and_alerts_use_only_what_the_pair_exports(pair: Pair) -> None:
     """Every series an expression of deploy/grafana/pairmq.json or of the alert rules
     names is one a running pair exports (a renamed metric would leave a panel silently
@@ -71,6 +102,7 @@ def test_the_dashboard_and_alerts_use_only_what_the_pair_exports(pair: Pair) -> 
     alert_exprs = re.findall(r"^\s+expr: (.+)$", rules, re.MULTILINE)
     assert len(alert_exprs) == rules.count("- alert: ") >= 10
     used |= {name for expr in alert_exprs for name in METRIC.findall(expr)}
+    used -= ETCD_ONLY  # exported by a pair on etcd: the test below
 
     client = pair.connect("primary")  # a destination, so that its series exist
     client.send("/queue/dashboard", b"x", headers={"persistent": "true"})

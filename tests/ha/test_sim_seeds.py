@@ -1,11 +1,14 @@
 """Seeded runs of the HA simulator (pairmq.ha.sim): random faults (cuts, one-way cuts,
 crashes losing what was not fsynced, pauses, witness restarts, late witness requests)
 on the real replication machine, every step checked against the invariants, and the
-pair must form again once everything healed. Many more seeds: `make sim SEEDS=100000`."""
+pair must form again once everything healed; the same with etcd as the arbiter (its
+leader lost, its majority lost, members cut from servers and from each other:
+ha/sim/etcd.py). Many more seeds: `make sim SEEDS=100000`."""
 
 from __future__ import annotations
 
 import multiprocessing
+from functools import partial
 
 import pytest
 
@@ -13,6 +16,8 @@ from pairmq.ha.sim.runner import run_seed
 
 SEEDS = range(1000)  # two processes, about 35 s on this machine (docs/benchmarks.md)
 MORE_SEEDS = range(1000, 5000)  # `make test-long`: about 2.5 min more
+ETCD_SEEDS = range(300)  # etcd as the arbiter: two processes, 15 to 20 s
+MORE_ETCD_SEEDS = range(300, 4300)  # `make test-long`: about 3 min more
 
 # Seeds that found bugs, fixed in ha/ (each fails on the code before its fix).
 FIXED = {
@@ -52,17 +57,26 @@ FIXED = {
 }
 
 
-def _run(seed: int) -> tuple[int, bool, str]:
-    result = run_seed(seed)
+# Seeds with etcd as the arbiter that found bugs, fixed in ha/.
+FIXED_ETCD = {
+    50161: "a server paused while taking over came back to TAKING_OVER after its peer had "
+           "served a new epoch on a new channel, and waited for ever for a lease the peer "
+           "kept renewing; the pair never formed",
+}
+
+
+def _run(seed: int, arbiter: str = "witness") -> tuple[int, bool, str]:
+    result = run_seed(seed, arbiter=arbiter)
     return seed, result.ok, "" if result.ok else f"{result.problem}\n{result.trace}"
 
 
-def _run_all(seeds: range) -> None:
+def _run_all(seeds: range, arbiter: str = "witness") -> None:
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        failed = [(seed, why) for seed, ok, why in pool.imap_unordered(_run, seeds, 50)
-                  if not ok]
+        failed = [(seed, why) for seed, ok, why
+                  in pool.imap_unordered(partial(_run, arbiter=arbiter), seeds, 50) if not ok]
+    replay = "" if arbiter == "witness" else f" --arbiter {arbiter}"
     assert not failed, "\n".join(f"seed {seed}: {why}\nreplay: python -m pairmq.ha.sim "
-                                  f"--seed {seed} --trace" for seed, why in failed[:3])
+                                  f"--seed {seed} --trace{replay}" for seed, why in failed[:3])
 
 
 @pytest.mark.machine  # two busy processes: make test runs it alone, after the others
@@ -77,8 +91,25 @@ def test_more_seeded_runs_keep_the_invariants() -> None:
     _run_all(MORE_SEEDS)
 
 
+@pytest.mark.machine
+@pytest.mark.timeout(300)  # 15 to 20 s (20 s beside a running `make sim`)
+def test_seeded_runs_with_etcd_as_the_arbiter_keep_the_invariants() -> None:
+    _run_all(ETCD_SEEDS, "etcd")
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_more_seeded_runs_with_etcd_keep_the_invariants() -> None:
+    _run_all(MORE_ETCD_SEEDS, "etcd")
+
+
 @pytest.mark.parametrize("seed", sorted(FIXED))
 def test_seeds_that_found_fixed_bugs(seed: int) -> None:
     result = run_seed(seed)
     assert result.ok, f"{FIXED[seed]}: {result.problem}\n{result.trace}"
 
+
+@pytest.mark.parametrize("seed", sorted(FIXED_ETCD))
+def test_etcd_seeds_that_found_fixed_bugs(seed: int) -> None:
+    result = run_seed(seed, arbiter="etcd")
+    assert result.ok, f"{FIXED_ETCD[seed]}: {result.problem}\n{result.trace}"

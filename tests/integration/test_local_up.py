@@ -4,7 +4,6 @@ TLS beside plaintext for clients and mutual TLS on the HA channel (issue 19)."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 import pairmq.client
 from pairmq.cli.up import SERVERS, STOMP_TLS, WITNESS
+from tests.support.localup import in_use, up_ports
 from tests.support.waiting import wait_until
 
 PORTS = [int(address.rpartition(":")[2]) for _n, _r, stomp, admin, listen, _p in SERVERS
@@ -20,13 +20,8 @@ PORTS = [int(address.rpartition(":")[2]) for _n, _r, stomp, admin, listen, _p in
     [int(a.rpartition(":")[2]) for a in (*STOMP_TLS.values(), WITNESS)]
 
 
-def _in_use(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def test_pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -> None:
-    busy = [p for p in PORTS if _in_use(p)]
+def _pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -> None:
+    busy = [p for p in PORTS if in_use(p)]
     if busy:
         pytest.skip(f"pairmq up's fixed ports are in use here: {busy}")
     root = tmp_path / "local"
@@ -34,7 +29,7 @@ def test_pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         ca = root / "tls" / "ca.pem"
-        wait_until(lambda: all(_in_use(int(a.rpartition(":")[2]))
+        wait_until(lambda: all(in_use(int(a.rpartition(":")[2]))
                                for a in STOMP_TLS.values()),
                    "the TLS listeners", 30)
         login, password, _secret = (root / "credentials").read_text().split()
@@ -59,3 +54,8 @@ def test_pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=30)
     assert f"stomp+ssl://{STOMP_TLS['primary']}" in out and str(ca) in out, out
+
+
+def test_pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path: Path) -> None:
+    with up_ports():  # the other test of `pairmq up` waits: the same fixed ports
+        _pairmq_up_serves_tls_beside_plaintext_with_its_own_ca(tmp_path)

@@ -163,11 +163,16 @@ def reload(admin: tuple[str, ...], user: str | None, password: str | None) -> No
 @main.command()
 @click.option("--dir", "workdir", default=".pairmq-local", show_default=True,
               type=click.Path(file_okay=False), help="where the local setup keeps its files")
-def up(workdir: str) -> None:
-    """Start a local pair (primary, backup) and a witness on loopback; Ctrl-C stops them."""
+@click.option("--arbiter", type=click.Choice(["witness", "etcd"]), default="witness",
+              show_default=True,
+              help="what grants the active server its lease: `pairmq witness`, or a local "
+                   "3-member etcd cluster (Debian's etcd-server; `make etcd-deps`)")
+def up(workdir: str, arbiter: str) -> None:
+    """Start a local pair (primary, backup) and a witness (or etcd) on loopback; Ctrl-C
+    stops them."""
     from pairmq.cli.up import run_local_pair
 
-    run_local_pair(Path(workdir))
+    run_local_pair(Path(workdir), arbiter)
 
 
 @main.group()

@@ -227,12 +227,12 @@ def _status_rows(admins: tuple[str, ...], credentials: tuple[str, str] | None
 def _status_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="The pair")
     for column in ("server", "management", "state", "epoch", "appended", "confirmed",
-                   "peer", "backup lag", "lease"):
+                   "peer", "backup lag", "lease", "arbiter"):
         table.add_column(column)
     for info in rows:
         if info.get("unreachable"):
-            table.add_row("?", info["address"], "[red]unreachable[/red]", *["-"] * 6)
-            table.add_row("", "", f"({info['unreachable']})", *[""] * 6)
+            table.add_row("?", info["address"], "[red]unreachable[/red]", *["-"] * 7)
+            table.add_row("", "", f"({info['unreachable']})", *[""] * 7)
             continue
         ha = info.get("ha") or {}
         journal = info["journal"]
@@ -247,8 +247,25 @@ def _status_table(rows: list[dict[str, Any]]) -> Table:
                       f"{journal['confirmed_seq']:,}",
                       f"{peer.get('name') or '-'} {peer.get('state') or ''}".strip(),
                       lag_text, f"{ha.get('lease_remaining_ms', 0) / 1000:.1f} s"
-                      if ha else "-")
+                      if ha else "-", _arbiter_text(ha.get("witness")))
     return table
+
+
+def _arbiter_text(arbiter: dict[str, Any] | None) -> str:
+    """The arbiter's kind and health: `pairmq witness`, or etcd's members reachable."""
+    if not arbiter or not arbiter.get("address"):
+        return "-"
+    reachable = "[green]reachable[/green]" if arbiter.get("reachable") \
+        else "[red]unreachable[/red]"
+    if arbiter.get("kind") != "etcd":
+        return f"witness {reachable}"
+    members = arbiter.get("members") or []
+    up = sum(1 for m in members if m.get("reachable"))
+    leader = arbiter.get("leader")
+    text = f"etcd {reachable}, {up}/{len(members)} members" + (
+        f", leader {leader.rpartition('/')[2]}" if leader else ", no leader seen")
+    problem = arbiter.get("problem")
+    return text + (f"\n[yellow]{problem}[/yellow]" if problem else "")
 
 
 def _watch_sync(admins: tuple[str, ...], credentials: tuple[str, str] | None,

@@ -208,6 +208,13 @@ def step_taking_over(m: Machine, event: Event, now: float) -> None:
             m._echo(hello)
         case PeerConnected(hello):
             m._connected(hello)
+            if m.peer_state.serving:
+                # The peer serves on a new channel: the hand-over it began on the old one
+                # is over, and what it served since is not in this journal. Synchronise
+                # again (simulator seed 50161 on etcd: paused while taking over, this
+                # server came back to TAKING_OVER after the peer had served a new epoch,
+                # and waited for ever for a lease the peer renewed).
+                m._follow_again(hello)
             m._say_hello()
         case PeerLost(reason):
             m._channel_lost(reason)

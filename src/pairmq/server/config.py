@@ -4,6 +4,7 @@ checked key by key (the keys, typed, are `Settings` in settings.py) and across k
 from __future__ import annotations
 
 import os
+import ssl
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ from pairmq.core.settings import (
     pattern_problem,
     sorted_overrides,
 )
+from pairmq.server.arbiter_url import EtcdCluster, etcd_cluster
 from pairmq.server.settings import KEYS, KEYS_BY_SECTION, Key, Settings
-from pairmq.server.tls import TlsError, TlsFiles, build
+from pairmq.server.tls import TlsError, TlsFiles, build, etcd_tls_context
 from pairmq.store.settings import StoreSettings
 
 
@@ -104,6 +106,16 @@ class ServerConfig(Settings):
         return tuple(["stomp"] * bool(self.stomp_tls or self.stomp_ws_tls)
                      + ["admin"] * bool(self.admin_tls)
                      + ["peer_server", "peer_client"] * bool(self.tls))
+
+    @property
+    def etcd(self) -> EtcdCluster | None:
+        """The etcd cluster `[ha] witness` names (None: `pairmq witness`, or no witness)."""
+        return etcd_cluster(self.witness) if self.witness else None
+
+    @property
+    def etcd_tls_files(self) -> tuple[str, str, str]:
+        """etcds://: (certificate, key, CA), each `[ha] etcd_*` or else `[tls]`'s."""
+        return (self.etcd_cert or self.cert, self.etcd_key or self.key, self.etcd_ca or self.ca)
 
     @property
     def tls_used(self) -> bool:
@@ -339,6 +351,30 @@ def _check_ha(v: ServerConfig, source: str) -> None:
         _check_shared(v, where)
     elif v.shared_dir:
         raise ConfigError(f"{where} shared_dir is only used with policy = \"shared-store\"")
+    elif v.etcd is not None:
+        _check_etcd(v, v.etcd, where)
+
+
+def _check_etcd(v: ServerConfig, cluster: EtcdCluster, where: str) -> None:
+    if not v.group:
+        raise ConfigError(f"{where} group is required with an etcd witness ({v.witness}): it "
+                          "names the pair's keys in etcd, the same on both servers")
+    if not cluster.tls:
+        return
+    cert, key, ca = v.etcd_tls_files
+    files = (("etcd_cert (or [tls] cert)", cert), ("etcd_key (or [tls] key)", key),
+             ("etcd_ca (or [tls] ca)", ca))
+    missing = [name for name, value in files if not value]
+    if missing:
+        raise ConfigError(f"{where} witness {v.witness} is etcd over mutual TLS: "
+                          f"{', '.join(missing)} required")
+    for name, value in files:
+        if not Path(value).is_file():
+            raise ConfigError(f"{where} {name} {value}: no such file (etcd over mutual TLS)")
+    try:
+        etcd_tls_context(cert, key, ca)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"{where} etcd TLS files ({cert}, {key}, {ca}): {e}") from None
 
 
 def _check_shared(v: ServerConfig, where: str) -> None:

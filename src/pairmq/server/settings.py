@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pairmq.core.settings import ADDRESS_FULL_POLICIES, EXPIRED_POLICIES
 from pairmq.protocol.limits import HEADERS_ADDED
+from pairmq.server.arbiter_url import group_problem, witness_problem
 from pairmq.server.tls import CLIENT_AUTH
 from pairmq.store.settings import FULL_POLICIES
 
@@ -239,8 +240,18 @@ class Settings:
     role: str = setting("ha", "primary", "primary or backup", _one_of(("primary", "backup")))
     listen: str = setting("ha", "", "HA channel HOST:PORT of this server", _optional_address)
     peer: str = setting("ha", "", "HA channel HOST:PORT of the other server", _optional_address)
-    witness: str = setting("ha", "", "witness HOST:PORT; empty = none (split brain possible)",
-        _optional_address)
+    witness: str = setting("ha", "",
+        "the arbiter: `pairmq witness` at HOST:PORT, or an etcd cluster as etcd://HOST:PORT,... "
+        "(etcds:// over mutual TLS); empty = none (split brain possible)", witness_problem)
+    group: str = setting("ha", "",
+        "the pair's name (Artemis' group-name): with an etcd witness its keys live under "
+        "/pairmq/pairs/GROUP/, so several pairs share one etcd cluster", group_problem)
+    etcd_cert: str = setting("ha", "",
+        "etcds://: PEM file of this server's client certificate for etcd (empty: [tls] cert)")
+    etcd_key: str = setting("ha", "",
+        "etcds://: PEM file of that certificate's private key (empty: [tls] key)")
+    etcd_ca: str = setting("ha", "",
+        "etcds://: PEM file of the CA that signs etcd's certificates (empty: [tls] ca)")
     secret: str = setting("ha", "", "shared secret of the pair and the witness")
     tls: bool = setting("ha", False,
         "HA channel and witness over mutual TLS with [tls] (the peer's and the witness's "

@@ -146,3 +146,11 @@ def common_name(peer_cert: dict[str, Any] | None) -> str:
             if key == "commonName":
                 return str(value)
     return ""
+
+
+def etcd_tls_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
+    """The client context for etcds://: etcd's certificate checked against `ca`, this
+    server's certificate offered."""
+    context = ssl.create_default_context(cafile=ca)
+    context.load_cert_chain(cert, key)
+    return context

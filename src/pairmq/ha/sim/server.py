@@ -1,7 +1,8 @@
 """A simulated pairmq server: the replication machine with what server/pair/replication.py
 and the server around it do for it (the HA channel, the replication stream,
 synchronisation, witness requests with timeout and retry as server/pair/witness_client.py
-makes them, roles, receipts), on simulated time. What it asks of the world around it is
+makes them, or etcd requests as server/pair/etcd_arbiter.py does: etcd_client.py, roles,
+receipts), on simulated time. What it asks of the world around it is
 `SimWorld` (world.py's `World` is one)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pairmq.ha.messages import PeerHello, SeqMessage, SyncOffer, SyncRequest, Wi
 from pairmq.ha.phases import Settings
 from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
+from pairmq.ha.sim.etcd_client import SimEtcdClient
 from pairmq.ha.sim.journal import JournalError, Rec, SimJournal
 from pairmq.ha.sim.net import CLOSE, WELCOME, Conn, Process, Scheduler
 from pairmq.ha.syncplan import plan_sync
@@ -89,6 +91,7 @@ class SimServer(Process):
         self.outgoing: list[Rec] = []
         self.asking: tuple[int, WitnessPurpose, dict[str, Any], float, int] | None = None
         self._ask_ids = 0
+        self.etcd_client: SimEtcdClient | None = None  # etcd as the arbiter (etcd_client.py)
         self.check_at: float | None = None
         self.fsync_pending = False
         self.stall = StallWatch(world.stall_timeout)  # store/stall.py, on this clock
@@ -112,6 +115,8 @@ class SimServer(Process):
         self.live_buffer = None
         self.outgoing = []
         self.asking = None
+        if self.etcd_client is not None:
+            self.etcd_client.restart()
         self.check_at = None
         self.fsync_pending = False
         self.stall = StallWatch(self.world.stall_timeout)
@@ -491,6 +496,9 @@ class SimServer(Process):
     # ------------------------------------------------------------ the witness
 
     def _ask_witness(self, purpose: WitnessPurpose, request: dict[str, Any]) -> None:
+        if self.etcd_client is not None:
+            self.etcd_client.ask(purpose, _copy(request))
+            return
         self._ask_ids += 1
         self.asking = (self._ask_ids, purpose, _copy(request), self.clock(), 0)
         self._send_request()

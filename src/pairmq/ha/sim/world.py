@@ -1,5 +1,6 @@
-"""The simulated pair: two servers, a witness, a producer, the network, and the
-invariants checked after every step (docs/ha.md, "Simulator")."""
+"""The simulated pair: two servers, an arbiter (a witness, or an etcd cluster: etcd.py), a
+producer, the network, and the invariants checked after every step (docs/ha.md,
+"Simulator")."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 from pairmq.ha.lease import WitnessLeases, answer
 from pairmq.ha.phases import Settings
+from pairmq.ha.sim.etcd import MEMBERS, EtcdMember, SimEtcd
+from pairmq.ha.sim.etcd_client import SimEtcdClient
 from pairmq.ha.sim.journal import Rec
 from pairmq.ha.sim.net import Conn, Net, Process, Scheduler
 from pairmq.ha.sim.server import SERVING, SimServer, Ticket
@@ -29,9 +32,12 @@ class SimConfig:
     sync_timeout: float = 10.0
     allow_failback: bool = True
     failover_on_shutdown: bool = False
-    witness: bool = True
+    witness: bool = True  # an arbiter exists (`arbiter` says which)
+    arbiter: str = "witness"  # "witness" (SimWitness) | "etcd" (etcd.py's cluster)
     latency: tuple[float, float] = (0.0005, 0.005)
-    late_requests: float = 0.0  # probability that a witness request arrives late
+    etcd_latency: tuple[float, float] = (0.0002, 0.002)  # between etcd members (one site)
+    etcd_client_latency: tuple[float, float] = (0.0005, 0.005)  # a server to a member
+    late_requests: float = 0.0  # probability that a witness (or etcd) request arrives late
     disk: tuple[float, float] = (0.001, 0.01)
     slow_disk: float = 0.0  # probability of an fsync taking up to a heartbeat
     # [store] stall_timeout_ms: above the longest heartbeat timeout the runner draws (4 s),
@@ -107,6 +113,12 @@ class World:
         rate = config.rates.get(WITNESS, 1.0)
         self.witness = SimWitness(self, rate, self.rng.uniform(0, 1000))
         self.witness.on_step = self._after_step
+        self.etcd: SimEtcd | None = None
+        self.arbiters: tuple[str, ...] = (WITNESS,)  # the processes that arbitrate
+        if config.arbiter == "etcd":
+            self._with_etcd()
+        elif config.arbiter != "witness":
+            raise ValueError(f"unknown arbiter {config.arbiter!r}: witness or etcd")
         self.confirmations: list[Confirmed] = []
         self._msgs = 0
         self._markers = 0
@@ -132,6 +144,15 @@ class World:
         server.on_step = self._after_step
         self.net.receive[name] = server.on_message
         return server
+
+    def _with_etcd(self) -> None:
+        """The servers ask an etcd cluster instead of the witness."""
+        self.etcd = etcd = SimEtcd(self, self.config.etcd_latency,
+                                   self.config.etcd_client_latency)
+        self.arbiters = MEMBERS
+        for server in self.servers.values():
+            server.etcd_client = SimEtcdClient(server, server.feed, self.trace, etcd,
+                                               self.config.heartbeat, self.activation)
 
     # ------------------------------------------------------------ randomness of the world
 
@@ -206,12 +227,13 @@ class World:
             self.net.links.heal(b, a)
 
     def isolate(self, name: str) -> None:
-        for other in (PRIMARY, BACKUP, WITNESS):
+        """Cut from the other server and the arbiter (with etcd: every member)."""
+        for other in (PRIMARY, BACKUP, *self.arbiters):
             if other != name:
                 self.cut(name, other)
 
     def rejoin(self, name: str) -> None:
-        for other in (PRIMARY, BACKUP, WITNESS):
+        for other in (PRIMARY, BACKUP, *self.arbiters):
             if other != name:
                 self.heal(name, other)
 
@@ -221,11 +243,18 @@ class World:
 
     # ------------------------------------------------------------ processes
 
-    def process(self, name: str) -> SimServer | SimWitness:
-        return self.witness if name == WITNESS else self.servers[name]
+    def process(self, name: str) -> SimServer | SimWitness | EtcdMember:
+        if name == WITNESS:
+            return self.witness
+        if self.etcd is not None and name in self.etcd.members:
+            return self.etcd.members[name]
+        return self.servers[name]
 
     def start(self, name: str) -> None:
-        self.process(name).boot()
+        proc = self.process(name)
+        proc.boot()
+        if isinstance(proc, EtcdMember):
+            self.trace(None, "boot", name)
         self._after_step(None)
 
     def crash(self, name: str, keep_state: bool = True) -> None:
@@ -235,6 +264,9 @@ class World:
                 proc.crash(keep_state)
             else:
                 proc.crash()
+                if isinstance(proc, EtcdMember) and self.etcd is not None:
+                    self.etcd.crashed(name)
+                    self.trace(None, "crash", name)
             self._after_step(None)
 
     def pause(self, name: str, duration: float) -> None:

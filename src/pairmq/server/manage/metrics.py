@@ -147,6 +147,7 @@ class Collector:
             yield _gauge("pairmq_witness_reachable",
                          "1 when the witness answered within an activation interval",
                          1 if witness.get("reachable") else 0)
+            yield from _arbiter_metrics(witness, pair.get("lease_remaining_ms", 0))
         if "lease_remaining_ms" in pair:
             yield _gauge("pairmq_lease_remaining_seconds",
                          "how long this server may still confirm on the witness's lease",
@@ -233,3 +234,38 @@ class Collector:
                                 1 if reason.value in short else 0)
         yield blocking
 
+
+def _arbiter_metrics(arbiter: dict[str, Any], lease_ms: int) -> Iterator[Family]:
+    """pairmq_arbiter_*: what grants the lease, whatever its kind (`pairmq witness`,
+    etcd), and for etcd each member's reachability."""
+    kind = str(arbiter.get("kind", "witness"))
+    info = GaugeMetricFamily("pairmq_arbiter_info", "the arbiter's kind (witness or etcd)",
+                             labels=["kind"])
+    info.add_metric([kind], 1)
+    yield info
+    yield _gauge("pairmq_arbiter_reachable",
+                 "1 when the arbiter answered within an activation interval",
+                 1 if arbiter.get("reachable") else 0)
+    yield _gauge("pairmq_arbiter_lease_held", "1 while this server holds the arbiter's lease",
+                 1 if arbiter.get("lease_valid") else 0)
+    yield _gauge("pairmq_arbiter_lease_remaining_seconds",
+                 "how long this server may still confirm on the arbiter's lease",
+                 lease_ms / 1000)
+    members = arbiter.get("members")
+    if members is not None:
+        yield _gauge("pairmq_arbiter_members", "etcd members named in [ha] witness",
+                     len(members))
+        yield _gauge("pairmq_arbiter_members_reachable",
+                     "etcd members that answered within two activation intervals",
+                     sum(1 for m in members if m.get("reachable")))
+        reachable = GaugeMetricFamily("pairmq_arbiter_member_reachable",
+                                      "1 when this etcd member answered lately",
+                                      labels=["member"])
+        leader = GaugeMetricFamily("pairmq_arbiter_member_leader",
+                                   "1 for the etcd member its members name the leader",
+                                   labels=["member"])
+        for m in members:
+            reachable.add_metric([m["url"]], 1 if m.get("reachable") else 0)
+            leader.add_metric([m["url"]], 1 if m.get("leader") else 0)
+        yield reachable
+        yield leader

@@ -29,10 +29,12 @@ from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
+from pairmq.server.pair.etcd_arbiter import EtcdArbiter
 from pairmq.server.pair.ha_link import Link, peer_tls
 from pairmq.server.pair.peer_channel import BackgroundTasks, PeerChannel
 from pairmq.server.pair.policy import PairHost
 from pairmq.server.pair.witness_client import Arbiter, WitnessClient
+from pairmq.server.tls import etcd_tls_context
 from pairmq.store.replication_frames import MirrorError, new_records, segment_chunks
 
 REPLICATION_HIGH = 32 * 1024 * 1024  # bytes for the backup, unsent, past which clients wait
@@ -71,9 +73,7 @@ class ReplicationDriver:
         self.pump: EffectPump[ev.Event, ev.Effect] = EffectPump(
             lambda event: self.machine.handle(event, time.monotonic()), self._carry_out,
             self._after)
-        self.arbiter: Arbiter = WitnessClient(
-            cfg.witness, cfg.secret, cfg.name, self.heartbeat, self.activation,
-            lambda: peer_tls(server, "peer_client"))
+        self.arbiter: Arbiter = _arbiter(server, self.heartbeat, self.activation)
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.lag = ReplicationLag()  # the backup's, as this server counts it while active
         self.following = FollowerLag()  # its own, as this server counts it while a backup
@@ -139,11 +139,14 @@ class ReplicationDriver:
             "lease_remaining_ms": _remaining_ms(m.witness_lease, now),
             "backup_promise_remaining_ms": (_remaining_ms(m.peer_lease, now)
                                             if m.backup_in_sync else 0),
-            "witness": {"address": self.witness_address or None,
+            "witness": {**self.arbiter.status(now),
+                        "address": self.witness_address or None,
                         "reachable": self.arbiter.reachable(now),
                         "lease_valid": m.witness_lease.valid(now),
                         "holder": info.holder_name, "holder_identity": info.holder,
-                        "holder_remaining_ms": info.remaining_ms},  # at its last answer
+                        "holder_remaining_ms": info.remaining_ms,
+                        # the in-sync backup it would let take over (None: none yet)
+                        "standby": info.standby},  # at its last answer
             # while it serves with a backup attached (ha/lag.py; records exact)
             "backup_lag": (asdict(self.lag.view(store.appended_seq, now))
                            if m.serving and m.connected else None),
@@ -175,6 +178,7 @@ class ReplicationDriver:
         log.info("HA channel listening on %s (%s, role %s)", self.config.listen,
                  self.config.name, self.config.role)
         self.tasks.spawn(self._tick_loop(), "tick")
+        self.arbiter.start()
 
     async def stop(self) -> None:
         self._feed(ev.Shutdown())
@@ -186,7 +190,7 @@ class ReplicationDriver:
             await asyncio.wait([self._stepping_down])  # a thread: the server closes its store
         self.tasks.cancel_all()
         self.channel.close()
-        self.arbiter.close()
+        await self.arbiter.close()
 
     # ------------------------------------------------------------ feeding the machine
 
@@ -464,8 +468,25 @@ class ReplicationDriver:
 
     async def _ask_witness(self, purpose: WitnessPurpose, request: dict[str, Any]) -> None:
         requested = time.monotonic()
-        reply = await self.arbiter.ask(purpose, request)
+        try:
+            reply = await self.arbiter.ask(purpose, request)
+        except Exception:  # a bug: the machine must still hear, or it waits for ever
+            log.exception("The %s request to the arbiter failed: taken as no answer",
+                          purpose.value)
+            reply = None
         self._feed(ev.WitnessReplied(purpose, reply, requested))
+
+
+def _arbiter(server: PairHost, heartbeat: float, activation: float) -> Arbiter:
+    """Whoever `[ha] witness` names: an etcd cluster, or `pairmq witness`."""
+    cfg = server.config
+    cluster = cfg.etcd
+    if cluster is None:
+        return WitnessClient(cfg.witness, cfg.secret, cfg.name, heartbeat, activation,
+                             lambda: peer_tls(server, "peer_client"))
+    context = etcd_tls_context(*cfg.etcd_tls_files) if cluster.tls else None
+    return EtcdArbiter(cluster, cfg.group, cfg.secret, heartbeat, activation,
+                       lambda: context)
 
 
 class _CurrentJournal:

@@ -35,7 +35,23 @@ class Arbiter(Protocol):
     def reachable(self, now: float) -> bool:
         """Whether it answered lately (for GET /status and the metrics)."""
 
-    def close(self) -> None: ...
+    def status(self, now: float) -> dict[str, Any]:
+        """What /status shows of it beside reachability (its kind first)."""
+
+    def start(self) -> None:
+        """Begin what runs beside the requests (in the event loop)."""
+
+    async def close(self) -> None: ...
+
+
+def reply_timeout(request: dict[str, Any], heartbeat: float, activation: float) -> float:
+    """How long to wait for the arbiter's answer. A renewal's answer is worth waiting for as
+    long as the lease it asks for could still run (it counts from the request): a busy
+    event loop that reads it late must not count as a lost arbiter. Other requests give
+    up after a heartbeat, so an unreachable arbiter is known soon."""
+    if request.get("op") == "renew":
+        return max(heartbeat, activation / 2)
+    return heartbeat
 
 
 class WitnessClient:
@@ -73,18 +89,15 @@ class WitnessClient:
         answered = self._answered
         return answered is not None and now - answered <= self._activation
 
-    def close(self) -> None:
+    def status(self, now: float) -> dict[str, Any]:
+        return {"kind": "witness"}
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
         if self._link is not None:
             self._link.close()
-
-    def _reply_timeout(self, request: dict[str, Any]) -> float:
-        """How long to wait for the witness's answer. A renewal's answer is worth waiting
-        for as long as the lease it asks for could still run (it counts from the request):
-        a busy event loop that reads it late must not count as a lost witness. Other
-        requests give up after a heartbeat, so an unreachable witness is known soon."""
-        if request.get("op") == "renew":
-            return max(self._heartbeat, self._activation / 2)
-        return self._heartbeat
 
     async def _request(self, request: dict[str, Any]) -> dict[str, Any] | None:
         async with self._lock:
@@ -98,7 +111,8 @@ class WitnessClient:
                         self._said = False
                     self._link.send_json(ch.LEASE, request)
                     return await self._link.recv_json(ch.LEASE_REPLY,
-                                                      self._reply_timeout(request))
+                                                      reply_timeout(request, self._heartbeat,
+                                                                    self._activation))
                 except ch.ChannelError as e:
                     if not self._said:
                         self._said = True

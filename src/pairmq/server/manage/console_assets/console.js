@@ -272,14 +272,19 @@
 
     const w = p.witness;
     const witness = $("witness");
+    const members = w && w.members ? w.members : null;
     const facts = w ? {
+      kind: w.address ? (w.kind === "etcd" ? `etcd (group ${w.group})` : "pairmq witness") : DASH,
       address: w.address || "none configured",
       reachable: yesNo(w.reachable),
+      members: members ? `${members.filter((m) => m.reachable).length} of ${members.length}` +
+        (w.leader ? `, leader ${w.leader}` : ", no leader seen") : DASH,
+      problem: w.problem || DASH,
       holder: w.holder || (w.address ? "nobody" : DASH),
       holder_remaining: millis(w.holder_remaining_ms),
       lease_remaining: millis(p.lease_remaining_ms),
-    } : { address: "none (not a pair)", reachable: DASH, holder: DASH,
-          holder_remaining: DASH, lease_remaining: DASH };
+    } : { kind: DASH, address: "none (not a pair)", reachable: DASH, members: DASH,
+          problem: DASH, holder: DASH, holder_remaining: DASH, lease_remaining: DASH };
     for (const [field, text] of Object.entries(facts)) {
       setText(witness.querySelector(`[data-field="${field}"]`), text);
     }

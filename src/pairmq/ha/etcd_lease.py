@@ -227,10 +227,6 @@ class LeaseSession:
         self._reply = reply
         return Next(Stage.WRITE, compare=seen.revision, value=self._write.to_bytes())
 
-    def remaining_ms(self, now: float) -> int:
-        """How long the last holder's lease may still run, as this server counts it."""
-        return 0 if self.seen is None else _leases(self.seen).remaining_ms(now)
-
 
 def _leases(seen: Seen) -> WitnessLeases:
     """The witness's state as this server may assume it: the holder's lease runs `ms`

@@ -179,7 +179,7 @@ class SimEtcdClient:
     # ------------------------------------------------------------ between requests
 
     def _poll(self) -> None:
-        """etcd_arbiter.py `_watch`: every heartbeat a serializable read of the record."""
+        """etcd_arbiter.py `_poll`: every heartbeat a serializable read of the record."""
         self._call(Read(serializable=True), self.server.sched.now + self.heartbeat,
                    self._polled, self._poll_again)
 

@@ -63,14 +63,14 @@ class EtcdArbiter:
         self._answered: float | None = None
         self._said = ""  # the last problem logged: once until it changes or etcd answers
         self.problem = ""  # why the last request had no answer ("" after an answer)
-        self._watching: asyncio.Task[None] | None = None
+        self._polling: asyncio.Task[None] | None = None
         self._streaming: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ Arbiter
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._watching = loop.create_task(self._watch())
+        self._polling = loop.create_task(self._poll())
         self._streaming = loop.create_task(self._stream_record())
 
     async def ask(self, purpose: WitnessPurpose, request: dict[str, Any]) -> WitnessReply | None:
@@ -105,7 +105,7 @@ class EtcdArbiter:
         return answered is not None and now - answered <= self._activation
 
     async def close(self) -> None:
-        for task in (self._watching, self._streaming):
+        for task in (self._polling, self._streaming):
             if task is not None:
                 task.cancel()
         if self._http is not None:
@@ -177,7 +177,7 @@ class EtcdArbiter:
             self._http = aiohttp.ClientSession()
         return self._http
 
-    async def _watch(self) -> None:
+    async def _poll(self) -> None:
         """Every heartbeat, the record as it is now (see `LeaseSession.observe`); every
         activation interval, each member's reachability and leader, for /status. Beside
         the requests, not under their lock: a member that hangs here delays no request."""
@@ -192,7 +192,7 @@ class EtcdArbiter:
     async def _stream_record(self) -> None:
         """An etcd watch of the record: each new revision seen the moment a member applied
         it (a revision comes only after its commit), so that a backup counts the holder's
-        lease from about its last renewal. Polling (`_watch`) stays: a watch on a member
+        lease from about its last renewal. Polling (`_poll`) stays: a watch on a member
         that hangs says nothing, and its stream is not read for decisions."""
         key = _b64(self._lease.key.encode())
         body = {"create_request": {"key": key}}

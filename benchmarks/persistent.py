@@ -517,7 +517,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
              destination: str | None = None, timeout: float = 600.0,
              idle_timeout: float = 30.0, server: psutil.Process | None = None,
              on_tick: Any = None, consumer_delay: float = 0.0,
-             tls_ca: str | None = None, persistent: bool = True) -> LoadResult:
+             tls_ca: str | None = None, persistent: bool = True,
+             consumer_port: int | None = None) -> LoadResult:
     """Producers send `total` persistent messages with receipts; consumers ACK each one.
     With `persistent` False the messages are not persistent and only each producer's last
     SEND asks for a receipt (the window does not apply).
@@ -525,6 +526,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
     With no consumers the run ends when every SEND is confirmed (a journal builder).
     `on_tick(confirmed, received)` is called about every 50 ms from this process.
     With `consumer_delay` the consumers start that many seconds after the producers.
+    `consumer_port`: the consumers' server, when not the producers' (a cluster's other
+    member: benchmarks/cluster.py).
     """
     res = LoadResult(planned=total)
     destination = destination or f"/queue/persistent.{uuid.uuid4().hex[:10]}"
@@ -543,7 +546,8 @@ def run_load(host: str, port: int, producers: int, consumers: int, total: int, *
     def launch_consumers() -> None:
         for i in range(consumers):
             pool.launch("consumer", i, generator_main, (
-                Job("consumer", i, host, port, destination, deadline, total, size=size,
+                Job("consumer", i, host, consumer_port or port, destination, deadline, total,
+                    size=size,
                     prefetch=prefetch, sample_every=every, late=consumer_delay > 0,
                     tls_ca=tls_ca), shared))
 

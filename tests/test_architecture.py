@@ -21,9 +21,10 @@ LAYERS = {
     "cli": {"server", "client", "store", "core", "protocol"},
 }
 # server/'s rooms, top to bottom: each imports only rooms before it (and itself)
-SERVER_ROOMS = ["foundations", "guards", "pair", "role", "stomp", "manage", "app"]
+SERVER_ROOMS = ["foundations", "guards", "pair", "role", "cluster", "stomp", "manage", "app"]
 SIBLINGS = {("stomp", "manage"), ("manage", "stomp")}
-FOUNDATIONS = {"config", "settings", "tls", "clock", "process", "loop_lag", "arbiter_url"}
+FOUNDATIONS = {"config", "settings", "tls", "clock", "process", "loop_lag", "arbiter_url",
+               "etcd_gateway"}
 # objects that truly point at each other (docs/architecture.md, "Arrows")
 MUTUAL = {"pairmq.core.queue", "pairmq.core.subscription", "pairmq.core.session",
           "pairmq.core.stream_log"}

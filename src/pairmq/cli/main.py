@@ -27,10 +27,11 @@ def _config_options(func):
     """One flag per configuration key, generated from the same table as the TOML file."""
     for key in reversed(KEYS):
         if key.type is bool:
-            opt = click.option(f"{key.flag}/--no-{key.flag[2:]}", key.name, default=None,
+            opt = click.option(f"{key.flag}/--no-{key.flag[2:]}", key.field, default=None,
                                help=f"[{key.section}] {key.name}: {key.help}")
         else:
-            opt = click.option(key.flag, key.name, type=key.type, default=None,
+            opt = click.option(key.flag, key.field, type=str if key.type is tuple else key.type,
+                               default=None,
                                help=f"[{key.section}] {key.name}: {key.help} "
                                     f"(default {key.default})")
         func = opt(func)

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -268,6 +269,57 @@ def _arbiter_text(arbiter: dict[str, Any] | None) -> str:
     return text + (f"\n[yellow]{problem}[/yellow]" if problem else "")
 
 
+def _cluster_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The /status of the server whose cluster view is worth showing: the one serving its
+    member (the bridges run there), else the first server that has a cluster at all."""
+    views = [info for info in rows if info.get("cluster")]
+    return next((i for i in views if i["cluster"].get("serving")), views[0] if views else None)
+
+
+BRIDGE_COLOURS = {"forwarding": "green", "connecting": "yellow", "identifying": "yellow",
+                  "reconnecting": "yellow",
+                  "refused": "red"}
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _cluster_table(info: dict[str, Any]) -> Table:
+    """`info`'s cluster (its GET /status), one row per member: this one first (its server,
+    what its bridges brought here in all), then the member at the far end of each bridge.
+    The servers' words are escaped: never read as Rich markup."""
+    cluster = info["cluster"]
+    discovery = cluster.get("discovery") or {}
+    table = Table(title=f"The cluster {escape(cluster['name'])}",
+                  caption=f"load balancing {cluster.get('load_balancing') or '-'}, "
+                          f"forwarded here {_rate(cluster.get('forwarded_per_second'))}/s, "
+                          f"discovery {discovery.get('kind') or '-'}")
+    for column in ("member", "url", "state", "server", "in flight", "forwarded", "waiting",
+                   "problem"):
+        table.add_column(column, justify="right" if column in (
+            "in flight", "forwarded", "waiting") else "left",
+            overflow="fold" if column in ("url", "problem") else "ellipsis")
+    table.add_row(f"{escape(cluster['member'])} (this)", escape(cluster.get("url") or "-"),
+                  "[green]serving[/green]" if cluster.get("serving") else "not serving",
+                  escape(info.get("stomp") or "-"), "-",
+                  _count(cluster.get("forwarded")), _count(cluster.get("waiting")),
+                  f"[yellow]{escape(discovery['problem'])}[/yellow]" if discovery.get("problem")
+                  else "-")
+    for bridge in cluster.get("bridges") or []:
+        state = bridge.get("state") or "-"
+        colour = BRIDGE_COLOURS.get(state)
+        problems = [bridge["problem"]] if bridge.get("problem") else []
+        if bridge.get("settings_differ"):
+            problems.append("settings differ: " + ", ".join(bridge["settings_differ"]))
+        table.add_row(escape(bridge.get("member") or "?"), escape(bridge.get("url") or "-"),
+                      f"[{colour}]{state}[/{colour}]" if colour else escape(state),
+                      escape(bridge.get("server") or "-"), _count(bridge.get("in_flight")),
+                      _count(bridge.get("forwarded")), _count(bridge.get("waiting")),
+                      escape("\n".join(problems)) or "-")
+    return table
+
+
 def _watch_sync(admins: tuple[str, ...], credentials: tuple[str, str] | None,
                 interval: float) -> None:
     """A progress bar per server: its journal against the serving server's, until Ctrl-C."""
@@ -318,7 +370,11 @@ def status(admin: tuple[str, ...], as_json: bool, watch: bool, interval: float,
         for info in rows:
             click.echo(json.dumps(info, indent=2))
     elif rows:
-        _console().print(_status_table(rows))
+        console = _console()
+        console.print(_status_table(rows))
+        cluster = _cluster_view(rows)
+        if cluster is not None:
+            console.print(_cluster_table(cluster))
     if problems:
         sys.exit(1)
 

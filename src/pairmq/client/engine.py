@@ -18,15 +18,20 @@ failover does to what was in flight (client/recovery.py); the client's transacti
 
 from __future__ import annotations
 
+import os
+import random
+from dataclasses import fields
+
 from pairmq.client.application_calls import ApplicationCalls
-from pairmq.client.errors import ClientClosed, ConnectionFailed, ServerError
+from pairmq.client.errors import ClientClosed, ClientError, ConnectionFailed, ServerError
 from pairmq.client.link import Link
-from pairmq.client.options import Address
+from pairmq.client.members import ClusterFailoverEvent, choose_member
+from pairmq.client.options import Address, ClientOptions
 from pairmq.client.outcomes import Outcome
 from pairmq.client.recovery import Recovery
-from pairmq.client.results import FailoverEvent, Message, Op, SendResult
+from pairmq.client.results import EventKind, FailoverEvent, Message, Op, SendResult
 from pairmq.client.subscriptions import AckOp, SubOp, SubState
-from pairmq.client.topology import Attempts
+from pairmq.client.topology import Attempts, Servers
 from pairmq.client.transacting import Transacting
 from pairmq.client.transactions import TxOp
 from pairmq.protocol import ClientSession, Frame, ProtocolError, SessionState
@@ -37,6 +42,18 @@ _FATAL = ("authentication failed", "no common STOMP version")
 
 class Engine(ApplicationCalls, Recovery, Transacting):
     """One failover client; not thread-safe (the drivers serialise calls)."""
+
+    def __init__(self, options: ClientOptions, now: float, name: str | None = None) -> None:
+        super().__init__(options, now, name)
+        if options.members:
+            # A cluster URL: one member at a time, the first picked at random (unless
+            # pinned) so that the clients of one URL spread over the members.
+            start = choose_member(len(options.members), options.cluster_member,
+                                  random.Random(os.urandom(16)))
+            self.servers = Servers(options.servers, options.members, start, options.tls)
+            assert self.attempts is not None
+            self.attempts = Attempts(self.servers, options, self.attempts.rounds, now)
+        self._failed_member = self.servers.member  # the member of the failed connection
 
     # ------------------------------------------------------------ what the driver takes
 
@@ -134,7 +151,7 @@ class Engine(ApplicationCalls, Recovery, Transacting):
         self._handed = 0
 
     def _server_list(self) -> str:
-        return ", ".join(f"{h}:{p}" for h, p in self.servers.known)
+        return ", ".join(f"{h}:{p}" for h, p in self.servers.everyone())
 
     # ------------------------------------------------------------ input (the driver)
 
@@ -204,6 +221,7 @@ class Engine(ApplicationCalls, Recovery, Transacting):
         if self._failed_at is None:
             self._failed_at = now
             self._failed_server = self.server
+            self._failed_member = self.servers.member
         self._failure = reason
         self.attempts = Attempts(self.servers, self.options,
                                  -1 if self.options.outbox else self.options.reconnect_attempts,
@@ -223,7 +241,7 @@ class Engine(ApplicationCalls, Recovery, Transacting):
                 return
             assert self.attempts is not None and self.address is not None
             self.session = None
-            self.attempts.refused(self.address, message, hint)
+            self.attempts.refused(self.address, message, hint, answered=True)
             return
         if receipt is not None and receipt in self._awaiting:
             _, op = self._awaiting.pop(receipt)
@@ -240,6 +258,8 @@ class Engine(ApplicationCalls, Recovery, Transacting):
         topology = headers.get("topology-tls" if self.options.tls else "topology")
         if topology:
             self.servers.learn(topology)
+        if self.servers.cluster:
+            self._learn_cluster(headers)
         cache = headers.get("dup-cache-size")
         self.sequences.dup_cache_size = int(cache) if cache is not None and cache.isdigit() \
             else None
@@ -259,6 +279,38 @@ class Engine(ApplicationCalls, Recovery, Transacting):
             self._up(now)
             return
         self._fresh_after_failure(now)
+
+    def _learn_cluster(self, headers: dict[str, str]) -> None:
+        """CONNECTED's `cluster-members` (over TLS, `cluster-members-tls` when the server
+        sends it): the members the client did not know join those it moves between."""
+        members = (self.options.tls and headers.get("cluster-members-tls")) \
+            or headers.get("cluster-members")
+        if members:
+            self.servers.learn_members(members)
+        name = headers.get("cluster-name")
+        if name:
+            self.servers.cluster_name = name
+
+    def _event_failover(self, now: float, resumed: bool, resent: int) -> None:
+        super()._event_failover(now, resumed, resent)
+        self._name_members()
+
+    def give_up(self, error: ClientError, now: float) -> None:
+        super().give_up(error, now)
+        self._name_members()
+
+    def _name_members(self) -> None:
+        """A cluster client's last event says which member it was on and which it is on."""
+        event = self.events[-1] if self.events else None
+        if not self.servers.cluster or event is None or isinstance(event, ClusterFailoverEvent):
+            return
+        old = self._failed_member
+        new = self.servers.member if event.kind is EventKind.FAILOVER else None
+        self.events[-1] = ClusterFailoverEvent(
+            **{f.name: getattr(event, f.name) for f in fields(FailoverEvent)},
+            old_member=self.servers.member_url(old),
+            member=None if new is None else self.servers.member_url(new),
+            member_changed=new is not None and new != old)
 
     def _up(self, now: float) -> None:
         self._move("up")

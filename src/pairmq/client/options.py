@@ -5,6 +5,8 @@ its configuration.
     failover:(stomp://h1:61613,stomp://h2:61614)?reconnectAttempts=-1&retryInterval=100
     stomp://h1:61613            h1:61613,h2:61614            (no failover: prefix needed)
     failover:(stomp+ssl://h1:61617,stomp+ssl://h2:61618)?trustStorePath=ca.pem  (TLS)
+    cluster:(failover:(stomp://a1:1,stomp://a2:2),stomp://b:3)?clusterMember=0  (members:
+        pairs or standalone servers; client/members.py)
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pairmq.client.errors import ConfigurationError
-
-Address = tuple[str, int]
+from pairmq.client.members import TLS_SCHEMES as TLS_SCHEMES
+from pairmq.client.members import Address as Address
+from pairmq.client.members import Member, is_cluster_url, parse_cluster_url
+from pairmq.client.members import parse_address as parse_address
 
 
 def _at_least(n: int) -> Callable[[Any], str | None]:
@@ -90,6 +94,9 @@ OPTIONS: tuple[Option, ...] = (
            "that asks for one ([tls] client_auth); implies TLS"),
     Option("verify_host", "verifyHost", bool, True,
            "check that the server's certificate names the host connected to"),
+    Option("cluster_member", "clusterMember", int, -1,
+           "with a cluster: URL, the member to start with (0: the URL's first); -1: one at "
+           "random, so that clients spread over the members", _at_least(-1)),
 )
 
 _BY_URL = {o.url_name.lower(): o for o in OPTIONS}
@@ -123,6 +130,10 @@ class ClientOptions:
     trust_store_path: str | None
     key_store_path: str | None
     verify_host: bool
+    cluster_member: int
+    # the members of a cluster: URL (client/members.py); () for any other URL, whose
+    # servers are one pair (or one server) and which never moves elsewhere
+    members: tuple[Member, ...] = ()
 
     @property
     def tls(self) -> bool:
@@ -135,31 +146,11 @@ class ClientOptions:
         return half, half
 
 
-assert {f.name for f in fields(ClientOptions)} - {"servers", "login", "passcode"} \
+assert {f.name for f in fields(ClientOptions)} - {"servers", "login", "passcode", "members"} \
     == set(_BY_NAME), "ClientOptions and OPTIONS must name the same options"
 
 _FAILOVER = re.compile(r"^failover:\((?P<inner>[^)]*)\)(?:\?(?P<query>.*))?$", re.DOTALL)
 
-
-TLS_SCHEMES = ("stomp+ssl://", "ssl://", "stomp+tls://")
-
-
-def parse_address(text: str) -> Address:
-    """`stomp://host:port`, `tcp://host:port` or `host:port`; `stomp+ssl://host:port` (TLS:
-    see `parse_options`)."""
-    raw = text.strip()
-    for scheme in ("stomp://", "tcp://", *TLS_SCHEMES):
-        if raw.startswith(scheme):
-            raw = raw[len(scheme):]
-            break
-    raw = raw.rstrip("/")
-    host, sep, port = raw.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"not a server address: {text!r} (expected "
-                                 "stomp://HOST:PORT)")
-    return host, int(port)
 
 
 def _convert(option: Option, value: Any, where: str) -> Any:
@@ -189,20 +180,31 @@ def _convert(option: Option, value: Any, where: str) -> Any:
     return converted
 
 
+def _url_parameters(query: str, values: dict[str, Any]) -> None:
+    """A URL's `?name=value&...` into `values`, by the options' URL names."""
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        option = _BY_URL.get(name.lower())
+        if option is None:
+            raise ConfigurationError(f"unknown URL parameter {name!r}; known: "
+                                     + ", ".join(o.url_name for o in OPTIONS))
+        values[option.name] = _convert(option, value, f"URL parameter {name}")
+
+
 def parse_options(url: str | list[str] | tuple[str, ...], keywords: Mapping[str, Any]
                   ) -> ClientOptions:
     """The URL's servers and parameters, then the keyword arguments (which win)."""
     values: dict[str, Any] = {o.name: o.default for o in OPTIONS}
-    if isinstance(url, str):
+    members: tuple[Member, ...] = ()
+    if isinstance(url, str) and is_cluster_url(url):
+        cluster = parse_cluster_url(url)
+        _url_parameters(cluster.query, values)
+        members = cluster.members
+        addresses = list(cluster.addresses)
+    elif isinstance(url, str):
         match = _FAILOVER.match(url.strip())
         if match:
             inner = match.group("inner")
-            for name, value in parse_qsl(match.group("query") or "", keep_blank_values=True):
-                option = _BY_URL.get(name.lower())
-                if option is None:
-                    raise ConfigurationError(f"unknown URL parameter {name!r}; known: "
-                                             + ", ".join(o.url_name for o in OPTIONS))
-                values[option.name] = _convert(option, value, f"URL parameter {name}")
+            _url_parameters(match.group("query") or "", values)
         else:
             inner = url
         addresses = [part for part in inner.split(",") if part.strip()]
@@ -227,4 +229,10 @@ def parse_options(url: str | list[str] | tuple[str, ...], keywords: Mapping[str,
             raise ConfigurationError(f"unknown option {name!r}; known: login, passcode, "
                                      + ", ".join(_BY_NAME))
         values[name] = _convert(option, value, f"option {name}")
-    return ClientOptions(servers=servers, login=login, passcode=passcode, **values)
+    if values["cluster_member"] >= max(len(members), 1):
+        raise ConfigurationError(
+            f"option cluster_member is {values['cluster_member']}, but "
+            + (f"the cluster URL names {len(members)} members (0 to {len(members) - 1}; "
+               "-1: one at random)" if members else "the URL is not a cluster: URL"))
+    return ClientOptions(servers=servers, login=login, passcode=passcode, members=members,
+                         **values)

@@ -110,7 +110,10 @@ class Message:
 
     @property
     def dup_id(self) -> str | None:
-        return self.headers.get("dup-id")
+        """The producer's dup-id: a message a cluster's bridge carried from another member
+        keeps it as `pairmq_dup_id`, its `dup-id` being the bridge's (docs/cluster.md)."""
+        headers = self.headers
+        return headers.get("pairmq_dup_id") or headers.get("dup-id")
 
     @property
     def ack_id(self) -> str | None:

@@ -21,6 +21,7 @@ from pairmq.core.permissions import unchecked_roles
 from pairmq.core.replay import Replay
 from pairmq.ha.states import State
 from pairmq.server.clock import now_ms
+from pairmq.server.cluster.node import ClusterNode, member_url
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.guards import Guards
 from pairmq.server.guards.auth import ADMIN_ROLE, MONITOR_ROLE
@@ -108,6 +109,9 @@ class PairmqServer:
             self.pair = SharedStorePair(self)
         else:
             self.pair = NoPair(self._serve_alone)
+        # [cluster]: bridges to the other members while this server serves (docs/cluster.md)
+        self.cluster = ClusterNode(config, lambda: self.role, self._member_url,
+                                   self.next_conn_id) if config.cluster_name else None
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())
 
     def _new_broker(self) -> Broker:
@@ -129,7 +133,11 @@ class PairmqServer:
     def _new_role(self, kind: RoleKind, broker: Broker, store: Store) -> Role:
         self._generation += 1
         return Role(self._generation, kind, broker, store, self.pair, self.client_address,
-                    self.tls_address or None)
+                    self.tls_address or None,
+                    self.cluster.connected_headers if self.cluster is not None else None)
+
+    def _member_url(self) -> str:
+        return member_url(self.pair.topology(self.client_address), self.client_address)
 
     def _switch_role(self, role: Role, why: str) -> None:
         """Make `role` the one new connections join; close every connection of the old one."""
@@ -139,6 +147,11 @@ class PairmqServer:
         old.retire(f"this server changed role ({why}): reconnect", active)
         log.debug("Role %d (%s) replaces role %d (%s): %s", role.generation, role.kind,
                   old.generation, old.kind, why)
+        if self.cluster is not None:
+            if role.kind is RoleKind.SERVING:
+                self.cluster.serve()
+            elif self.cluster.serving:
+                self.loop.create_task(self.cluster.stop())
 
     # ------------------------------------------------------------ what the pair and admin read
 
@@ -309,6 +322,8 @@ class PairmqServer:
         await self.become_active(None)
 
     async def stop(self) -> None:
+        if self.cluster is not None:  # what bridges hold unacknowledged goes back at once
+            await self.cluster.stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.watch is not None:

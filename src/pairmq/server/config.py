@@ -118,12 +118,22 @@ class ServerConfig(Settings):
         return (self.etcd_cert or self.cert, self.etcd_key or self.key, self.etcd_ca or self.ca)
 
     @property
+    def member_name(self) -> str:
+        """This server's member of [cluster]: the same on both servers of a pair."""
+        return self.cluster_member or self.group or self.name
+
+    @property
     def tls_used(self) -> bool:
         return bool(self.stomp_tls or self.stomp_ws_tls or self.admin_tls or self.tls)
 
 
 def _typed(key: Key, value: Any, where: str) -> Any:
-    if key.type is bool:
+    if key.type is tuple:  # a list of strings (a flag's are space-separated: load_config)
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+        value = tuple(value)
+        ok = True
+    elif key.type is bool:
         ok = isinstance(value, bool)
     elif key.type is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -139,7 +149,8 @@ def _typed(key: Key, value: Any, where: str) -> Any:
 
 
 def _type_name(t: type) -> str:
-    return {bool: "true or false", int: "an integer", str: "a string"}[t]
+    return {bool: "true or false", int: "an integer", str: "a string",
+            tuple: "a list of strings"}[t]
 
 
 def _users(table: Any, source: str) -> dict[str, User]:
@@ -243,7 +254,7 @@ def _retention(table: Any, source: str) -> dict[str, dict[str, Any]]:
 def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
                 extra_users: Mapping[str, str] | None = None) -> ServerConfig:
     """Read the TOML file (if any), apply flag overrides, validate everything."""
-    values = {key.name: key.default for key in KEYS}
+    values = {key.field: key.default for key in KEYS}
     users: dict[str, User] = {}
     patterns: list[DestinationOverride] = []  # [destinations.overrides."PATTERN"]
     retention: dict[str, dict[str, Any]] = {}  # [streams.retention.NAME]
@@ -280,12 +291,14 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
                 key = known.get(name)
                 if key is None:
                     raise ConfigError(f"{source}: unknown key {name!r} in [{section}]")
-                values[name] = _typed(key, value, f"{source}: [{section}] {name}")
-    by_name = {key.name: key for key in KEYS}
+                values[key.field] = _typed(key, value, f"{source}: [{section}] {name}")
+    by_name = {key.field: key for key in KEYS}
     for name, value in (overrides or {}).items():
         if value is None:
             continue
         key = by_name[name]
+        if key.type is tuple and isinstance(value, str):
+            value = value.split()
         values[name] = _typed(key, value, f"{key.flag}")
     for name, password in (extra_users or {}).items():
         users[name] = User(name, password, ("admin",))
@@ -297,6 +310,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
                           overrides=sorted_overrides(patterns), retention=streams,
                           security=security)
     _check_ha(config, source)
+    _check_cluster(config, source)
     _check_tls(config, source)
     return config
 
@@ -353,6 +367,26 @@ def _check_ha(v: ServerConfig, source: str) -> None:
         raise ConfigError(f"{where} shared_dir is only used with policy = \"shared-store\"")
     elif v.etcd is not None:
         _check_etcd(v, v.etcd, where)
+
+
+def _check_cluster(v: ServerConfig, source: str) -> None:
+    """Rules across keys of [cluster] (docs/cluster.md)."""
+    where = f"{source}: [cluster]"
+    if not v.cluster_name:
+        if v.cluster_members or v.cluster_member:
+            raise ConfigError(f"{where} name is required: members and member belong to a "
+                              "named cluster")
+        return
+    if not v.cluster_members and v.etcd is None:
+        raise ConfigError(f"{where} members is required (the other members' URLs), unless "
+                          "[ha] witness is an etcd cluster, where members find each other")
+    if v.policy != "none" and not (v.cluster_member or v.group):
+        raise ConfigError(f"{where} member (or [ha] group) is required on a pair: both "
+                          "servers of a pair are one member and must give it one name")
+    if v.cluster_password and not v.cluster_user:
+        raise ConfigError(f"{where} password is set without user")
+    if len(set(v.cluster_members)) != len(v.cluster_members):
+        raise ConfigError(f"{where} members lists one URL twice")
 
 
 def _check_etcd(v: ServerConfig, cluster: EtcdCluster, where: str) -> None:

@@ -20,6 +20,7 @@ from pairmq.server.tls import CLIENT_AUTH
 from pairmq.store.settings import FULL_POLICIES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOAD_BALANCING = ("off", "strict", "on_demand", "off_with_redistribution")  # Artemis' names
 HA_POLICIES = ("none", "replication", "shared-store")
 
 T = TypeVar("T")
@@ -30,6 +31,21 @@ def _address(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         return f'must be HOST:PORT, got "{value}"'
+    return None
+
+
+def _member_urls(value: tuple[str, ...]) -> str | None:
+    for url in value:
+        if not url.startswith(("failover:(", "stomp://", "stomp+ssl://")) or \
+                (url.startswith("failover:(") and not url.endswith(")")):
+            return (f'must list members as "failover:(stomp://HOST:PORT,stomp://HOST:PORT)" '
+                    f'(a pair) or "stomp://HOST:PORT" (a standalone server), got "{url}"')
+    return None
+
+
+def _member_name(value: str) -> str | None:
+    if value and (len(value) > 64 or not all(c.isalnum() or c in "-_." for c in value)):
+        return f"must be 1 to 64 letters, digits, '-', '_' or '.', got \"{value}\""
     return None
 
 
@@ -61,10 +77,16 @@ class Key:
     help: str
     check: Check | None = None
     flag_name: str | None = None  # when the key's name alone would be unclear as a flag
+    attr: str = ""  # the attribute of `Settings` (the name, unless two sections share it)
 
     @property
     def flag(self) -> str:
-        return "--" + (self.flag_name or self.name).replace("_", "-")
+        return "--" + (self.flag_name or self.attr or self.name).replace("_", "-")
+
+    @property
+    def field(self) -> str:
+        """The attribute of `Settings` that holds this key's value."""
+        return self.attr or self.name
 
 
 @dataclass(frozen=True)
@@ -73,12 +95,14 @@ class _Declared:
     help: str
     check: Check | None
     flag_name: str | None
+    toml: str | None  # the key's name in its section, when not the attribute's
 
 
 def setting(section: str, default: T, help: str, check: Check | None = None, *,
-            flag_name: str | None = None) -> T:
-    """A field of `Settings`: its default, and what KEYS says of it."""
-    declared = _Declared(section, help, check, flag_name)
+            flag_name: str | None = None, toml: str | None = None) -> T:
+    """A field of `Settings`: its default, and what KEYS says of it. `toml` names the key
+    in its section when the attribute cannot ([cluster] name is `cluster_name`)."""
+    declared = _Declared(section, help, check, flag_name, toml)
     return field(default=default, metadata={"key": declared})
 
 
@@ -271,11 +295,37 @@ class Settings:
     initial_replication_sync_timeout_ms: int = setting("ha", 300000,
         "how long one initial synchronisation may take before it is restarted", _at_least(100))
 
+    # [cluster] (docs/cluster.md)
+    cluster_name: str = setting("cluster", "",
+        "the cluster this member belongs to; empty = no cluster. Members of other names are "
+        "refused", _member_name, toml="name")
+    cluster_members: tuple[str, ...] = setting("cluster", (),
+        "the other members, each a failover URL of its pair or a stomp:// address (a flag "
+        "takes them space-separated); empty with an etcd witness = found in etcd",
+        _member_urls, toml="members")
+    cluster_member: str = setting("cluster", "",
+        "this member's name, the same on both servers of a pair (empty: [ha] group, or "
+        "[server] name when standalone)", _member_name, toml="member")
+    cluster_user: str = setting("cluster", "",
+        "the login bridges use on the other members and on this one (Artemis' cluster-user; "
+        "empty: anonymous)", toml="user")
+    cluster_password: str = setting("cluster", "", "that login's passcode", toml="password")
+    message_load_balancing: str = setting("cluster", "on_demand",
+        "off, strict, on_demand or off_with_redistribution (Artemis' meanings, "
+        "docs/cluster.md)", _one_of(LOAD_BALANCING))
+    redistribution_delay_ms: int = setting("cluster", 1000,
+        "a queue with messages and no consumers for this long gives them to members that "
+        "have consumers (-1: never)", _at_least(-1))
+    bridge_window: int = setting("cluster", 256,
+        "messages a bridge holds unconfirmed, and a queue's depth here past which its "
+        "bridges stop taking more from other members", _at_least(1))
+
 
 def _key(f: Any) -> Key:
     declared: _Declared = f.metadata["key"]
-    return Key(declared.section, f.name, type(f.default), f.default, declared.help,
-               declared.check, declared.flag_name)
+    name = declared.toml or f.name
+    return Key(declared.section, name, type(f.default), f.default, declared.help,
+               declared.check, declared.flag_name, "" if name == f.name else f.name)
 
 
 KEYS: tuple[Key, ...] = tuple(_key(f) for f in fields(Settings))

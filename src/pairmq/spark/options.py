@@ -350,6 +350,11 @@ class SourceOptions:
         if "initial_connect_attempts" not in keywords and \
                 "initialconnectattempts" not in url.lower():
             keywords["initial_connect_attempts"] = CONNECT_ROUNDS
+        if url.strip().lower().startswith("cluster:") and "cluster_member" not in keywords \
+                and "clustermember" not in url.lower():
+            # every task of a query on one member: a member's dup-ids and producer
+            # sequences, which make retries exact, are that member's (docs/spark.md)
+            keywords["cluster_member"] = 0
         for name in ("login", "passcode"):
             if self.values[name] is not None:
                 keywords[name] = self.values[name]

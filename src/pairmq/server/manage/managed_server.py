@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from pairmq.core import Broker
+from pairmq.server.cluster.node import ClusterNode
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
@@ -28,6 +29,7 @@ class ManagedServer(Protocol):
     failovers: int  # times it took over from its peer since it started
     changes: deque[dict[str, object]]  # the last HA state changes, with their reasons
     disk_usage_percent: float | None  # the data directory's disk, last sampled
+    cluster: ClusterNode | None  # [cluster]: the bridges to the other members
 
     @property
     def pair(self) -> PairPolicy: ...

@@ -101,6 +101,8 @@ class Collector:
             "pairmq_journal_fsync_seconds", "time of each group commit's fdatasync",
             buckets=buckets, sum_value=total)
         yield from self._disk()
+        if server.cluster is not None:
+            yield from _cluster_metrics(server.cluster.status())
         if server.watch is not None:
             yield from server.watch.metrics()  # event-loop lag, GC pauses (server/loop_lag.py)
 
@@ -269,3 +271,43 @@ def _arbiter_metrics(arbiter: dict[str, Any], lease_ms: int) -> Iterator[Family]
             leader.add_metric([m["url"]], 1 if m.get("leader") else 0)
         yield reachable
         yield leader
+
+
+def _cluster_metrics(cluster: dict[str, Any]) -> Iterator[Family]:
+    """pairmq_cluster_*: this member's bridges to the other members (docs/cluster.md)."""
+    bridges = cluster["bridges"]
+    yield _gauge("pairmq_cluster_members", "members of the cluster this server knows, "
+                 "itself included", 1 + len(bridges))
+    yield _counter("pairmq_cluster_forwarded", "messages this member's bridges brought "
+                   "here from the others since it began serving", cluster["forwarded"])
+    own = cluster.get("waiting")
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+        "connected": GaugeMetricFamily("pairmq_cluster_bridge_connected",
+                                       "1 while the bridge to a member is connected",
+                                       labels=["member", "url"]),
+        "forwarding": GaugeMetricFamily("pairmq_cluster_bridge_forwarding",
+                                        "1 while the bridge to a member moves messages "
+                                        "(0: connecting, identifying or refused)",
+                                        labels=["member", "url"]),
+        "in_flight": GaugeMetricFamily("pairmq_cluster_bridge_in_flight",
+                                       "messages a bridge received and has not yet "
+                                       "acknowledged on their member", labels=["member", "url"]),
+        "forwarded": CounterMetricFamily("pairmq_cluster_bridge_forwarded",
+                                         "messages a bridge brought here",
+                                         labels=["member", "url"]),
+    }
+    waiting = GaugeMetricFamily("pairmq_cluster_member_waiting",
+                                "messages waiting on each member, as its status says",
+                                labels=["member"])
+    if own is not None:
+        waiting.add_metric([cluster["member"]], own)
+    for b in bridges:
+        labels = [b["member"] or "", b["url"]]
+        families["connected"].add_metric(labels, 1 if b["connected"] else 0)
+        families["forwarding"].add_metric(labels, 1 if b["state"] == "forwarding" else 0)
+        families["in_flight"].add_metric(labels, b["in_flight"])
+        families["forwarded"].add_metric(labels, b["forwarded"])
+        if b["waiting"] is not None and b["member"]:
+            waiting.add_metric([b["member"]], b["waiting"])
+    yield from families.values()
+    yield waiting

@@ -126,7 +126,8 @@ def operator_routes(server: ManagedServer) -> list[web.RouteDef]:
                                   "witness": ha.get("witness"),
                                   "lease_remaining_ms": ha.get("lease_remaining_ms"),
                                   "failovers": ha.get("failovers", 0),
-                                  "changes": ha.get("changes", [])})
+                                  "changes": ha.get("changes", []),
+                                  "cluster": status.get("cluster")})
 
     async def destinations(request: web.Request) -> web.Response:
         try:

@@ -17,7 +17,6 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -25,40 +24,24 @@ import aiohttp
 from pairmq.ha.etcd_lease import LeaseSession, Next, RecordError, Stage, fingerprint, prefix
 from pairmq.ha.messages import MessageError, WitnessPurpose, WitnessReply
 from pairmq.server.arbiter_url import EtcdCluster
+from pairmq.server.etcd_gateway import EtcdGateway, Member, NoAnswer, b64
 from pairmq.server.pair.witness_client import reply_timeout
 
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")
-
-ATTEMPT_MIN = 0.05  # an attempt on one member gets at least this (seconds)
-
-
-class _NoAnswer(Exception):
-    """No member answered in time (or each said it cannot serve: no leader, no quorum)."""
-
-
-@dataclass
-class _Member:
-    url: str
-    answered: float | None = None  # when it last answered anything
-    member_id: str = ""
-    leader_id: str = ""
-    failed: str = ""  # why the last call to it failed
-
 
 class EtcdArbiter:
     """The lease on an etcd cluster: one request at a time, each one or two etcd calls."""
 
     def __init__(self, cluster: EtcdCluster, group: str, secret: str, heartbeat: float,
                  activation: float, tls: Callable[[], ssl.SSLContext | None]) -> None:
-        self._members = [_Member(url) for url in cluster.urls()]
-        self._preferred = 0
+        self._etcd = EtcdGateway(cluster, tls)
+        self._members = self._etcd.members
         self._group = group
         self._lease = LeaseSession(group, fingerprint(group, secret))
         self._heartbeat = heartbeat
         self._activation = activation
         self._tls = tls
-        self._http: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
         self._answered: float | None = None
         self._said = ""  # the last problem logged: once until it changes or etcd answers
@@ -86,7 +69,7 @@ class EtcdArbiter:
             except RecordError as e:
                 self._say(logging.ERROR, f"The pair's lease in etcd is unusable: {e}", "")
                 return None
-            except _NoAnswer as e:
+            except NoAnswer as e:
                 self._say(logging.INFO, "Cannot reach a majority of etcd at "
                           + ", ".join(m.url for m in self._members), str(e))
                 return None
@@ -108,8 +91,7 @@ class EtcdArbiter:
         for task in (self._polling, self._streaming):
             if task is not None:
                 task.cancel()
-        if self._http is not None:
-            await self._http.close()
+        await self._etcd.close()
 
     def status(self, now: float) -> dict[str, Any]:
         leader = next((m.url for m in self._members
@@ -125,16 +107,16 @@ class EtcdArbiter:
     # ------------------------------------------------------------ etcd calls
 
     async def _carry_out(self, step: Next, deadline: float) -> Next:
-        key = _b64(self._lease.key.encode())
+        key = b64(self._lease.key.encode())
         if step.stage is Stage.READ:
-            answer = await self._call("/v3/kv/range", {"key": key}, deadline)
+            answer = await self._etcd.call("/v3/kv/range", {"key": key}, deadline)
             raw, revision = _kv(answer.get("kvs"))
             return self._lease.read(raw, revision, time.monotonic())
         range_ = {"request_range": {"key": key}}
-        answer = await self._call("/v3/kv/txn", {
+        answer = await self._etcd.call("/v3/kv/txn", {
             "compare": [{"key": key, "target": "MOD", "result": "EQUAL",
                          "mod_revision": str(step.compare)}],
-            "success": [{"request_put": {"key": key, "value": _b64(step.value)}}],
+            "success": [{"request_put": {"key": key, "value": b64(step.value)}}],
             "failure": [range_]}, deadline)
         now = time.monotonic()
         if answer.get("succeeded"):
@@ -142,40 +124,6 @@ class EtcdArbiter:
         responses = answer.get("responses") or [{}]
         raw, revision = _kv(responses[0].get("response_range", {}).get("kvs"))
         return self._lease.write_failed(raw, revision, now)
-
-    async def _call(self, path: str, body: dict[str, Any], deadline: float) -> dict[str, Any]:
-        """POST to the preferred member, then the others in turn, until one answers or the
-        deadline passes. A member that answers with an error (no leader, no quorum) is
-        passed over like one that does not answer. Each try gets an equal share of the
-        request's time, so one member that hangs leaves time for the others."""
-        http = self._session()
-        share = max(ATTEMPT_MIN, (deadline - time.monotonic()) / len(self._members))
-        problems: dict[str, str] = {}
-        while (left := deadline - time.monotonic()) > 0:
-            member = self._members[self._preferred]
-            try:
-                async with http.post(member.url + path, json=body,
-                                     timeout=aiohttp.ClientTimeout(total=min(share, left)),
-                                     ssl=self._tls() or False) as response:
-                    answer = await response.json(content_type=None)
-                    if response.status != 200 or "error" in answer or "header" not in answer:
-                        raise _EtcdError(str(answer.get("error") or answer.get("message")
-                                             or f"HTTP {response.status}"))
-                member.answered = time.monotonic()
-                member.failed = ""
-                return dict(answer)
-            except (aiohttp.ClientError, TimeoutError, ValueError, _EtcdError) as e:
-                why = str(e) or type(e).__name__
-                member.failed = problems[member.url] = why
-                trace.debug("etcd %s at %s failed: %s", path, member.url, why)
-                self._preferred = (self._preferred + 1) % len(self._members)
-        raise _NoAnswer("; ".join(f"{url}: {why}" for url, why in problems.items())
-                        or "no time left")
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            self._http = aiohttp.ClientSession()
-        return self._http
 
     async def _poll(self) -> None:
         """Every heartbeat, the record as it is now (see `LeaseSession.observe`); every
@@ -194,12 +142,12 @@ class EtcdArbiter:
         it (a revision comes only after its commit), so that a backup counts the holder's
         lease from about its last renewal. Polling (`_poll`) stays: a watch on a member
         that hangs says nothing, and its stream is not read for decisions."""
-        key = _b64(self._lease.key.encode())
+        key = b64(self._lease.key.encode())
         body = {"create_request": {"key": key}}
         while True:
-            member = self._members[self._preferred]
+            member = self._members[self._etcd.preferred]
             try:
-                async with self._session().post(
+                async with self._etcd.session().post(
                         member.url + "/v3/watch", json=body,
                         timeout=aiohttp.ClientTimeout(total=None, connect=self._heartbeat),
                         ssl=self._tls() or False) as response:
@@ -218,20 +166,20 @@ class EtcdArbiter:
             await asyncio.sleep(self._heartbeat)
 
     async def _observe(self) -> None:
-        key = _b64(self._lease.key.encode())
+        key = b64(self._lease.key.encode())
         try:
-            answer = await self._call("/v3/kv/range", {"key": key, "serializable": True},
+            answer = await self._etcd.call("/v3/kv/range", {"key": key, "serializable": True},
                                       time.monotonic() + self._heartbeat)
             raw, revision = _kv(answer.get("kvs"))
             self._lease.observe(raw, revision, time.monotonic())
-        except (_NoAnswer, KeyError, TypeError, ValueError):
+        except (NoAnswer, KeyError, TypeError, ValueError):
             pass  # the requests say so
         except RecordError as e:
             self._say(logging.ERROR, f"The pair's lease in etcd is unusable: {e}", "")
 
-    async def _probe(self, member: _Member) -> None:
+    async def _probe(self, member: Member) -> None:
         try:
-            async with self._session().post(
+            async with self._etcd.session().post(
                     member.url + "/v3/maintenance/status", json={},
                     timeout=aiohttp.ClientTimeout(total=self._heartbeat),
                     ssl=self._tls() or False) as response:
@@ -250,14 +198,6 @@ class EtcdArbiter:
         if text != self._said:
             self._said = text
             log.log(level, "%s", text)
-
-
-class _EtcdError(Exception):
-    """A member answered with an error (etcd's text)."""
-
-
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
 
 
 def _kv(kvs: Any) -> tuple[bytes | None, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
@@ -119,8 +119,10 @@ FrameMark = tuple[int, int]  # (records pending, duplicates seen) before a frame
 
 class Role:
     def __init__(self, generation: int, kind: RoleKind, broker: Broker, store: Store,
-                 policy: PairPolicy, own_address: str, own_tls: str | None = None) -> None:
+                 policy: PairPolicy, own_address: str, own_tls: str | None = None,
+                 cluster: Callable[[], Mapping[str, str]] | None = None) -> None:
         self.generation = generation
+        self._cluster = cluster  # what CONNECTED says of the cluster (server/cluster/node.py)
         self.kind = kind
         self.phase = RolePhase.CURRENT
         self.broker = broker
@@ -231,6 +233,10 @@ class Role:
 
     def topology(self) -> str | None:
         return self._policy.topology(self._own_address)
+
+    def cluster_headers(self) -> Mapping[str, str]:
+        """CONNECTED's cluster-name, cluster-member and cluster-members (none outside one)."""
+        return self._cluster() if self._cluster is not None else {}
 
     def topology_tls(self) -> str | None:
         """The pair's STOMP TLS listeners, this server's first (for clients on TLS)."""

@@ -197,6 +197,7 @@ class Connecting(ConnectionState):
         topology = self.role.topology()
         if topology is not None:
             headers["topology"] = topology
+        headers.update(self.role.cluster_headers())
         topology_tls = self.role.topology_tls()
         if topology_tls is not None:  # for clients on TLS: the listeners they can use
             headers["topology-tls"] = topology_tls

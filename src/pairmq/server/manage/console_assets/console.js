@@ -214,6 +214,7 @@
   }
   let thisServer = null;
   let thisState = null;
+  let thisStomp = null;
 
   const SERVING = ["ACTIVE", "STANDALONE"];
 
@@ -231,6 +232,7 @@
       }
       thisServer = me.name;
       thisState = me.state;
+      thisStomp = me.stomp || null;
       const peer = servers.find((s) => !s.this);
       const banner = $("not-serving");
       banner.hidden = SERVING.includes(me.state);
@@ -302,6 +304,75 @@
       });
     $("no-changes").hidden = changes.length > 0;
     $("force-activation").disabled = p.policy === "none";
+  }
+
+  // ------------------------------------------------------------------ the cluster
+
+  // The card shows only for a server that is a member of a cluster ([cluster] name set).
+  const MEMBER_FIELDS = ["member", "url", "state", "server", "in_flight", "forwarded",
+                         "waiting", "problem"];
+
+  function discovery(d) {
+    if (!known(d)) return DASH;
+    if (d.kind === "etcd") {
+      const registered = d.registered || [];
+      return `etcd (${d.prefix}): ${registered.length ? registered.join(", ") : "none"} ` +
+        "registered";
+    }
+    const listed = (d.members || []).length;
+    return `listed in [cluster] members (${count(listed)} other${listed === 1 ? "" : "s"})`;
+  }
+
+  // `c`: GET /status' "cluster"; null: none (the card is hidden); undefined: not asked
+  // this time (the card stays as it is).
+  function renderCluster(c) {
+    if (c === undefined) return;
+    const card = $("cluster-card");
+    card.hidden = !c;
+    if (!c) return;
+    const delay = known(c.redistribution_delay_ms) ?
+      `, redistribution after ${millis(c.redistribution_delay_ms)}` : "";
+    const facts = {
+      name: c.name || DASH,
+      member: c.member || DASH,
+      url: c.url || DASH,
+      discovery: discovery(c.discovery),
+      load_balancing: c.load_balancing ? `${c.load_balancing}${delay}` : DASH,
+      forwarded: known(c.forwarded) ? messages(c.forwarded) : DASH,
+      forwarded_per_second: rate(c.forwarded_per_second),
+    };
+    const cluster = $("cluster");
+    for (const [field, text] of Object.entries(facts)) {
+      setText(cluster.querySelector(`[data-field="${field}"]`), text);
+    }
+    const own = {
+      this: true, member: c.member, url: c.url, state: c.serving ? "serving" : "not serving",
+      server: thisStomp, in_flight: null, forwarded: c.forwarded, waiting: c.waiting,
+      problem: c.discovery && c.discovery.problem, settings_differ: [],
+    };
+    const members = [own, ...(c.bridges || [])];
+    // a bridge by its URL: its member's name is known only once the member answered
+    syncRows($("cluster-members").tBodies[0], members, "row",
+      (m) => (m.this ? "this" : `bridge ${m.url}`),
+      () => fieldRow(MEMBER_FIELDS, ["in_flight", "forwarded", "waiting"]),
+      (row, m) => {
+        row.dataset.this = m.this ? "true" : "false";
+        row.dataset.member = m.member || "";
+        const differ = m.settings_differ || [];
+        const problems = [m.problem, differ.length ? `settings differ: ${differ.join(", ")}` :
+          null].filter((t) => t);
+        fill(row, {
+          member: m.this ? `${m.member} (this member)` : m.member || "(not identified yet)",
+          url: m.url || DASH,
+          server: m.server || DASH,
+          in_flight: count(m.in_flight),
+          forwarded: count(m.forwarded),
+          waiting: count(m.waiting),
+          problem: problems.join("; ") || DASH,
+        });
+        markState(cell(row, "state"), m.state);
+        cell(row, "problem").dataset.problem = problems.length ? "true" : "false";
+      });
   }
 
   // ------------------------------------------------------------------ destinations
@@ -462,6 +533,13 @@
         }
       } else {
         problems.push(result.reason.message);
+      }
+    }
+    if (pair.status === "fulfilled" && pair.value) {
+      try {
+        renderCluster(pair.value.cluster || null);  // /api/pair carries GET /status' cluster
+      } catch (e) {
+        problems.push(`Cannot show the cluster (${e}).`);
       }
     }
     const status = $("poll-status");

@@ -1,0 +1,310 @@
+"""One bridge: this member's pull of messages from one other member (core/cluster.py says
+what it pulls and why that is exact).
+
+The bridge is a pairmq client of the other member's pair (its failover URL), logged in with
+the client-id `pairmq-bridge.THIS-MEMBER`, so the pair's failover is the client's: it
+reconnects to whichever server of that pair is active and subscribes again. A message it
+receives is sent to this member's own broker (`LocalMember.send`) with the dup-id
+`cluster:MESSAGE-ID`; once this member confirmed it, the bridge acknowledges it on the
+other member. Either side may die in between: the other member delivers it again (it was
+not acknowledged), and this member recognises the dup-id and confirms without storing it
+twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pairmq.client.aio import AsyncClient, AsyncSubscription, connect_async
+from pairmq.client.errors import ClientError
+from pairmq.client.results import Message
+from pairmq.core.cluster import (
+    BRIDGE_CLIENT_ID,
+    STATUS_TOPIC,
+    Interest,
+    LoadBalancing,
+    Want,
+    carried,
+    wanted,
+)
+from pairmq.server.cluster.intake import Taken
+
+log = logging.getLogger("pairmq.cluster")
+TICK_S = 0.25  # how often a bridge compares what it holds with what it wants
+STATUS_STALE_S = 5.0  # a member's status older than this: its queues' idleness is unknown
+DEPTH_PAUSE_S = 0.02  # a full local queue: how long a bridge waits before looking again
+TAKEN_PER_TURN = 32  # messages a bridge hands to the broker before it lets the loop turn
+
+
+class BridgeState(StrEnum):
+    CONNECTING = "connecting"  # no server of the member reachable yet (or any more)
+    IDENTIFYING = "identifying"  # connected, waiting for the member's status
+    FORWARDING = "forwarding"  # a member of this cluster: messages move
+    # was forwarding, and no server of the member answers now: what the bridge pulls waits
+    # there (its subscriptions stay as they are, durable ones keep their messages)
+    RECONNECTING = "reconnecting"
+    REFUSED = "refused"  # not a member of this cluster (`problem` says why): nothing moves
+    STOPPED = "stopped"
+
+
+class LocalMember(Protocol):
+    """What a bridge needs of this member (server/cluster/node.py, intake.py)."""
+
+    def interest(self) -> Interest: ...
+
+    def depth(self, queue: str) -> int: ...
+
+    def take(self, destination: str, headers: dict[str, str], body: bytes, persistent: bool,
+             taken: Taken) -> None: ...
+
+    def identify(self, bridge: Bridge, status: Mapping[str, Any]) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    cluster: str
+    member: str  # this member's name
+    mode: LoadBalancing
+    redistribution_delay_ms: int
+    window: int
+    login: str | None
+    passcode: str | None
+
+
+class Bridge:
+    def __init__(self, url: str, settings: BridgeSettings, local: LocalMember) -> None:
+        self.url = url
+        self.settings = settings
+        self.local = local
+        self.state = BridgeState.CONNECTING
+        self.problem: str | None = None
+        self.remote: dict[str, Any] = {}  # the member's latest status
+        self._remote_at = 0.0  # when it came (monotonic)
+        self.forwarded = 0  # messages confirmed here and acknowledged there
+        self._outstanding: dict[str, int] = {}  # destination -> received, not acknowledged
+        self._client: AsyncClient | None = None
+        self._subs: dict[str, tuple[Want, AsyncSubscription, asyncio.Task[None]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._status_task: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Messages received from the member and not yet acknowledged there."""
+        return sum(self._outstanding.values())
+
+    @property
+    def remote_member(self) -> str | None:
+        name = self.remote.get("member")
+        return name if isinstance(name, str) else None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        self.state = BridgeState.STOPPED
+        for task in (self._task, self._status_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for _want, _sub, task in self._subs.values():
+            task.cancel()
+        self._subs.clear()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close(0.5)
+            self._client = None
+
+    def status(self) -> dict[str, Any]:
+        remote = self.remote
+        connected = self._client is not None and self._client.connected
+        return {"url": self.url, "member": self.remote_member, "state": self.state.value,
+                "connected": connected, "server": self._client.server if connected and
+                self._client else None, "problem": self.problem,
+                "in_flight": self.in_flight, "forwarded": self.forwarded,
+                "subscriptions": sorted(self._subs),
+                "waiting": remote.get("waiting") if self._fresh() else None,
+                "role": remote.get("role")}
+
+    def _fresh(self) -> bool:
+        return time.monotonic() - self._remote_at < STATUS_STALE_S
+
+    # ------------------------------------------------------------ the connection
+
+    async def _run(self) -> None:
+        s = self.settings
+        while True:
+            try:
+                self._client = await connect_async(
+                    self.url, login=s.login, passcode=s.passcode, name=f"bridge-{s.member}",
+                    client_id=f"{BRIDGE_CLIENT_ID}{s.member}", connection_ttl=0,
+                    reconnect_attempts=-1, initial_connect_attempts=1,
+                    call_failover_timeout=-1)
+                break
+            except ClientError as e:
+                self._set_problem(BridgeState.CONNECTING, f"member {self.url} unreachable: {e}")
+                await asyncio.sleep(1.0)
+        client = self._client
+        if self.problem and self.state is BridgeState.CONNECTING:
+            log.info("Cluster bridge to %s connected (%s)", self.url, client.server)
+        self.state, self.problem = BridgeState.IDENTIFYING, None
+        status = await client.subscribe(STATUS_TOPIC, ack="auto", id="cluster-status")
+        self._status_task = asyncio.get_running_loop().create_task(self._statuses(status))
+        while True:
+            await asyncio.sleep(TICK_S)
+            if not client.connected and self.state is BridgeState.FORWARDING:
+                self._set_problem(BridgeState.RECONNECTING,
+                                  f"member {self.url}: no server reachable, reconnecting")
+            elif client.connected and self.state is BridgeState.RECONNECTING:
+                log.info("Cluster bridge to member %s (%s) forwarding again (%s)",
+                         self.remote_member, self.url, client.server)
+                self.state, self.problem = BridgeState.FORWARDING, None
+            try:
+                await self._reconcile()
+            except ClientError as e:
+                log.debug("Cluster bridge to %s: %s", self.url, e)
+
+    def _set_problem(self, state: BridgeState, problem: str) -> None:
+        if problem != self.problem:
+            log.warning("Cluster bridge to %s: %s", self.url, problem)
+        self.state, self.problem = state, problem
+
+    async def _statuses(self, sub: AsyncSubscription) -> None:
+        while True:
+            message = await sub.receive()
+            if message is None:
+                continue
+            try:
+                status = json.loads(message.body)
+            except ValueError:
+                continue
+            if not isinstance(status, dict):
+                continue
+            self.remote, self._remote_at = status, time.monotonic()
+            problem = self.local.identify(self, status)
+            if problem is not None:
+                self._set_problem(BridgeState.REFUSED, problem)
+            elif self.state not in (BridgeState.FORWARDING, BridgeState.RECONNECTING):
+                log.info("Cluster bridge to member %s (%s) forwarding", self.remote_member,
+                         self.url)
+                self.state, self.problem = BridgeState.FORWARDING, None
+
+    # ------------------------------------------------------------ subscriptions
+
+    def _wanted(self) -> dict[str, Want]:
+        if self.state not in (BridgeState.FORWARDING, BridgeState.RECONNECTING):
+            return {}
+        s = self.settings
+        idle = self.remote.get("idle") if self._fresh() else None
+        remote_idle = {q: ms + int((time.monotonic() - self._remote_at) * 1000)
+                       for q, ms in idle.items()} if isinstance(idle, dict) else {}
+        return wanted(s.mode, self.local.interest(), remote_idle, s.redistribution_delay_ms)
+
+    async def _reconcile(self) -> None:
+        client = self._client
+        assert client is not None
+        want = self._wanted()
+        for destination, (held, sub, task) in list(self._subs.items()):
+            if want.get(destination) != held:
+                task.cancel()
+                del self._subs[destination]
+                headers = {"activemq.subscriptionName": destination} \
+                    if held.durable and destination not in want else None
+                await sub.unsubscribe(headers)
+        for destination, w in want.items():
+            if destination in self._subs:
+                continue
+            headers = {"prefetch-count": str(self.settings.window)}
+            if w.selector is not None:
+                headers["selector"] = w.selector
+            if w.durable:
+                headers["activemq.subscriptionName"] = destination
+            sub = await client.subscribe(destination, "client-individual", headers,
+                                         id=f"bridge:{destination}")
+            task = asyncio.get_running_loop().create_task(self._forward(w, sub))
+            self._subs[destination] = (w, sub, task)
+
+    # ------------------------------------------------------------ moving messages
+
+    async def _forward(self, want: Want, sub: AsyncSubscription) -> None:
+        """Receive, hand to this member, acknowledge there once confirmed here, with up to
+        `window` in flight (the subscription's prefetch on the other member)."""
+        settled: deque[tuple[Message, bool, str]] = deque()
+        wake = asyncio.Event()
+        destination = want.destination
+        acker = asyncio.get_running_loop().create_task(
+            self._acknowledge(destination, settled, wake))
+        queue = destination.startswith("/queue/")
+        window = self.settings.window
+        name = self.remote_member or self.url
+        local = self.local
+        outstanding = self._outstanding
+        outstanding[destination] = 0
+        taken_in_turn = 0
+
+        def taken_by(message: Message) -> Taken:
+            def taken(ok: bool, why: str) -> None:
+                settled.append((message, ok, why))
+                wake.set()
+            return taken
+
+        try:
+            while True:
+                if queue and local.depth(destination) >= window:
+                    await asyncio.sleep(DEPTH_PAUSE_S)
+                    continue
+                message = await sub.receive(1.0)
+                if message is None:
+                    continue
+                outstanding[destination] += 1
+                local.take(message.destination, carried(message.headers, name), message.body,
+                           message.headers.get("persistent") == "true", taken_by(message))
+                taken_in_turn += 1
+                if taken_in_turn >= TAKEN_PER_TURN:
+                    # let the journal write what was taken, and acknowledgements go out, while
+                    # the rest is taken: the other member sends more meanwhile (a window
+                    # taken in one turn made the two members wait for each other in turn)
+                    taken_in_turn = 0
+                    await asyncio.sleep(0)
+        except ClientError as e:  # the subscription ended (the bridge stops, or changes it)
+            log.debug("Cluster bridge to %s: %s ends: %s", self.url, destination, e)
+        finally:
+            acker.cancel()
+            outstanding.pop(destination, None)  # what was not acknowledged comes again
+
+    async def _acknowledge(self, destination: str, settled: deque[tuple[Message, bool, str]],
+                           wake: asyncio.Event) -> None:
+        client = self._client
+        assert client is not None
+        while True:
+            if not settled:
+                wake.clear()
+                await wake.wait()
+                continue
+            done = []
+            while settled and settled[0][1]:
+                done.append(settled.popleft()[0])
+            if destination in self._outstanding:
+                self._outstanding[destination] -= len(done) or 1
+            try:
+                if done:
+                    await client.ack_all(done)
+                    self.forwarded += len(done)
+                else:  # not taken here: it stays there, and comes again
+                    message, _ok, why = settled.popleft()
+                    log.warning("Cluster bridge from %s: a message for %s is not taken here "
+                                "now (%s); it stays on member %s", self.url,
+                                message.destination, why, self.remote_member)
+                    await client.nack(message)
+                    await asyncio.sleep(1.0)
+            except ClientError as e:  # the other member failed over: it delivers it again
+                log.debug("Cluster bridge to %s: acknowledgement lost (%s)", self.url, e)

@@ -1,0 +1,112 @@
+"""The web console of a cluster member (docs/cluster.md), in a real headless Chromium
+(tests/support/browser.py): the Cluster card, this member first, then the member at the far
+end of each bridge, refreshed as messages are forwarded and as a member goes away. A server
+that is no cluster member shows no card."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pairmq.client import connect
+from tests.support.admin import api, managed_server
+from tests.support.browser import Browser, missing
+from tests.support.cluster import StandaloneCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+QUEUE = "/queue/console-forwarded"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    reason = missing()
+    if reason is not None:
+        if os.environ.get("CI"):  # `make test` installs them: never skipped there
+            pytest.fail(reason)
+        pytest.skip(reason)
+    b = Browser(tmp_path)
+    yield b
+    b.close()
+
+
+def member_row(name: str, field: str) -> str:
+    return f'#cluster-members tr[data-member="{name}"] [data-field="{field}"]'
+
+
+def fact(field: str) -> str:
+    return f'#cluster [data-field="{field}"]'
+
+
+def test_the_console_shows_the_cluster_and_follows_a_member_lost(tmp_path: Path,
+                                                                 browser: Browser) -> None:
+    cluster = StandaloneCluster(tmp_path, 2)
+    try:
+        cluster.start()
+        admin = f"127.0.0.1:{cluster.admin_ports[0]}"
+        browser.open_console(admin)
+        browser.wait(lambda: browser.find("#cluster-card").is_displayed(), "the Cluster card")
+        browser.wait_exact(fact("name"), "c1")
+        assert browser.text(fact("member")) == "m0"
+        assert browser.text(fact("url")) == cluster.url(0)
+        assert browser.text(fact("load_balancing")).startswith("on_demand")
+        assert "(1 other)" in browser.text(fact("discovery"))
+
+        # this member first, then member 1 at the far end of the bridge, forwarding
+        assert browser.attribute("#cluster-members tbody tr:first-child", "data-this") == \
+            "true"
+        assert browser.text(member_row("m0", "member")) == "m0 (this member)"
+        assert browser.text(member_row("m0", "state")) == "serving"
+        browser.wait_exact(member_row("m1", "state"), "forwarding")
+        assert browser.attribute(member_row("m1", "state"), "data-state") == "forwarding"
+        assert browser.text(member_row("m1", "member")) == "m1"
+        assert browser.text(member_row("m1", "url")) == cluster.url(1)
+        assert browser.text(member_row("m1", "server")) == f"127.0.0.1:{cluster.ports[1]}"
+        assert browser.text(member_row("m1", "problem")) == "-"
+        # green: the colour the console gives a serving server
+        assert browser.driver.execute_script(
+            "return getComputedStyle(arguments[0], '::before').backgroundColor;",
+            browser.find(member_row("m1", "state"))) == "rgb(46, 158, 91)"
+
+        # messages sent to member 1, consumed on member 0: the counts follow
+        consumer = connect(cluster.url(0))
+        sub = consumer.subscribe(QUEUE)
+        wait_until(lambda: QUEUE in cluster.status(0)["cluster"]["bridges"][0]
+                   ["subscriptions"], "member 0's bridge subscribed on member 1", 10)
+        producer = connect(cluster.url(1))
+        for k in range(5):
+            producer.send(QUEUE, f"m{k}")
+        for _ in range(5):
+            assert sub.receive(10) is not None
+        producer.close()
+        consumer.close()
+        browser.wait_exact(member_row("m1", "forwarded"), "5")
+        browser.wait_exact(member_row("m0", "forwarded"), "5")
+        browser.wait_exact(fact("forwarded"), "5 messages")
+        assert browser.attribute("#poll-status", "data-ok") == "true"
+
+        # member 1 goes away: its row says so, member 0's page goes on refreshing
+        browser.mark()
+        server = cluster.servers[1]
+        assert server is not None
+        server.stop()
+        browser.wait_text(member_row("m1", "problem"), "no server reachable")
+        assert browser.attribute(member_row("m1", "problem"), "data-problem") == "true"
+        assert browser.marked(), "the page was reloaded"
+        assert browser.attribute("#poll-status", "data-ok") == "true"
+    finally:
+        cluster.stop()
+
+
+def test_the_console_of_a_server_without_a_cluster_shows_no_cluster_card(
+        server_factory, browser: Browser) -> None:
+    _server, admin = managed_server(server_factory)
+    assert "cluster" not in api(admin, "/status")
+    browser.open_console(admin)
+    browser.wait_exact('#servers tr[data-this="true"] [data-field="state"]', "STANDALONE")
+    assert browser.attribute("#poll-status", "data-ok") == "true", browser.text("#poll-status")
+    assert not browser.find("#cluster-card").is_displayed()

@@ -1,0 +1,86 @@
+"""A cluster of three pairs (six servers, three witnesses) on loopback: messages move between
+members exactly once through a kill -9 of each pair's active server (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ha.clients import FailoverConsumer, FailoverProducer
+from tests.support.cluster import PairCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+QUEUE = "/queue/clustered"
+
+
+def test_producers_everywhere_consumer_on_one_member_through_kills(tmp_path: Path) -> None:
+    """Producers on every member, one consumer on member 0. The active server of member 1
+    is killed (the far end of member 0's bridge, mid-transfer), then member 2's, then
+    member 0's (where the bridges run and the consumer is): every receipted message is
+    consumed once, none twice, and nothing was consumed that no producer sent."""
+    cluster = PairCluster(tmp_path, 3)
+    try:
+        cluster.start()
+        consumer = FailoverConsumer(cluster.pairs[0].client_addresses(), QUEUE,
+                                    prefetch=50).start()
+        # member 0's bridges subscribe on the others once its consumer exists
+        wait_until(lambda: all(QUEUE in b["subscriptions"]
+                               for b in cluster.status(0)["cluster"]["bridges"]),
+                   "member 0's bridges subscribed", 10)
+        producers = [FailoverProducer(cluster.pairs[i].client_addresses(), QUEUE, window=32)
+                     for i in range(3)]
+        sent: list[set[str]] = [set() for _ in range(3)]
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def produce(i: int) -> None:
+            k = 0
+            try:
+                while not stop.is_set() and k < 4000:
+                    dup_id = f"m{i}-{k}"
+                    producers[i].send(dup_id, f"from member {i}: {k}".encode())
+                    sent[i].add(dup_id)
+                    k += 1
+                    if k % 20 == 0:
+                        time.sleep(0.01)
+                producers[i].flush()
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for victim in (1, 2, 0):
+            time.sleep(2.0)
+            pair = cluster.pairs[victim]
+            killed = cluster.active(victim)
+            pair.kill(killed)
+            pair.wait_state(pair.other(killed), "STANDALONE", 20)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        receipted = {d for p in producers for d in p.receipted}
+        assert len(receipted) > 1000
+        missing = consumer.wait_consumed(receipted, 90)
+        consumer.wait_idle(2.0)
+        assert not missing, f"{len(missing)} receipted messages never consumed, e.g. " \
+                            f"{sorted(missing)[:5]}"
+        twice = {d: n for d, n in consumer.consumed.items() if n > 1}
+        assert not twice, f"consumed twice: {sorted(twice)[:10]}"
+        assert not consumer.after_ack, consumer.after_ack[:10]
+        unknown = set(consumer.consumed) - set().union(*sent)
+        assert not unknown, sorted(unknown)[:10]
+        # the members' bridges really carried them: two thirds came from members 1 and 2
+        forwarded = sum(1 for d in consumer.consumed if not d.startswith("m0-"))
+        assert forwarded > len(receipted) // 2
+        consumer.close()
+        for p in producers:
+            p.close()
+    finally:
+        cluster.stop()

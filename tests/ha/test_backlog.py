@@ -49,6 +49,7 @@ def drain_in_order(pair: Pair, name: str, count: int) -> None:
     assert got == list(range(count)), "each once, in order"
 
 
+@pytest.mark.long  # a campaign (35 s, 60 s on a shared machine): `make test-long`
 @pytest.mark.timeout(600)
 def test_a_backlog_keeps_the_pair_its_roles_and_each_server_under_budget_then_fails_over(
         pair_factory) -> None:
@@ -92,6 +93,7 @@ READ_BACK = re.compile(r"The event loop was held for (\d+) ms \(busy in [^)]*"
                        r"(?:reading|replay|restore|recover)")
 
 
+@pytest.mark.long  # 200,000 messages held by a pair (30 s): `make test-long`
 @pytest.mark.timeout(300)
 def test_an_active_that_steps_down_reads_its_backlog_back_off_the_event_loop(
         pair_factory) -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from pairmq.ha.sim.runner import run_seed
 
-SEEDS = range(1000)  # two processes, about 35 s on this machine (docs/benchmarks.md)
-MORE_SEEDS = range(1000, 5000)  # `make test-long`: about 2.5 min more
-ETCD_SEEDS = range(300)  # etcd as the arbiter: two processes, 15 to 20 s
-MORE_ETCD_SEEDS = range(300, 4300)  # `make test-long`: about 3 min more
+SEEDS = range(600)  # two processes, about 21 s on this machine (docs/benchmarks.md)
+MORE_SEEDS = range(600, 5000)  # `make test-long`: about 2.7 min more
+ETCD_SEEDS = range(200)  # etcd as the arbiter: two processes, 10 to 15 s
+MORE_ETCD_SEEDS = range(200, 4300)  # `make test-long`: about 3 min more
 
 # Seeds that found bugs, fixed in ha/ (each fails on the code before its fix).
 FIXED = {
@@ -80,7 +80,7 @@ def _run_all(seeds: range, arbiter: str = "witness") -> None:
 
 
 @pytest.mark.machine  # two busy processes: make test runs it alone, after the others
-@pytest.mark.timeout(300)  # about 35 s on an idle machine, 70 s when it is shared
+@pytest.mark.timeout(300)  # about 21 s on an idle machine, 45 s when it is shared
 def test_seeded_runs_keep_the_invariants() -> None:
     _run_all(SEEDS)
 

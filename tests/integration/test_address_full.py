@@ -134,7 +134,7 @@ def test_page_is_the_default_producers_carry_on_and_bodies_stay_on_disk(server_f
     assert drained["state"] == "open"
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 300 MiB written, restarted and read (37 s): `make test-long`
 def test_300_mib_without_a_consumer_then_drained_in_order_across_a_restart(server_factory):
     """The issue's case: no consumer, 300 MiB of persistent 1 KiB messages with receipts;
     no receipt takes a second, the server keeps the bodies past 64 MiB on disk, and a

@@ -176,3 +176,59 @@ def test_durable_subscriber_gets_what_it_missed_through_its_members_failover(
             p.close()
     finally:
         cluster.stop()
+
+
+def test_a_member_whose_consumers_come_and_go_takes_nothing_twice(tmp_path: Path) -> None:
+    """Member 0 has a consumer of its own and a producer; on member 1 a consumer comes and
+    goes every few hundred milliseconds, so member 1's bridge subscribes and gives up its
+    subscription again and again mid-transfer. A subscription is given up only once what
+    it took is confirmed on member 1 and acknowledged on member 0: had member 0 got a
+    message back unacknowledged, its own consumer would get it too. Every message is
+    consumed once, on one member or the other."""
+    cluster = StandaloneCluster(tmp_path, 2)
+    try:
+        cluster.start()
+        seen: Counter[str] = Counter()
+        local = connect(cluster.url(0))
+        local_sub = local.subscribe(QUEUE, ack="client-individual",
+                                    headers={"prefetch-count": "10"})
+        producer = connect(cluster.url(0))
+        total = 3000
+        for k in range(total):
+            producer.send_async(QUEUE, f"m{k}")
+        remote = connect(cluster.url(1))
+        deadline = time.monotonic() + 60
+        while sum(seen.values()) < total and time.monotonic() < deadline:
+            sub = remote.subscribe(QUEUE, ack="client-individual",
+                                   headers={"prefetch-count": "20"})
+            until = time.monotonic() + 0.4
+            while time.monotonic() < until:
+                for client, s in ((remote, sub), (local, local_sub)):
+                    message = s.receive(0.01)
+                    if message is not None:
+                        seen[message.text] += 1
+                        client.ack(message)
+            sub.unsubscribe()
+            time.sleep(0.3)  # member 1 has no consumer: its bridge gives its subscription up
+            message = local_sub.receive(0.01)
+            while message is not None:
+                seen[message.text] += 1
+                local.ack(message)
+                message = local_sub.receive(0.01)
+        producer.flush()
+        time.sleep(1.0)
+        for client, s in ((local, local_sub),):
+            message = s.receive(0.5)
+            while message is not None:
+                seen[message.text] += 1
+                client.ack(message)
+                message = s.receive(0.5)
+        assert len(seen) == total, f"{total - len(seen)} never consumed"
+        twice = [body for body, n in seen.items() if n > 1]
+        assert not twice, f"{len(twice)} consumed twice, e.g. {twice[:5]}"
+        forwarded = cluster.status(1)["cluster"]["forwarded"]
+        assert forwarded > 0, "member 1's bridge carried nothing: the test tested nothing"
+        for c in (local, producer, remote):
+            c.close()
+    finally:
+        cluster.stop()

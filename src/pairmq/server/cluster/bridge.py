@@ -43,6 +43,8 @@ TICK_S = 0.25  # how often a bridge compares what it holds with what it wants
 STATUS_STALE_S = 5.0  # a member's status older than this: its queues' idleness is unknown
 DEPTH_PAUSE_S = 0.02  # a full local queue: how long a bridge waits before looking again
 TAKEN_PER_TURN = 32  # messages a bridge hands to the broker before it lets the loop turn
+STOP_CHECK_S = 0.2  # a subscription being given up: how often it looks whether it is done
+DRAIN_WAIT_S = 2.0  # how long one reconcile waits for it (then the next one does)
 
 
 class BridgeState(StrEnum):
@@ -54,6 +56,16 @@ class BridgeState(StrEnum):
     RECONNECTING = "reconnecting"
     REFUSED = "refused"  # not a member of this cluster (`problem` says why): nothing moves
     STOPPED = "stopped"
+
+
+@dataclass
+class _Held:
+    """A subscription the bridge holds on the other member, and its forwarding task."""
+
+    want: Want
+    sub: AsyncSubscription
+    task: asyncio.Task[None]
+    stopping: asyncio.Event  # set: take no more, end once what was taken is acknowledged
 
 
 class LocalMember(Protocol):
@@ -92,7 +104,7 @@ class Bridge:
         self.forwarded = 0  # messages confirmed here and acknowledged there
         self._outstanding: dict[str, int] = {}  # destination -> received, not acknowledged
         self._client: AsyncClient | None = None
-        self._subs: dict[str, tuple[Want, AsyncSubscription, asyncio.Task[None]]] = {}
+        self._subs: dict[str, _Held] = {}
         self._task: asyncio.Task[None] | None = None
         self._status_task: asyncio.Task[None] | None = None
 
@@ -116,8 +128,8 @@ class Bridge:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        for _want, _sub, task in self._subs.values():
-            task.cancel()
+        for held in self._subs.values():
+            held.task.cancel()
         self._subs.clear()
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -168,6 +180,8 @@ class Bridge:
                 log.info("Cluster bridge to member %s (%s) forwarding again (%s)",
                          self.remote_member, self.url, client.server)
                 self.state, self.problem = BridgeState.FORWARDING, None
+            if not client.connected:
+                continue  # what it holds stays as it is until the member answers again
             try:
                 await self._reconcile()
             except ClientError as e:
@@ -180,7 +194,11 @@ class Bridge:
 
     async def _statuses(self, sub: AsyncSubscription) -> None:
         while True:
-            message = await sub.receive()
+            try:
+                message = await sub.receive()
+            except ClientError as e:  # the bridge stops
+                log.debug("Cluster bridge to %s: statuses end: %s", self.url, e)
+                return
             if message is None:
                 continue
             try:
@@ -213,13 +231,14 @@ class Bridge:
         client = self._client
         assert client is not None
         want = self._wanted()
-        for destination, (held, sub, task) in list(self._subs.items()):
-            if want.get(destination) != held:
-                task.cancel()
+        for destination, held in list(self._subs.items()):
+            if want.get(destination) != held.want and not await self._drained(held):
+                continue  # what it took is not all confirmed here yet: next tick
+            if want.get(destination) != held.want:
                 del self._subs[destination]
                 headers = {"activemq.subscriptionName": destination} \
-                    if held.durable and destination not in want else None
-                await sub.unsubscribe(headers)
+                    if held.want.durable and destination not in want else None
+                await held.sub.unsubscribe(headers)
         for destination, w in want.items():
             if destination in self._subs:
                 continue
@@ -230,14 +249,29 @@ class Bridge:
                 headers["activemq.subscriptionName"] = destination
             sub = await client.subscribe(destination, "client-individual", headers,
                                          id=f"bridge:{destination}")
-            task = asyncio.get_running_loop().create_task(self._forward(w, sub))
-            self._subs[destination] = (w, sub, task)
+            stopping = asyncio.Event()
+            task = asyncio.get_running_loop().create_task(self._forward(w, sub, stopping))
+            self._subs[destination] = _Held(w, sub, task, stopping)
+
+    @staticmethod
+    async def _drained(held: _Held) -> bool:
+        """Stop taking from a subscription, and wait (a while) until everything it took is
+        confirmed here and acknowledged there: only then may it end. Ended earlier, the
+        other member would hand what this one holds to another consumer as well."""
+        held.stopping.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(held.task), DRAIN_WAIT_S)
+        except TimeoutError:
+            return False
+        return True
 
     # ------------------------------------------------------------ moving messages
 
-    async def _forward(self, want: Want, sub: AsyncSubscription) -> None:
+    async def _forward(self, want: Want, sub: AsyncSubscription, stopping: asyncio.Event
+                       ) -> None:
         """Receive, hand to this member, acknowledge there once confirmed here, with up to
-        `window` in flight (the subscription's prefetch on the other member)."""
+        `window` in flight (the subscription's prefetch on the other member). Once
+        `stopping` is set: take no more, and end once what was taken is acknowledged."""
         settled: deque[tuple[Message, bool, str]] = deque()
         wake = asyncio.Event()
         destination = want.destination
@@ -258,11 +292,11 @@ class Bridge:
             return taken
 
         try:
-            while True:
+            while not stopping.is_set():
                 if queue and local.depth(destination) >= window:
                     await asyncio.sleep(DEPTH_PAUSE_S)
                     continue
-                message = await sub.receive(1.0)
+                message = await sub.receive(STOP_CHECK_S)
                 if message is None:
                     continue
                 outstanding[destination] += 1
@@ -275,7 +309,9 @@ class Bridge:
                     # taken in one turn made the two members wait for each other in turn)
                     taken_in_turn = 0
                     await asyncio.sleep(0)
-        except ClientError as e:  # the subscription ended (the bridge stops, or changes it)
+            while outstanding[destination] > 0:  # stopping: the rest is confirmed, then acked
+                await asyncio.sleep(STOP_CHECK_S)
+        except ClientError as e:  # the subscription ended (the bridge stops)
             log.debug("Cluster bridge to %s: %s ends: %s", self.url, destination, e)
         finally:
             acker.cancel()

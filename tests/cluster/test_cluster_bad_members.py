@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from pairmq.client import connect
+from pairmq.core.cluster import sf_queue
 from tests.serverproc import free_port
 from tests.support.admin import metric_samples, sample_value
 from tests.support.cluster import StandaloneCluster, member_name
@@ -115,8 +116,8 @@ def test_metrics_show_the_members_bridges_and_what_they_carried(tmp_path: Path) 
         cluster.start()
         consumer = connect(cluster.url(0))
         sub = consumer.subscribe("/queue/metered", ack="client-individual")
-        wait_until(lambda: "/queue/metered" in _bridges(cluster, 0)[0]["subscriptions"],
-                   "member 0's bridge subscribed", 10)
+        wait_until(lambda: sf_queue("m0", "/queue/metered")
+                   in _bridges(cluster, 0)[0]["subscriptions"], "member 0's bridge subscribed", 10)
         producer = connect(cluster.url(1))
         for k in range(20):
             producer.send("/queue/metered", f"m{k}")

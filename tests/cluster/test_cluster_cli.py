@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pairmq.client import connect
+from pairmq.core.cluster import sf_queue
 from tests.support.admin import managed_server
 from tests.support.cli import run_pairmq
 from tests.support.cluster import StandaloneCluster
@@ -38,7 +39,7 @@ def test_pairmq_status_prints_the_cluster_of_a_member(tmp_path: Path) -> None:
         # messages sent to member 1, consumed on member 0: member 0's bridge brings them
         consumer = connect(cluster.url(0))
         sub = consumer.subscribe(QUEUE)
-        wait_until(lambda: QUEUE in cluster.status(0)["cluster"]["bridges"][0]
+        wait_until(lambda: sf_queue("m0", QUEUE) in cluster.status(0)["cluster"]["bridges"][0]
                    ["subscriptions"], "member 0's bridge subscribed on member 1", 10)
         producer = connect(cluster.url(1))
         for k in range(7):
@@ -49,6 +50,9 @@ def test_pairmq_status_prints_the_cluster_of_a_member(tmp_path: Path) -> None:
         consumer.close()
         wait_until(lambda: cluster.status(0)["cluster"]["forwarded"] == 7,
                    "member 0 counting 7 forwarded", 10)
+        # member 1's status (every 500 ms) saying that nothing waits there any more
+        wait_until(lambda: cluster.status(0)["cluster"]["bridges"][0]["waiting"] == 0,
+                   "member 1's status after the transfer", 10)
 
         done = run_pairmq("status", "--admin", admin)
         assert done.returncode == 0, done.stderr

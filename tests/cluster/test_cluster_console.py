@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pairmq.client import connect
+from pairmq.core.cluster import sf_queue
 from tests.support.admin import api, managed_server
 from tests.support.browser import Browser, missing
 from tests.support.cluster import StandaloneCluster
@@ -75,7 +76,7 @@ def test_the_console_shows_the_cluster_and_follows_a_member_lost(tmp_path: Path,
         # messages sent to member 1, consumed on member 0: the counts follow
         consumer = connect(cluster.url(0))
         sub = consumer.subscribe(QUEUE)
-        wait_until(lambda: QUEUE in cluster.status(0)["cluster"]["bridges"][0]
+        wait_until(lambda: sf_queue("m0", QUEUE) in cluster.status(0)["cluster"]["bridges"][0]
                    ["subscriptions"], "member 0's bridge subscribed on member 1", 10)
         producer = connect(cluster.url(1))
         for k in range(5):

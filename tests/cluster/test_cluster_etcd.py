@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pairmq.core.cluster import sf_queue
 from tests.ha.clients import FailoverConsumer, FailoverProducer
 from tests.support.cluster import PairCluster
 from tests.support.etcd import EtcdCluster
@@ -29,7 +30,8 @@ def test_members_find_each_other_in_etcd_and_move_messages_through_a_kill(
         assert sorted(registered) == ["/pairmq/clusters/c1/members/m0",
                                       "/pairmq/clusters/c1/members/m1"], registered
         consumer = FailoverConsumer(cluster.pairs[0].client_addresses(), QUEUE).start()
-        wait_until(lambda: QUEUE in cluster.status(0)["cluster"]["bridges"][0]["subscriptions"],
+        wait_until(lambda: sf_queue("m0", QUEUE) in cluster.status(0)["cluster"]["bridges"][0]
+                   ["subscriptions"],
                    "member 0's bridge subscribed", 10)
         producer = FailoverProducer(cluster.pairs[1].client_addresses(), QUEUE, window=32)
         for k in range(1500):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pairmq.core.cluster import sf_queue
 from tests.ha.clients import FailoverConsumer, FailoverProducer
 from tests.support.cluster import PairCluster
 from tests.support.waiting import wait_until
@@ -29,7 +30,7 @@ def test_producers_everywhere_consumer_on_one_member_through_kills(tmp_path: Pat
         consumer = FailoverConsumer(cluster.pairs[0].client_addresses(), QUEUE,
                                     prefetch=50).start()
         # member 0's bridges subscribe on the others once its consumer exists
-        wait_until(lambda: all(QUEUE in b["subscriptions"]
+        wait_until(lambda: all(sf_queue("m0", QUEUE) in b["subscriptions"]
                                for b in cluster.status(0)["cluster"]["bridges"]),
                    "member 0's bridges subscribed", 10)
         producers = [FailoverProducer(cluster.pairs[i].client_addresses(), QUEUE, window=32)
@@ -82,5 +83,52 @@ def test_producers_everywhere_consumer_on_one_member_through_kills(tmp_path: Pat
         consumer.close()
         for p in producers:
             p.close()
+    finally:
+        cluster.stop()
+
+
+def test_consumers_on_both_members_through_a_kill_of_each_side(tmp_path: Path) -> None:
+    """A producer and a consumer on member 0, a consumer on member 1: member 1's bridge
+    takes a share of member 0's messages while member 0's own consumer takes the rest. The
+    active server of member 1 is killed mid-transfer, then member 0's. What member 0 gave
+    member 1's bridge went through a store-and-forward queue that only that bridge reads:
+    after either kill it comes again to member 1 (which recognises it), never to member 0's
+    own consumer. Every receipted message is consumed once, on one member or the other."""
+    cluster = PairCluster(tmp_path, 2)
+    try:
+        cluster.start()
+        consumers = [FailoverConsumer(cluster.pairs[i].client_addresses(), QUEUE,
+                                      prefetch=20).start() for i in (0, 1)]
+        wait_until(lambda: sf_queue("m1", QUEUE) in cluster.status(1)["cluster"]["bridges"][0]
+                   ["subscriptions"], "member 1's bridge subscribed", 10)
+        producer = FailoverProducer(cluster.pairs[0].client_addresses(), QUEUE, window=32)
+        victims = {1500: 1, 3500: 0}
+        for k in range(5000):
+            producer.send(f"p-{k}", b"both sides")
+            if k in victims:
+                pair = cluster.pairs[victims[k]]
+                killed = cluster.active(victims[k])
+                pair.kill(killed)
+                pair.wait_state(pair.other(killed), "STANDALONE", 20)
+            if k % 50 == 0:
+                time.sleep(0.01)
+        producer.flush()
+        receipted = set(producer.receipted)
+
+        def consumed() -> set[str]:
+            return set(consumers[0].consumed) | set(consumers[1].consumed)
+
+        wait_until(lambda: receipted <= consumed(), "every receipted message consumed", 90)
+        for c in consumers:
+            c.wait_idle(2.0)
+        both = set(consumers[0].consumed) & set(consumers[1].consumed)
+        assert not both, f"{len(both)} consumed on both members, e.g. {sorted(both)[:5]}"
+        for c in consumers:
+            twice = [d for d, n in c.consumed.items() if n > 1]
+            assert not twice and not c.after_ack, (twice[:5], c.after_ack[:5])
+        assert len(consumers[1].consumed) > 100, "member 1 took almost nothing across"
+        for c in consumers:
+            c.close()
+        producer.close()
     finally:
         cluster.stop()

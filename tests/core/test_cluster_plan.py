@@ -8,14 +8,20 @@ from pairmq.core.cluster import (
     LOAD_BALANCED,
     ORIGIN,
     PRODUCER_DUP_ID,
-    IdleClock,
     Interest,
     LoadBalancing,
     Want,
     carried,
+    drains,
+    fed_queues,
+    feedable,
     interest_of,
+    sf_parts,
+    sf_queue,
+    store_and_forward,
     wanted,
 )
+from pairmq.core.message import Entry, Message
 
 BRIDGE = "pairmq-bridge.west"
 
@@ -32,11 +38,13 @@ def test_interest_counts_the_members_own_consumers_not_bridges() -> None:
     broker.subscribe(app, "a", "/queue/orders", 0, ack="client-individual")
     broker.subscribe(bridge, "b", "/queue/orders", 0, ack="client-individual")
     broker.subscribe(bridge, "c", "/queue/bridged-only", 0, ack="client-individual")
+    broker.subscribe(bridge, "s", sf_queue("west", "/queue/orders"), 0,
+                     ack="client-individual")
     broker.send(app, "/queue/waiting", {}, b"x", 0)
     interest = interest_of(broker)
+    # a store-and-forward queue is nobody's interest: never pulled on by another member
     assert interest.consumers == {"/queue/orders": 1, "/queue/bridged-only": 0,
                                   "/queue/waiting": 0}
-    assert interest.idle == {"/queue/waiting": 1}
     assert interest.waiting == 1
 
 
@@ -51,36 +59,85 @@ def test_interest_in_topics_counts_live_and_durable_subscribers_not_bridges() ->
 
 
 def _interest(consumers: dict[str, int], topics: tuple[str, ...] = ()) -> Interest:
-    return Interest(consumers, frozenset(topics), {}, 0)
+    return Interest(consumers, frozenset(topics), 0)
 
 
-def test_on_demand_takes_unforwarded_messages_of_consumed_queues_and_subscribed_topics() -> None:
+def test_store_and_forward_names() -> None:
+    assert sf_queue("east", "/queue/orders.eu") == "/queue/pairmq.sf:east:orders.eu"
+    assert sf_parts("/queue/pairmq.sf:east:orders.eu") == ("east", "/queue/orders.eu")
+    assert sf_parts("/queue/pairmq.sf:east:a:b") == ("east", "/queue/a:b")
+    assert sf_parts("/queue/orders") is None
+    assert sf_parts("/queue/pairmq.sf:east") is None
+
+
+def test_on_demand_pulls_consumed_queues_and_subscribed_topics() -> None:
     local = _interest({"/queue/a": 2, "/queue/b": 0}, ("/topic/t",))
-    assert wanted(LoadBalancing.ON_DEMAND, local, {}, 1000) == {
-        "/queue/a": Want("/queue/a", LOAD_BALANCED, False),
-        "/topic/t": Want("/topic/t", LOAD_BALANCED, True)}
-
-
-def test_redistribution_takes_everything_from_a_queue_idle_long_enough() -> None:
-    local = _interest({"/queue/a": 1, "/queue/b": 1})
-    remote_idle = {"/queue/a": 1500, "/queue/b": 200}
-    assert wanted(LoadBalancing.ON_DEMAND, local, remote_idle, 1000) == {
-        "/queue/a": Want("/queue/a", None, False),  # carried messages too
-        "/queue/b": Want("/queue/b", LOAD_BALANCED, False)}
-    # -1: never redistributed
-    assert wanted(LoadBalancing.ON_DEMAND, local, remote_idle, -1)["/queue/a"].selector \
-        == LOAD_BALANCED
+    sf = sf_queue("east", "/queue/a")
+    assert wanted(LoadBalancing.ON_DEMAND, "east", local) == {
+        sf: Want(sf, None, False, "/queue/a"),
+        "/topic/t": Want("/topic/t", LOAD_BALANCED, True, "/topic/t")}
 
 
 def test_modes() -> None:
     local = _interest({"/queue/a": 1, "/queue/none": 0}, ("/topic/t",))
-    idle = {"/queue/a": 5000}
-    assert wanted(LoadBalancing.OFF, local, idle, 0) == {}
-    strict = wanted(LoadBalancing.STRICT, local, {}, 1000)
-    assert set(strict) == {"/queue/a", "/queue/none", "/topic/t"}
-    assert wanted(LoadBalancing.OFF_WITH_REDISTRIBUTION, local, {}, 1000) == {}
-    assert wanted(LoadBalancing.OFF_WITH_REDISTRIBUTION, local, idle, 1000) == {
-        "/queue/a": Want("/queue/a", None, False)}
+    assert wanted(LoadBalancing.OFF, "east", local) == {}
+    assert set(wanted(LoadBalancing.STRICT, "east", local)) == {
+        sf_queue("east", "/queue/a"), sf_queue("east", "/queue/none"), "/topic/t"}
+    assert set(wanted(LoadBalancing.OFF_WITH_REDISTRIBUTION, "east", local)) == {
+        sf_queue("east", "/queue/a")}
+
+
+def _entry(**headers: str) -> Entry:
+    return Entry(Message("ID:1", "/queue/a", headers, b"", True))
+
+
+def test_what_a_member_gives_away() -> None:
+    fresh, carried_once = _entry(), _entry(**{HOPS: "1"})
+    # its queue has a consumer of its own: only messages never carried (load balancing)
+    lb = feedable(LoadBalancing.ON_DEMAND, 1000, None)
+    assert lb is not None and lb(fresh) and not lb(carried_once)
+    # no consumer of its own, not for long enough yet: the same
+    early = feedable(LoadBalancing.ON_DEMAND, 1000, 400)
+    assert early is not None and not early(carried_once)
+    # long enough: everything (redistribution), -1: never
+    late = feedable(LoadBalancing.ON_DEMAND, 1000, 1500)
+    assert late is not None and late(carried_once)
+    never = feedable(LoadBalancing.ON_DEMAND, -1, 10**9)
+    assert never is not None and not never(carried_once)
+    assert feedable(LoadBalancing.OFF, 0, 10**9) is None
+    assert feedable(LoadBalancing.OFF_WITH_REDISTRIBUTION, 1000, None) is None
+    assert feedable(LoadBalancing.OFF_WITH_REDISTRIBUTION, 1000, 400) is None
+    whole = feedable(LoadBalancing.OFF_WITH_REDISTRIBUTION, 1000, 1000)
+    assert whole is not None and whole(carried_once)
+
+
+def test_what_a_member_asks_to_be_fed_and_what_it_drains() -> None:
+    local = _interest({"/queue/a": 1, "/queue/b": 0}, ("/topic/t",))
+    assert fed_queues(wanted(LoadBalancing.ON_DEMAND, "east", local)) == ["/queue/a"]
+    assert fed_queues(wanted(LoadBalancing.STRICT, "east", local)) == ["/queue/a", "/queue/b"]
+    sf = sf_queue("east", "/queue/b")
+    assert drains("east", {"/queue/b": 3}) == {sf: Want(sf, None, False, "/queue/b")}
+
+
+def test_store_and_forward_queues_holding_messages_by_member() -> None:
+    broker, app, _bridge = _broker()
+    broker.send(app, sf_queue("west", "/queue/a"), {}, b"x", 0)
+    broker.send(app, sf_queue("west", "/queue/b"), {}, b"y", 0)
+    broker.send(app, "/queue/plain", {}, b"z", 0)
+    assert store_and_forward(broker) == {"west": {"/queue/a": 1, "/queue/b": 1}}
+
+
+def test_feed_moves_what_is_accepted_and_keeps_the_rest_in_order() -> None:
+    broker, app, _bridge = _broker()
+    for k in range(6):
+        broker.send(app, "/queue/a", {HOPS: "1"} if k % 2 else {}, f"m{k}".encode(), 0)
+    sf = sf_queue("west", "/queue/a")
+    moved = broker.feed("/queue/a", sf, 2, 0, feedable(LoadBalancing.ON_DEMAND, 1000, None)
+                        or (lambda e: False), 10)
+    assert moved == 2
+    assert [m.body for m in broker.browse(sf, 10).messages] == [b"m0", b"m2"]
+    assert [m.body for m in broker.browse("/queue/a", 10).messages] == [
+        b"m1", b"m3", b"m4", b"m5"]
 
 
 def test_carried_headers_count_a_hop_keep_the_origin_and_name_the_message() -> None:
@@ -97,12 +154,3 @@ def test_carried_headers_count_a_hop_keep_the_origin_and_name_the_message() -> N
     assert again["dup-id"] == "cluster:ID:west-2-1"
     assert again[PRODUCER_DUP_ID] == "producer-42"
     assert PRODUCER_DUP_ID not in carried({"message-id": "m"}, "east")
-
-
-def test_idle_clock_counts_from_when_a_queue_first_looked_idle() -> None:
-    clock = IdleClock()
-    busy = Interest({}, frozenset(), {"/queue/a": 3}, 3)
-    assert clock.update(busy, 1000) == {"/queue/a": 0}
-    assert clock.update(busy, 1700) == {"/queue/a": 700}
-    assert clock.update(Interest({}, frozenset(), {}, 0), 1800) == {}
-    assert clock.update(busy, 1900) == {"/queue/a": 0}

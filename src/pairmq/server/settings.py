@@ -316,7 +316,7 @@ class Settings:
     redistribution_delay_ms: int = setting("cluster", 1000,
         "a queue with messages and no consumers for this long gives them to members that "
         "have consumers (-1: never)", _at_least(-1))
-    bridge_window: int = setting("cluster", 256,
+    bridge_window: int = setting("cluster", 1000,
         "messages a bridge holds unconfirmed, and a queue's depth here past which its "
         "bridges stop taking more from other members", _at_least(1))
 

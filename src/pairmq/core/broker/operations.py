@@ -12,6 +12,7 @@ back in windows; the caller calls again once the store read them (`Done.paged_le
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pairmq.core import records as rec
@@ -70,6 +71,36 @@ class Operations(BrokerState):
             self._copy_to(self._plain_queue(to), old, headers, old.expires, now)
             moved += 1
         return Done(moved, self._bring_back(q))
+
+    def feed(self, source: str, target: str, limit: int, now: int,
+             accept: Callable[[Entry], bool], scan: int) -> int:
+        """Move up to `limit` waiting messages of queue `source` that `accept` takes, from
+        its head, to queue `target` (made if new), journaled as a move is; the others keep
+        their places. Looks at `scan` messages at most. A cluster's store-and-forward queue
+        is fed so (server/cluster/feeder.py): what its bridge is given is, from then on,
+        that bridge's alone, through any failover. Returns how many moved."""
+        q = self.queues.get(source)
+        if q is None or not q.count or limit <= 0:
+            return 0
+        to = self._plain_queue(target)
+        kept: list[Entry] = []
+        moved = looked = 0
+        while moved < limit and looked < scan:
+            entry = q.pop()
+            if entry is None:
+                break
+            looked += 1
+            if not accept(entry):
+                kept.append(entry)
+                continue
+            self._consumed(q, entry)
+            old = entry.message
+            self._copy_to(to, old, dict(old.headers), old.expires, now)
+            moved += 1
+        if kept:
+            q.push_front(kept)
+        self._bring_back(q)
+        return moved
 
     def _copy_to(self, q: Queue, old: Message, headers: dict[str, str], expires: int,
                  now: int) -> None:

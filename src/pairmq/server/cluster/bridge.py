@@ -34,6 +34,7 @@ from pairmq.core.cluster import (
     LoadBalancing,
     Want,
     carried,
+    drains,
     wanted,
 )
 from pairmq.server.cluster.intake import Taken
@@ -221,11 +222,17 @@ class Bridge:
     def _wanted(self) -> dict[str, Want]:
         if self.state not in (BridgeState.FORWARDING, BridgeState.RECONNECTING):
             return {}
-        s = self.settings
-        idle = self.remote.get("idle") if self._fresh() else None
-        remote_idle = {q: ms + int((time.monotonic() - self._remote_at) * 1000)
-                       for q, ms in idle.items()} if isinstance(idle, dict) else {}
-        return wanted(s.mode, self.local.interest(), remote_idle, s.redistribution_delay_ms)
+        member = self.settings.member
+        want = wanted(self.settings.mode, member, self.local.interest())
+        held = self.remote.get("sf", {}).get(member) if self._fresh() else None
+        if isinstance(held, dict):  # what that member holds for this one: drained
+            want = {**drains(member, held), **want}
+        return want
+
+    def asked(self) -> frozenset[str]:
+        """The queues the member asks this one to feed (its latest status)."""
+        fed = self.remote.get("fed") if self._fresh() else None
+        return frozenset(fed) if isinstance(fed, list) else frozenset()
 
     async def _reconcile(self) -> None:
         client = self._client
@@ -275,9 +282,10 @@ class Bridge:
         settled: deque[tuple[Message, bool, str]] = deque()
         wake = asyncio.Event()
         destination = want.destination
+        deliver_to = want.deliver_to
         acker = asyncio.get_running_loop().create_task(
             self._acknowledge(destination, settled, wake))
-        queue = destination.startswith("/queue/")
+        queue = deliver_to.startswith("/queue/")
         window = self.settings.window
         name = self.remote_member or self.url
         local = self.local
@@ -293,14 +301,14 @@ class Bridge:
 
         try:
             while not stopping.is_set():
-                if queue and local.depth(destination) >= window:
+                if queue and local.depth(deliver_to) >= window:
                     await asyncio.sleep(DEPTH_PAUSE_S)
                     continue
                 message = await sub.receive(STOP_CHECK_S)
                 if message is None:
                     continue
                 outstanding[destination] += 1
-                local.take(message.destination, carried(message.headers, name), message.body,
+                local.take(deliver_to, carried(message.headers, name), message.body,
                            message.headers.get("persistent") == "true", taken_by(message))
                 taken_in_turn += 1
                 if taken_in_turn >= TAKEN_PER_TURN:

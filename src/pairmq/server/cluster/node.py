@@ -16,9 +16,19 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pairmq.core.cluster import STATUS_TOPIC, IdleClock, Interest, LoadBalancing, interest_of
+from pairmq.core.cluster import (
+    STATUS_TOPIC,
+    Interest,
+    LoadBalancing,
+    fed_queues,
+    interest_of,
+    store_and_forward,
+    wanted,
+)
+from pairmq.server.clock import now_ms
 from pairmq.server.cluster.bridge import Bridge, BridgeSettings, BridgeState
 from pairmq.server.cluster.etcd_directory import EtcdDirectory
+from pairmq.server.cluster.feeder import Feeder
 from pairmq.server.cluster.intake import LocalIntake, Taken
 from pairmq.server.config import ServerConfig
 from pairmq.server.etcd_gateway import EtcdGateway
@@ -27,6 +37,7 @@ from pairmq.server.tls import etcd_tls_context
 
 log = logging.getLogger("pairmq.cluster")
 STATUS_EVERY_S = 0.5  # how often this member tells the others how it stands
+FEED_EVERY_S = 0.005  # how often the other members' store-and-forward queues are fed
 INTEREST_FRESH_S = 0.1  # bridges share one look at the broker made this recently
 RATE_WINDOW_S = 5.0  # forwarded per second: over this much of the past
 
@@ -80,7 +91,8 @@ class ClusterNode:
         self._intake: LocalIntake | None = None
         self._task: asyncio.Task[None] | None = None
         self._interest: tuple[float, Interest] | None = None
-        self._idle = IdleClock()
+        self._feeder = Feeder(role, self._asked, self.settings.mode,
+                              config.redistribution_delay_ms, config.bridge_window)
         self._rates: deque[tuple[float, int]] = deque()
         self.differences: dict[str, list[str]] = {}  # member -> settings that differ
         # no static members and an etcd witness: the members registered in etcd
@@ -130,9 +142,20 @@ class ClusterNode:
             log.info("Cluster %s: member %s is served here, its members are in etcd under "
                      "%s", c.cluster_name, self.member, self.directory.prefix)
             self._directory_task = asyncio.get_running_loop().create_task(self.directory.run())
+        published = 0.0
         while True:
-            await self._publish()
-            await asyncio.sleep(STATUS_EVERY_S)
+            now = time.monotonic()
+            if now - published >= STATUS_EVERY_S:
+                published = now
+                self._feeder.discover()
+                await self._publish()
+            # other members' store-and-forward queues, fed every FEED_EVERY_S while any
+            # exists (their bridges take what this member's consumers leave waiting)
+            if self._feeder.active:
+                self._feeder.tick(now_ms())
+                await asyncio.sleep(FEED_EVERY_S)
+            else:
+                await asyncio.sleep(STATUS_EVERY_S)
 
     def _etcd_directory(self) -> EtcdDirectory:
         c = self.config
@@ -148,6 +171,14 @@ class ClusterNode:
 
         return EtcdDirectory(EtcdGateway(etcd, lambda: context), c.cluster_name, self.member,
                              registration, self.members_changed)
+
+    def _asked(self, member: str) -> frozenset[str]:
+        """The queues `member` asks this one to feed, as its bridge last heard."""
+        for bridge in self.bridges.values():
+            if bridge.remote_member == member and bridge.state in (
+                    BridgeState.FORWARDING, BridgeState.RECONNECTING):
+                return bridge.asked()
+        return frozenset()
 
     def members_changed(self, urls: Iterable[str]) -> None:
         """The other members are these (static, or as found in etcd)."""
@@ -166,9 +197,13 @@ class ClusterNode:
         if intake is None:
             return
         interest = self.interest()
+        broker = self._role().broker
         status = {"cluster": self.config.cluster_name, "member": self.member,
                   "url": self._own_url(), "role": "active", "waiting": interest.waiting,
-                  "idle": self._idle.update(interest, int(time.time() * 1000)),
+                  # what this member's bridges take: the others feed these queues ...
+                  "fed": fed_queues(wanted(self.settings.mode, self.member, interest)),
+                  # ... and what it holds for each other member, which that one drains
+                  "sf": store_and_forward(broker),
                   "settings": self.digest}
         intake.take(STATUS_TOPIC, {}, json.dumps(status).encode(), False, _ignore)
         now = time.monotonic()

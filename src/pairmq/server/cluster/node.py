@@ -1,7 +1,8 @@
 """This server's part in a cluster (docs/cluster.md): while it serves, one bridge per other
-member, a client of its own listener that the bridges hand messages to, and the status it
+member (bridge.py), the intake the bridges hand what they bring to (intake.py), the feeder
+of the other members' store-and-forward queues here (feeder.py), and the status it
 publishes for the other members' bridges. A backup has none of it: the members' bridges
-follow each pair's failover, so only the active server of a member pulls.
+follow each pair's failover, so only the active server of a member pulls and feeds.
 """
 
 from __future__ import annotations

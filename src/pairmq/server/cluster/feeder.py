@@ -42,11 +42,14 @@ class Feeder:
     def active(self) -> bool:
         return bool(self._queues)
 
-    def tick(self, now: int) -> int:
-        """Feed every store-and-forward queue that has room; returns the messages moved."""
+    def tick(self, now: int) -> bool:
+        """Feed every store-and-forward queue that has room; returns whether any is being
+        fed (its member asks, its bridge is there, its queue has messages): the caller
+        ticks again soon then, and seldom otherwise."""
         role = self._role()
         broker = role.broker
         moved = 0
+        feeding = False
         for name in self._queues:
             sf = broker.queues.get(name)
             parts = sf_parts(name)
@@ -58,15 +61,19 @@ class Feeder:
             if q is None:
                 continue
             idle_ms = self._idle_ms(source, q, now)  # counted whether or not it feeds now
+            if not q.count or not bridges or source not in self._asked(member):
+                continue
             room = self._window - sf.count - sum(len(sub.unacked) for sub in bridges)
-            if room <= 0 or not q.count or not bridges or source not in self._asked(member):
+            if room <= 0:
+                feeding = True  # full: room comes back with the bridge's acknowledgements
                 continue
             accept = feedable(self._mode, self._delay_ms, idle_ms)
             if accept is not None:
+                feeding = True
                 moved += broker.feed(source, name, room, now, accept, SCAN_FACTOR * room)
         if moved:
             role.flush()
-        return moved
+        return feeding or moved > 0
 
     def _idle_ms(self, source: str, q: Queue, now: int) -> int | None:
         """How long `q` has had no consumer of its own (None: it has one)."""

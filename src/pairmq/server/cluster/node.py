@@ -39,6 +39,7 @@ from pairmq.server.tls import etcd_tls_context
 log = logging.getLogger("pairmq.cluster")
 STATUS_EVERY_S = 0.5  # how often this member tells the others how it stands
 FEED_EVERY_S = 0.005  # how often the other members' store-and-forward queues are fed
+IDLE_FEED_EVERY_S = 0.05  # ... and looked at while none has anything to take
 INTEREST_FRESH_S = 0.1  # bridges share one look at the broker made this recently
 RATE_WINDOW_S = 5.0  # forwarded per second: over this much of the past
 
@@ -150,13 +151,13 @@ class ClusterNode:
                 published = now
                 self._feeder.discover()
                 await self._publish()
-            # other members' store-and-forward queues, fed every FEED_EVERY_S while any
-            # exists (their bridges take what this member's consumers leave waiting)
-            if self._feeder.active:
-                self._feeder.tick(now_ms())
+            # other members' store-and-forward queues: fed every FEED_EVERY_S while one is
+            # being fed (their bridges take what this member's consumers leave waiting),
+            # looked at every IDLE_FEED_EVERY_S otherwise
+            if self._feeder.active and self._feeder.tick(now_ms()):
                 await asyncio.sleep(FEED_EVERY_S)
             else:
-                await asyncio.sleep(STATUS_EVERY_S)
+                await asyncio.sleep(IDLE_FEED_EVERY_S)
 
     def _etcd_directory(self) -> EtcdDirectory:
         c = self.config

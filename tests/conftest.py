@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 from tests.support.admin import hashed
+from tests.support.browser import Browser, missing
 from tests.support.certs import Pki, make_pki
 from tests.support.etcd import EtcdCluster, require_etcd
 
@@ -172,3 +174,17 @@ def etcd_cluster_unstarted(tmp_path: Path) -> Iterator[EtcdCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    """Chromium driving the console (tests/support/browser.py); skipped where it is
+    missing, except in CI: `make test` installs it there, so it fails loudly."""
+    reason = missing()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    b = Browser(tmp_path)
+    yield b
+    b.close()

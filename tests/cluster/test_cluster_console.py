@@ -5,8 +5,6 @@ that is no cluster member shows no card."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,25 +12,13 @@ import pytest
 from pairmq.client import connect
 from pairmq.core.cluster import sf_queue
 from tests.support.admin import api, managed_server
-from tests.support.browser import Browser, missing
+from tests.support.browser import Browser
 from tests.support.cluster import StandaloneCluster
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 QUEUE = "/queue/console-forwarded"
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    reason = missing()
-    if reason is not None:
-        if os.environ.get("CI"):  # `make test` installs them: never skipped there
-            pytest.fail(reason)
-        pytest.skip(reason)
-    b = Browser(tmp_path)
-    yield b
-    b.close()
 
 
 def member_row(name: str, field: str) -> str:

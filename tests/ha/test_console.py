@@ -15,7 +15,6 @@ import http.server
 import os
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from tests.ha.pair import Pair
 from tests.integration.clients import Client
 from tests.serverproc import free_port
 from tests.support.admin import admin_request, api, managed_server
-from tests.support.browser import Browser, missing
+from tests.support.browser import Browser
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,18 +40,6 @@ roles = ["monitor"]
 password = "{ALICE[1]}"
 roles = ["app"]
 """
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    reason = missing()
-    if reason is not None:
-        if os.environ.get("CI"):  # `make test` installs them: never skipped there
-            pytest.fail(reason)
-        pytest.skip(reason)
-    b = Browser(tmp_path)
-    yield b
-    b.close()
 
 
 def depth(admin: str, destination: str) -> int:

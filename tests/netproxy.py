@@ -20,13 +20,15 @@ A cut may be one-way: `up` stops client -> target, `down` stops target -> client
 (new connections are held either way, since a handshake needs both directions).
 A cut may also be armed, to fail the link at a precise point: `arm down` cuts the
 `down` direction right after the next bytes from a client went up (the request is
-delivered, its answer is lost).
+delivered, its answer is lost); `arm down 60` only after the next client chunk of 60
+bytes or more (a request of one size, the others passing).
 
 Control: SIGUSR1 = cut both ways, SIGUSR2 = heal; or a line protocol on the control
 port (127.0.0.1 only), one command per line, one reply line each:
 
     cut [both|up|down]  -> "ok cut both"
-    arm [both|up|down]  -> "ok armed down" (cut right after the next client bytes go up)
+    arm [both|up|down] [N] -> "ok armed down" (cut right after the next client bytes,
+                          or the next chunk of N bytes or more, go up)
     heal [drop]         -> "ok healed"
     status              -> a JSON object (cut directions, connection counts, bytes)
 
@@ -143,7 +145,8 @@ class Link:
                     return
                 self.proxy.stats[f"bytes_{direction}"] += len(data)
                 writer.write(data)
-                if direction == "up" and self.proxy.armed:
+                if direction == "up" and self.proxy.armed \
+                        and len(data) >= self.proxy.armed_min_bytes:
                     # Before the target can answer: its answer meets the cut.
                     self.proxy.cut(self.proxy.armed)
                 await writer.drain()
@@ -173,6 +176,7 @@ class Proxy:
             event.set()
         self.links: set[Link] = set()
         self.armed: str | None = None  # cut this way once the next client bytes went up
+        self.armed_min_bytes = 0  # ... in a chunk of at least this many bytes
         self.stats = {"accepted": 0, "forwarded_connections": 0, "refused": 0, "dropped_held": 0,
                       "bytes_up": 0, "bytes_down": 0, "cuts": 0, "heals": 0}
         self.stopped = asyncio.Event()
@@ -193,10 +197,11 @@ class Proxy:
         self.stats["cuts"] += 1
         return f"ok cut {direction}"
 
-    def arm(self, direction: str = "both") -> str:
+    def arm(self, direction: str = "both", min_bytes: int = 0) -> str:
         if direction not in ("both", *DIRECTIONS):
             raise ValueError(f"arm direction must be both, up or down, got {direction!r}")
         self.armed = direction
+        self.armed_min_bytes = min_bytes
         return f"ok armed {direction}"
 
     def heal(self, drop: bool = False) -> str:
@@ -258,7 +263,7 @@ class Proxy:
         if op == "cut":
             return self.cut(args[0] if args else "both")
         if op == "arm":
-            return self.arm(args[0] if args else "both")
+            return self.arm(args[0] if args else "both", int(args[1]) if len(args) > 1 else 0)
         if op == "heal":
             if args and args[0] != "drop":
                 raise ValueError(f"heal takes only 'drop', got {args[0]!r}")
@@ -384,9 +389,10 @@ class NetProxy:
         self.command(f"cut {direction}")
         self.events.append((time.monotonic(), f"cut {direction}"))
 
-    def arm(self, direction: str = "down") -> None:
-        """Cut `direction` right after the next bytes from a client were forwarded."""
-        self.command(f"arm {direction}")
+    def arm(self, direction: str = "down", min_bytes: int = 0) -> None:
+        """Cut `direction` right after the next bytes from a client were forwarded (with
+        `min_bytes`, the next chunk of at least that many)."""
+        self.command(f"arm {direction} {min_bytes}")
         self.events.append((time.monotonic(), f"armed {direction}"))
 
     def heal(self, drop: bool = False) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from tests.ha.pair import Pair
@@ -41,6 +42,11 @@ def test_each_server_reports_the_pair_and_a_kill_counts_one_failover(pair: Pair)
     assert [s for s, v in states(backup).items() if v == 1] == ["PASSIVE"]
     assert sample_value(backup, "pairmq_failovers_total") == 0
     assert "pairmq_replication_lag_records" not in backup  # only the active counts it
+    # A PASSIVE backup needs nothing of the witness, yet must say whether it reaches it
+    # (PairmqWitnessUnreachable fired for every backup an activation interval after it
+    # started): still reachable two activation intervals on.
+    time.sleep(2 * pair.activation_ms / 1000)
+    assert sample_value(metric_samples(passive), "pairmq_witness_reachable") == 1
 
     pair.kill("primary")
     pair.wait_active(name="backup")

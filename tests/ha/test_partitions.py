@@ -244,6 +244,19 @@ def test_proxy_armed_cut_delivers_the_request_and_loses_the_answer(echo_proxy) -
         assert _recv_exactly(sock, 1) == b"2"
 
 
+def test_proxy_armed_for_a_size_lets_smaller_requests_pass(echo_proxy) -> None:
+    _, proxy = echo_proxy
+    with _client(proxy) as sock:
+        proxy.arm("down", min_bytes=3)
+        sock.sendall(b"1")
+        assert _recv_exactly(sock, 1) == b"1"  # smaller: passes, the cut still armed
+        sock.sendall(b"234")
+        assert _silent(sock)
+        assert proxy.status()["cut"] == ["down"]
+        proxy.heal()
+        assert _recv_exactly(sock, 3) == b"234"
+
+
 def test_proxy_signals_cut_and_heal(echo_proxy) -> None:
     _, proxy = echo_proxy
     assert proxy.proc is not None
@@ -1039,7 +1052,10 @@ def test_lost_takeover_grant_does_not_wedge_the_pair(partitioned) -> None:
     net.cut_witness("primary")
     _hold(1.0)  # the primary's witness lease has run out: it confirms on the backup's promise
     assert pair.state("primary") == "ACTIVE", net.timeline()
-    net.proxies["backup->witness"].arm("down")
+    # The backup's next request of the machine's (name, order, epoch, lease: 90 bytes and
+    # more), not the 35-byte query a PASSIVE backup sends once a heartbeat to know that
+    # it reaches the witness (server/pair/witness_client.py).
+    net.proxies["backup->witness"].arm("down", min_bytes=60)
     net.note("armed: the backup's next request to the witness gets no answer")
     net.cut_ha()
     wait_until(lambda: re.search(r"Lease: backup(#\w+)? holds", pair.witness_logs()),

@@ -48,6 +48,16 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class HeartbeatAhead:
+    """A heartbeat read while messages ahead of it (records being applied) are still being
+    handled; the same `Heartbeat` follows in its turn. An in-sync backup promises on it at
+    once: the active counts its lease from the echo, and must not see it go stale because
+    the backup is busy applying what the active sent before."""
+
+    hello: PeerHello
+
+
+@dataclass(frozen=True)
 class SyncRequested:
     """Active side: the backup asks to be synchronised (its journal's end and epochs)."""
 
@@ -147,8 +157,8 @@ class Shutdown:
     """The server is stopping."""
 
 
-Event = (PeerConnected | PeerLost | Heartbeat | SyncRequested | SyncServed | SyncOffered
-         | SyncDone | MirrorProgress | BackupAcked | FailbackMessage | WitnessReplied
+Event = (PeerConnected | PeerLost | Heartbeat | HeartbeatAhead | SyncRequested | SyncServed
+         | SyncOffered | SyncDone | MirrorProgress | BackupAcked | FailbackMessage | WitnessReplied
          | Recovered | SteppedDown | JournalStalled | JournalFlowing | Force | Shutdown)
 
 # ---------------------------------------------------------------- effects

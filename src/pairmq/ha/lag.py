@@ -67,6 +67,12 @@ class ReplicationLag:
         while marks and marks[0][0] <= seq:
             _, self._acked_bytes, _ = marks.popleft()
 
+    @property
+    def unacked_bytes(self) -> int:
+        """Bytes of the stream sent and not yet acknowledged: on their way, or read by the
+        backup and not yet applied."""
+        return max(0, self._sent_bytes - self._acked_bytes)
+
     def view(self, appended_seq: int, now: float) -> Lag:
         records = max(0, appended_seq - self._acked_seq)
         if records == 0 or not self._marks:

@@ -186,6 +186,7 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         """A new channel (an old one, if any, has ended). True: the peer stopped serving."""
         self.peer = hello
         self.peer_farewell = False
+        self.peer_echo = 0.0  # the peer's clock may be another one's now (`_promise`)
         self._emit(Log(INFO, f"Connected to remote server {hello.name} over the HA "
                              "channel"))
         return self._set_peer_state(hello.state)
@@ -229,6 +230,20 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
         time its promise counts from, on the peer's clock."""
         if self.peer_state.serving:
             self.peer_echo = hello.ts
+
+    def _promise(self, hello: PeerHello, now: float) -> None:
+        """An in-sync backup, on a heartbeat of the serving peer: I will not take over for an
+        activation interval from now, and I say so by echoing the heartbeat's time (the
+        peer counts its lease from it). A heartbeat handled ahead of its turn
+        (`HeartbeatAhead`) comes again in its turn, older than the newest echoed: the echo
+        never goes back on one channel (the peer's clock is one clock there). The echo is
+        sent at once."""
+        self.peer_echo = max(self.peer_echo, hello.ts)
+        self.promise_until = max(self.promise_until, now + self.cfg.activation)
+        # The echo goes back at once rather than with the next heartbeat: the peer's lease
+        # runs from the time it echoes, and a heartbeat interval of waiting is a quarter
+        # of an activation interval lost (heartbeat 500 ms, activation 2000 ms).
+        self._emit(Send(ch.HEARTBEAT, self.hello(now)))
 
     def _peer_promised(self, hello: PeerHello) -> bool:
         """Serving: the in-sync peer's promise, whatever this server's phase: ACTIVE counts

@@ -29,6 +29,7 @@ from pairmq.ha.events import (
     FailbackMessage,
     Force,
     Heartbeat,
+    HeartbeatAhead,
     JournalFlowing,
     JournalStalled,
     Log,
@@ -77,6 +78,8 @@ def as_every_phase(m: Machine, event: Event) -> None:
             m._journal_stalled(waited)
         case JournalFlowing():
             m._journal_flowing()
+        case HeartbeatAhead():
+            pass  # only an in-sync backup promises ahead; the Heartbeat follows in its turn
         case _:
             dropped(m, event)
 
@@ -178,9 +181,11 @@ def step_in_sync(m: Machine, event: Event, now: float) -> None:
             if m._heard(hello):
                 m._peer_stopped_serving()
             elif m.peer_state.serving:
-                m.peer_echo = hello.ts
-                # My promise: I will not take over for an activation interval from now.
-                m.promise_until = max(m.promise_until, now + m.cfg.activation)
+                m._promise(hello, now)
+        case HeartbeatAhead(hello) if m.peer_state.serving and hello.state == m.peer_state:
+            # Ahead of records still being applied; the peer still serves as it did: the
+            # same promise now (its state change, if any, waits for its turn).
+            m._promise(hello, now)
         case PeerConnected(hello):
             if m._connected(hello):
                 m._peer_stopped_serving()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from pairmq.ha import channel as ch
@@ -56,11 +57,98 @@ class BackgroundTasks:
             task.cancel()
 
 
+MAX_UNHANDLED_BYTES = 64 * 1024 * 1024  # read ahead of the handling up to this much
+
+
+class InOrder:
+    """The messages of one link, handled one after the other in the order they came, while
+    the link goes on being read. A message whose handling is slow (a chunk of records a
+    backup applies in slices) holds those behind it, not the reading: each is shown to
+    `ahead` as it is read, so a heartbeat behind megabytes of records is seen at once
+    (an in-sync backup promises on it, ha/steps.py `step_in_sync`), and handled in its
+    turn. Without slow work, a message is handled as it is read. Read-ahead stops at
+    MAX_UNHANDLED_BYTES (the active throttles its clients well before, replication.py)."""
+
+    def __init__(self, link: Link, handle: Callable[[Link, int, bytes], Awaitable[None] | None],
+                 ahead: Callable[[Link, int, bytes], None], current: Callable[[], bool]) -> None:
+        self._link = link
+        self._current = current  # whether the link is still the channel's, and open
+        self._handle = handle
+        self._ahead = ahead
+        self._waiting: deque[tuple[int, bytes]] = deque()
+        self._bytes = 0
+        self._worker: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()
+        self._failure: str | None = None
+
+    def add(self, kind: int, payload: bytes) -> None:
+        """A message read (a ChannelError of its handling, done here, ends the link)."""
+        if self._worker is None:
+            work = self._handle(self._link, kind, payload)
+            if work is not None:
+                self._worker = asyncio.get_running_loop().create_task(self._work(work))
+            return
+        self._ahead(self._link, kind, payload)
+        self._waiting.append((kind, payload))
+        self._bytes += len(payload)
+
+    async def room(self) -> None:
+        """Until what waits is under MAX_UNHANDLED_BYTES."""
+        while self._bytes > MAX_UNHANDLED_BYTES and self._worker is not None:
+            self._drained.clear()
+            await self._drained.wait()
+
+    async def _work(self, first: Awaitable[None]) -> None:
+        try:
+            await first
+            while self._waiting:
+                if not self._current():
+                    # Closed here, or replaced by a newer link: what it still carried is
+                    # not applied (the peer sends it again on the new link, from what
+                    # this server says it holds).
+                    self._waiting.clear()
+                    self._bytes = 0
+                    break
+                kind, payload = self._waiting.popleft()
+                self._bytes -= len(payload)
+                if self._bytes <= MAX_UNHANDLED_BYTES // 2:
+                    self._drained.set()
+                work = self._handle(self._link, kind, payload)
+                if work is not None:
+                    await work
+        except ch.ChannelError as e:
+            self._failure = f"protocol error: {e}"
+            log.warning("HA channel with %s: %s", self._link.peer, e)
+        except Exception:
+            log.exception("HA channel handler failed")
+            self._failure = "internal error"
+        finally:
+            if self._failure is not None:
+                self._waiting.clear()
+                self._bytes = 0
+                self._link.close()  # the reading ends too
+            self._worker = None
+            self._drained.set()
+
+    async def finish(self) -> str | None:
+        """The link ended: handle what was read before, in order; the failure of that
+        handling, if any (it ended the link)."""
+        worker = self._worker
+        if worker is not None:
+            await worker
+        return self._failure
+
+    def cancel(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+
+
 class PeerChannel:
     def __init__(self, server: PairHost | SharedStoreHost, tasks: BackgroundTasks, *,
                  hello: Callable[[], dict[str, Any]], activation: float, heartbeat: float,
                  adopted: Callable[[Link, PeerHello], None],
-                 received: Callable[[Link, int, bytes], None],
+                 received: Callable[[Link, int, bytes], Awaitable[None] | None],
+                 ahead: Callable[[Link, int, bytes], None] = lambda link, kind, payload: None,
                  ended: Callable[[Link, str], None],
                  stopped: Callable[[], bool]) -> None:
         self._server = server
@@ -69,7 +157,10 @@ class PeerChannel:
         self._activation = activation
         self._heartbeat = heartbeat
         self._adopted = adopted  # a link to the peer is up (the driver feeds its machine)
-        self._received = received  # a message on it (ChannelError: a protocol error)
+        # a message on it (ChannelError: a protocol error); work that would hold the event
+        # loop comes back as an awaitable, and the messages after it wait for it (InOrder)
+        self._received = received
+        self._ahead = ahead  # a message read while those before it are still handled
         self._ended = ended  # the current link ended, and why
         self._stopped = stopped  # no new link from then on
         self._listener: asyncio.AbstractServer | None = None
@@ -152,10 +243,13 @@ class PeerChannel:
 
     async def _read_loop(self, link: Link, peer: str) -> None:
         reason = "closed"
+        handling = InOrder(link, self._received, self._ahead,
+                           lambda: self.link is link and not link.closed)
         try:
             while True:
+                await handling.room()
                 kind, payload = await link.recv(self._activation)
-                self._received(link, kind, payload)
+                handling.add(kind, payload)
         except TimeoutError:
             reason = f"no heartbeat for {round(self._activation * 1000)} ms"
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
@@ -164,12 +258,15 @@ class PeerChannel:
             reason = f"protocol error: {e}"
             log.warning("HA channel with %s: %s", peer, e)
         except asyncio.CancelledError:
+            handling.cancel()
             raise
         except Exception:
             log.exception("HA channel handler failed")
             reason = "internal error"
-        finally:
-            link.close()
+        failure = await handling.finish()  # what was read before the end, in its turn
+        if failure is not None:
+            reason = failure
+        link.close()
         if self.link is link:
             self.link = None
             self._ended(link, reason)

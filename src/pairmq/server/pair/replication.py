@@ -15,6 +15,7 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import Awaitable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, assert_never
@@ -37,13 +38,14 @@ from pairmq.server.pair.witness_client import Arbiter, WitnessClient
 from pairmq.server.tls import etcd_tls_context
 from pairmq.store.replication_frames import MirrorError, new_records, segment_chunks
 
-REPLICATION_HIGH = 32 * 1024 * 1024  # bytes for the backup, unsent, past which clients wait
+REPLICATION_HIGH = 32 * 1024 * 1024  # bytes the backup has not applied, past which clients wait
 REPLICATION_LOW = 8 * 1024 * 1024  # ... until it is back under this
 
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")  # deeper HA tracing, at DEBUG
 
 RECORDS_CHUNK = 1024 * 1024
+MIRROR_SLICE_S = 0.02  # a backup applies records for this long, then lets the loop run
 
 
 class ReplicationDriver:
@@ -69,7 +71,8 @@ class ReplicationDriver:
         self.channel = PeerChannel(
             server, self.tasks, hello=lambda: self.machine.hello(time.monotonic()).to_wire(),
             activation=self.activation, heartbeat=self.heartbeat, adopted=self._adopted,
-            received=self._on_message, ended=self._ended, stopped=lambda: self.machine.stopped)
+            received=self._on_message, ahead=self._heard_ahead, ended=self._ended,
+            stopped=lambda: self.machine.stopped)
         self.pump: EffectPump[ev.Event, ev.Effect] = EffectPump(
             lambda event: self.machine.handle(event, time.monotonic()), self._carry_out,
             self._after)
@@ -80,7 +83,8 @@ class ReplicationDriver:
         self.outgoing: list[bytes] = []
         self._flush_scheduled = False
         self._throttled = False  # clients paused: the replication stream is too far ahead
-        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None  # the next `_on_timer`
+        self._next_tick = 0.0
         self._deadline: float | None = None
         self._stepping_down: asyncio.Task[None] | None = None  # the journal read back (StepDown)
         self._dropping: tuple[Link, str] | None = None  # a stalled backup's link, and why
@@ -177,7 +181,7 @@ class ReplicationDriver:
         await self.channel.start(dial=self.config.role == "backup")
         log.info("HA channel listening on %s (%s, role %s)", self.config.listen,
                  self.config.name, self.config.role)
-        self.tasks.spawn(self._tick_loop(), "tick")
+        self._on_timer()
         self.arbiter.start()
 
     async def stop(self) -> None:
@@ -189,6 +193,9 @@ class ReplicationDriver:
         if self._stepping_down is not None:
             await asyncio.wait([self._stepping_down])  # a thread: the server closes its store
         self.tasks.cancel_all()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.channel.close()
         await self.arbiter.close()
 
@@ -202,9 +209,10 @@ class ReplicationDriver:
 
     def _after(self) -> None:
         deadline = self.machine.deadline(time.monotonic())
-        if deadline != self._deadline:  # wake the timer only when its deadline moved
+        if deadline != self._deadline:  # set the timer again only when its deadline moved
             self._deadline = deadline
-            self._wake.set()
+            if self._timer is not None:  # (none while it runs: it sets itself at the end)
+                self._set_timer()
 
     def _carry_out(self, effect: ev.Effect) -> None:
         server = self.server
@@ -270,32 +278,38 @@ class ReplicationDriver:
 
     # ------------------------------------------------------------ timers
 
-    async def _tick_loop(self) -> None:
-        """Heartbeats, renewals and decisions every heartbeat; the lease's end exactly."""
-        next_tick = 0.0
-        while not self.machine.stopped:
-            now = time.monotonic()
-            try:
-                if now >= next_tick:
-                    next_tick = now + self.heartbeat
-                    self._apply(self.machine.tick(now))
-                    self._drop_stalled_backup(now)
-                else:
-                    self._apply(self.machine.check(now))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("HA tick failed")
-            now = time.monotonic()
-            wake = next_tick
-            deadline = self.machine.deadline(now)
-            if deadline is not None:
-                wake = min(wake, deadline + 0.001)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, wake - now))
-            except TimeoutError:
-                pass
+    def _on_timer(self) -> None:
+        """Heartbeats, renewals and decisions every heartbeat; the lease's end exactly. A
+        timer callback, not a task: on a loop busy with clients a woken task waits a few
+        turns to run (three, through asyncio.wait_for), a timer runs in the first turn
+        after its time, and heartbeats late by a few turns of a loaded loop cost the
+        pair its lease."""
+        self._timer = None
+        if self.machine.stopped:
+            return
+        now = time.monotonic()
+        try:
+            if now >= self._next_tick:
+                self._next_tick = now + self.heartbeat
+                self._apply(self.machine.tick(now))
+                self._drop_stalled_backup(now)
+            else:
+                self._apply(self.machine.check(now))
+        except Exception:
+            log.exception("HA tick failed")
+        self._set_timer()
+
+    def _set_timer(self) -> None:
+        """The next tick, or the machine's deadline (a lease's end) if sooner."""
+        if self._timer is not None:
+            self._timer.cancel()
+        now = time.monotonic()
+        wake = self._next_tick
+        deadline = self.machine.deadline(now)
+        if deadline is not None:
+            wake = min(wake, deadline + 0.001)
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, wake - now),
+                                                            self._on_timer)
 
     def _drop_stalled_backup(self, now: float) -> None:
         """A backup whose acknowledgements stopped while receipts wait for them (its disk
@@ -333,10 +347,9 @@ class ReplicationDriver:
             reason = dropping[1]
         self._feed(ev.PeerLost(reason))
 
-    def _on_message(self, link: Link, kind: int, payload: bytes) -> None:
+    def _on_message(self, link: Link, kind: int, payload: bytes) -> Awaitable[None] | None:
         if kind == ch.RECORDS:
-            self._mirror(payload)
-            return
+            return self._mirror(link, payload)
         message = ch.decode_json(payload)
         event = ev.from_channel(kind, message)
         if isinstance(event, ev.BackupAcked):
@@ -350,19 +363,69 @@ class ReplicationDriver:
                 self.server.store.drop_below(SeqMessage.from_wire(message).seq)
         else:
             raise ch.ChannelError(f"unexpected message {ch.NAMES.get(kind, kind)}")
+        return None
+
+    def _heard_ahead(self, link: Link, kind: int, payload: bytes) -> None:
+        """A message read while records before it are still being applied
+        (peer_channel.py `InOrder`): the active's heartbeat renews this backup's promise now
+        (`ev.HeartbeatAhead`); every message is handled in its turn besides."""
+        if kind != ch.HEARTBEAT:
+            return
+        try:
+            event = ev.from_channel(kind, ch.decode_json(payload))
+        except ch.ChannelError:
+            return  # said in its turn
+        if isinstance(event, ev.Heartbeat):
+            self._feed(ev.HeartbeatAhead(event.hello))
 
     # ------------------------------------------------------------ backup: the mirror
 
-    def _mirror(self, payload: bytes) -> None:
-        store = self.server.store
-        if not store.mirror:
+    def _mirror(self, link: Link, payload: bytes) -> Awaitable[None] | None:
+        """Apply one chunk of the active's records. A chunk of a synchronisation holds up to
+        RECORDS_CHUNK bytes, thousands of messages: applied at once, it would hold the event
+        loop past the activation interval on a busy machine, and the peer would count this
+        server's heartbeats as lost. So it is applied in slices of MIRROR_SLICE_S: the first
+        at once (a live chunk is one slice, and its acknowledgement must not wait a turn),
+        the others with the loop free in between, the messages after the chunk waiting for
+        it while the link is read on (peer_channel.py `InOrder`)."""
+        if not self.server.store.mirror:
             raise ch.ChannelError("records arrived but this server is not a backup")
+        records = new_records(payload, self.server.store.appended_seq)
+        if self._apply_slice(records):
+            self._mirrored()
+            return None
+        return self._mirror_rest(link, records)
+
+    def _apply_slice(self, records: Iterator[tuple[int, int, bytes]]) -> bool:
+        """Append records for up to MIRROR_SLICE_S; True: none is left."""
+        store = self.server.store
+        until = time.monotonic() + MIRROR_SLICE_S
         try:
-            for seq, epoch, record in new_records(payload, store.appended_seq):
+            for seq, epoch, record in records:
                 store.append_mirrored(seq, epoch, record)
+                if time.monotonic() >= until:
+                    return False
         except MirrorError as e:
             raise ch.ChannelError(str(e)) from None
+        return True
+
+    async def _mirror_rest(self, link: Link, records: Iterator[tuple[int, int, bytes]]) -> None:
+        """The rest of a chunk, a slice a turn. Should the link or the mirror end meanwhile,
+        the rest is dropped: the active sends it again from what this server says it
+        appended."""
+        while True:
+            self._mirrored()
+            await asyncio.sleep(0)
+            if link.closed or self.link is not link or not self.server.store.mirror:
+                return
+            if self._apply_slice(records):
+                break
+        self._mirrored()
+
+    def _mirrored(self) -> None:
+        """Records were appended: with backup_ack = write, the active hears so now."""
         if self.config.backup_ack == "write":
+            store = self.server.store
             self._feed(ev.MirrorProgress(store.appended_seq, store.synced_seq))
 
     def mirror_synced(self, seq: int) -> None:
@@ -442,9 +505,14 @@ class ReplicationDriver:
             batch = b"".join(self.outgoing)
             link.send(ch.encode(ch.RECORDS, batch))
             self.lag.sent(self.server.store.appended_seq, len(batch), time.monotonic())
-            if link.buffered > REPLICATION_HIGH and not self._throttled:
+            if self._unapplied(link) > REPLICATION_HIGH and not self._throttled:
                 self._throttle(link)
         self.outgoing.clear()
+
+    def _unapplied(self, link: Link) -> int:
+        """Bytes of the stream the backup has not applied: unsent here, or sent and not yet
+        acknowledged (the backup reads ahead of applying, peer_channel.py `InOrder`)."""
+        return max(link.buffered, self.lag.unacked_bytes)
 
     def _throttle(self, link: Link) -> None:
         """The backup takes the records more slowly than clients send them: stop reading
@@ -452,11 +520,11 @@ class ReplicationDriver:
         the replication stream grow in memory without bound."""
         self._throttled = True
         self.server.throttle(True)
-        trace.debug("Replication stream %d bytes behind: clients paused", link.buffered)
+        trace.debug("Replication stream %d bytes behind: clients paused", self._unapplied(link))
 
         async def until_drained() -> None:
             try:
-                while not link.closed and link.buffered > REPLICATION_LOW:
+                while not link.closed and self._unapplied(link) > REPLICATION_LOW:
                     await asyncio.sleep(0.005)
             finally:
                 self._throttled = False

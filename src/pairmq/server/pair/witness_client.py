@@ -70,6 +70,7 @@ class WitnessClient:
         self._lock = asyncio.Lock()
         self._answered: float | None = None  # when the witness last answered
         self._said = False  # that it cannot be reached, or refused: once until it answers
+        self._probe: asyncio.Task[None] | None = None  # `_probe_loop`, once started
 
     async def ask(self, purpose: WitnessPurpose, request: dict[str, Any]) -> WitnessReply | None:
         raw = await self._request(request)
@@ -93,9 +94,29 @@ class WitnessClient:
         return {"kind": "witness"}
 
     def start(self) -> None:
-        pass
+        self._probe = asyncio.get_running_loop().create_task(self._probe_loop())
+
+    async def _probe_loop(self) -> None:
+        """Ask the witness who holds the lease when it did not answer for half an activation
+        interval: a backup asks nothing while PASSIVE, and without this its /status and
+        `pairmq_witness_reachable` said "unreachable" an activation interval after it
+        started (and PairmqWitnessUnreachable fired for every backup). An active server
+        renews every heartbeat, and never needs it. A query changes nothing at the witness
+        (ha/lease.py `answer`); it waits behind the machine's own requests, never ahead of
+        them."""
+        while True:
+            await asyncio.sleep(self._heartbeat)
+            answered = self._answered
+            if self._lock.locked() or (answered is not None and time.monotonic() - answered
+                                       < self._activation / 2):
+                continue
+            raw = await self._request({"op": "query", "name": self._name})
+            if raw is not None:
+                self._answered = time.monotonic()
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         if self._link is not None:
             self._link.close()
 

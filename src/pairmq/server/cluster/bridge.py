@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -46,6 +46,7 @@ DEPTH_PAUSE_S = 0.02  # a full local queue: how long a bridge waits before looki
 TAKEN_PER_TURN = 32  # messages a bridge hands to the broker before it lets the loop turn
 STOP_CHECK_S = 0.2  # a subscription being given up: how often it looks whether it is done
 DRAIN_WAIT_S = 2.0  # how long one reconcile waits for it (then the next one does)
+REFUSED_PAUSE_S = 1.0  # a message refused here: how long a subscription's bridge takes no more
 
 
 class BridgeState(StrEnum):
@@ -67,6 +68,31 @@ class _Held:
     sub: AsyncSubscription
     task: asyncio.Task[None]
     stopping: asyncio.Event  # set: take no more, end once what was taken is acknowledged
+
+
+class _Settling:
+    """One subscription's messages between its forwarder and its acknowledger: those handed
+    to this member, in the order they were delivered, and until when the forwarder takes no
+    more (this member refused one: its destination is full, say)."""
+
+    def __init__(self) -> None:
+        self.taken: deque[_Taken] = deque()
+        self.settled = asyncio.Event()  # one of them was confirmed or refused here
+        self.refused_until = 0.0  # time.monotonic()
+        self.refusals = 0  # refused since the acknowledger last looked
+
+
+class _Taken:
+    """A message handed to this member, as delivered by the other: confirmed here (True),
+    refused (False, and why), or not yet known (None); `take` hands it again."""
+
+    __slots__ = ("message", "ok", "take", "why")
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+        self.ok: bool | None = None
+        self.why = ""
+        self.take: Callable[[], None] = lambda: None
 
 
 class LocalMember(Protocol):
@@ -254,7 +280,9 @@ class Bridge:
                 headers["selector"] = w.selector
             if w.durable:
                 headers["activemq.subscriptionName"] = destination
-            sub = await client.subscribe(destination, "client-individual", headers,
+            # Mode client: one cumulative ACK for a run of messages confirmed here (a frame
+            # each made the other member parse and apply a window of ACKs a round).
+            sub = await client.subscribe(destination, "client", headers,
                                          id=f"bridge:{destination}")
             stopping = asyncio.Event()
             task = asyncio.get_running_loop().create_task(self._forward(w, sub, stopping))
@@ -279,12 +307,11 @@ class Bridge:
         """Receive, hand to this member, acknowledge there once confirmed here, with up to
         `window` in flight (the subscription's prefetch on the other member). Once
         `stopping` is set: take no more, and end once what was taken is acknowledged."""
-        settled: deque[tuple[Message, bool, str]] = deque()
-        wake = asyncio.Event()
+        settling = _Settling()
         destination = want.destination
         deliver_to = want.deliver_to
         acker = asyncio.get_running_loop().create_task(
-            self._acknowledge(destination, settled, wake))
+            self._acknowledge(destination, settling))
         queue = deliver_to.startswith("/queue/")
         window = self.settings.window
         name = self.remote_member or self.url
@@ -293,23 +320,40 @@ class Bridge:
         outstanding[destination] = 0
         taken_in_turn = 0
 
-        def taken_by(message: Message) -> Taken:
+        def hand(message: Message) -> None:
+            """Hand a message to this member, and again after a refusal."""
+            entry = _Taken(message)
+            persistent = message.headers.get("persistent") == "true"
+
             def taken(ok: bool, why: str) -> None:
-                settled.append((message, ok, why))
-                wake.set()
-            return taken
+                entry.ok, entry.why = ok, why
+                if not ok:
+                    settling.refusals += 1
+                settling.settled.set()
+
+            def take() -> None:
+                entry.ok = None
+                local.take(deliver_to, carried(message.headers, name), message.body,
+                           persistent, taken)
+
+            entry.take = take
+            settling.taken.append(entry)
+            take()
 
         try:
             while not stopping.is_set():
                 if queue and local.depth(deliver_to) >= window:
                     await asyncio.sleep(DEPTH_PAUSE_S)
                     continue
+                refused_for = settling.refused_until - time.monotonic()
+                if refused_for > 0:
+                    await asyncio.sleep(min(refused_for, STOP_CHECK_S))
+                    continue
                 message = await sub.receive(STOP_CHECK_S)
                 if message is None:
                     continue
                 outstanding[destination] += 1
-                local.take(deliver_to, carried(message.headers, name), message.body,
-                           message.headers.get("persistent") == "true", taken_by(message))
+                hand(message)
                 taken_in_turn += 1
                 if taken_in_turn >= TAKEN_PER_TURN:
                     # let the journal write what was taken, and acknowledgements go out, while
@@ -325,30 +369,47 @@ class Bridge:
             acker.cancel()
             outstanding.pop(destination, None)  # what was not acknowledged comes again
 
-    async def _acknowledge(self, destination: str, settled: deque[tuple[Message, bool, str]],
-                           wake: asyncio.Event) -> None:
+    async def _acknowledge(self, destination: str, settling: _Settling) -> None:
+        """Acknowledge on the other member what this one confirmed, in the order it was
+        delivered: the run of confirmed messages at the head in one cumulative ACK (of its
+        last), never past a message not yet confirmed here (a persistent one waits for the
+        disk while a later non-persistent one is confirmed at once). Messages refused here
+        (a destination full, the journal full) stay this bridge's, unacknowledged there:
+        the forwarder takes no more for REFUSED_PAUSE_S, then they are handed again. (Given
+        back with a NACK, each counted as a failed delivery there, and went to that
+        member's dead-letter queue after a few refusals.)"""
         client = self._client
         assert client is not None
+        taken = settling.taken
         while True:
-            if not settled:
-                wake.clear()
-                await wake.wait()
+            if not taken or taken[0].ok is None:
+                settling.settled.clear()
+                await settling.settled.wait()
                 continue
-            done = []
-            while settled and settled[0][1]:
-                done.append(settled.popleft()[0])
+            confirmed = 0
+            last: Message | None = None
+            while taken and taken[0].ok:
+                last = taken.popleft().message
+                confirmed += 1
+            refused: list[_Taken] = []
+            if settling.refusals:
+                settling.refusals = 0
+                refused = [entry for entry in taken if entry.ok is False]
             if destination in self._outstanding:
-                self._outstanding[destination] -= len(done) or 1
+                self._outstanding[destination] -= confirmed
             try:
-                if done:
-                    await client.ack_all(done)
-                    self.forwarded += len(done)
-                else:  # not taken here: it stays there, and comes again
-                    message, _ok, why = settled.popleft()
-                    log.warning("Cluster bridge from %s: a message for %s is not taken here "
-                                "now (%s); it stays on member %s", self.url,
-                                message.destination, why, self.remote_member)
-                    await client.nack(message)
-                    await asyncio.sleep(1.0)
+                if last is not None:
+                    await client.ack(last)
+                    self.forwarded += confirmed
+                if refused:  # not taken here: handed again after a pause
+                    settling.refused_until = time.monotonic() + REFUSED_PAUSE_S
+                    log.warning("Cluster bridge from %s: %d message(s) for %s not taken here "
+                                "now (%s); held by the bridge, unacknowledged on member %s, "
+                                "and handed again in %.0f s", self.url, len(refused),
+                                refused[0].message.destination, refused[0].why,
+                                self.remote_member, REFUSED_PAUSE_S)
+                    await asyncio.sleep(REFUSED_PAUSE_S)
+                    for entry in refused:
+                        entry.take()
             except ClientError as e:  # the other member failed over: it delivers it again
                 log.debug("Cluster bridge to %s: acknowledgement lost (%s)", self.url, e)

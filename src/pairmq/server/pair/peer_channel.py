@@ -259,6 +259,7 @@ class PeerChannel:
             log.warning("HA channel with %s: %s", peer, e)
         except asyncio.CancelledError:
             handling.cancel()
+            link.close()
             raise
         except Exception:
             log.exception("HA channel handler failed")

@@ -102,8 +102,9 @@ class WitnessClient:
         `pairmq_witness_reachable` said "unreachable" an activation interval after it
         started (and PairmqWitnessUnreachable fired for every backup). An active server
         renews every heartbeat, and never needs it. A query changes nothing at the witness
-        (ha/lease.py `answer`); it waits behind the machine's own requests, never ahead of
-        them."""
+        (ha/lease.py `answer`). It is sent only while no request of the machine's is out;
+        one that comes meanwhile waits for its answer: a round trip, or a heartbeat when
+        the witness cannot be reached (then the machine's request would fail too)."""
         while True:
             await asyncio.sleep(self._heartbeat)
             answered = self._answered

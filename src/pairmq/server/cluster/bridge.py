@@ -391,25 +391,27 @@ class Bridge:
             while taken and taken[0].ok:
                 last = taken.popleft().message
                 confirmed += 1
-            refused: list[_Taken] = []
-            if settling.refusals:
-                settling.refusals = 0
-                refused = [entry for entry in taken if entry.ok is False]
             if destination in self._outstanding:
                 self._outstanding[destination] -= confirmed
-            try:
-                if last is not None:
+            if last is not None:
+                try:
                     await client.ack(last)
                     self.forwarded += confirmed
-                if refused:  # not taken here: handed again after a pause
-                    settling.refused_until = time.monotonic() + REFUSED_PAUSE_S
-                    log.warning("Cluster bridge from %s: %d message(s) for %s not taken here "
-                                "now (%s); held by the bridge, unacknowledged on member %s, "
-                                "and handed again in %.0f s", self.url, len(refused),
-                                refused[0].message.destination, refused[0].why,
-                                self.remote_member, REFUSED_PAUSE_S)
-                    await asyncio.sleep(REFUSED_PAUSE_S)
-                    for entry in refused:
-                        entry.take()
-            except ClientError as e:  # the other member failed over: it delivers it again
-                log.debug("Cluster bridge to %s: acknowledgement lost (%s)", self.url, e)
+                except ClientError as e:  # the other member failed over: it delivers again
+                    log.debug("Cluster bridge to %s: acknowledgement lost (%s)", self.url, e)
+            if settling.refusals or (taken and taken[0].ok is False):
+                settling.refusals = 0
+                refused = [entry for entry in taken if entry.ok is False]
+                if refused:
+                    await self._hand_again(settling, refused)
+
+    async def _hand_again(self, settling: _Settling, refused: list[_Taken]) -> None:
+        """Messages refused here: not taken here now, handed again after a pause."""
+        settling.refused_until = time.monotonic() + REFUSED_PAUSE_S
+        log.warning("Cluster bridge from %s: %d message(s) for %s not taken here now (%s); "
+                    "held by the bridge, unacknowledged on member %s, and handed again in "
+                    "%.0f s", self.url, len(refused), refused[0].message.destination,
+                    refused[0].why, self.remote_member, REFUSED_PAUSE_S)
+        await asyncio.sleep(REFUSED_PAUSE_S)
+        for entry in refused:
+            entry.take()

@@ -93,7 +93,9 @@ class BatchProducer:
 @pytest.mark.parametrize("policy", ["replication", "shared-store"])
 def test_pipelined_batches_resent_after_a_failover_leave_each_message_once(
         pair_factory, policy: str) -> None:
-    pair = pair_factory(policy=policy)
+    # The pair's default intervals, as the failback test below (its docstring says why):
+    # the stream read back after the kill holds hundreds of thousands of messages.
+    pair = pair_factory(policy=policy, heartbeat_ms=500, activation_ms=2000)
     pair.start()  # the primary first (under shared store, it takes the lock)
     pair.wait_formed()
     producer = BatchProducer(pair)

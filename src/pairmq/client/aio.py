@@ -264,15 +264,6 @@ class AsyncClient:
         self._engine.ack(message, time.monotonic())
         self._after(write=not self._engine.may_wait_to_write())
 
-    async def ack_all(self, messages: Iterable[Message]) -> None:
-        """Acknowledge several messages, written in one go (a cluster bridge acknowledges
-        what the other member confirmed this way)."""
-        await self._wait_connected("ack")
-        now = time.monotonic()
-        for message in messages:
-            self._engine.ack(message, now)
-        self._after(write=not self._engine.may_wait_to_write())
-
     async def nack(self, message: Message) -> None:
         await self._wait_connected("nack")
         self._engine.ack(message, time.monotonic(), nack=True)

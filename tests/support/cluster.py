@@ -13,7 +13,7 @@ a witness, tests/ha/pair.py) or one standalone server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +44,14 @@ def bridges_forwarding(status: dict[str, Any] | None, count: int) -> bool:
 
 class PairCluster:
     def __init__(self, workdir: Path, members: int = 3, *, name: str = CLUSTER,
-                 flags: Sequence[str] = (), etcd: str = "") -> None:
+                 flags: Sequence[str] = (), etcd: str = "",
+                 flags_for: Mapping[int, Mapping[str, Sequence[str]]] | None = None) -> None:
         """`etcd`: each pair's arbiter, and where members find each other (no static
-        [cluster] members)."""
+        [cluster] members). `flags_for`: member -> server ("primary", "backup") -> flags."""
         self.name = name
         self.pairs = [Pair(Path(workdir) / member_name(i), group=member_name(i),
-                           flags=list(flags), etcd=etcd) for i in range(members)]
+                           flags=list(flags), etcd=etcd,
+                           flags_for=(flags_for or {}).get(i)) for i in range(members)]
         for i, pair in enumerate(self.pairs):
             others = [] if etcd else [self.url(j) for j in range(members) if j != i]
             pair.flags += cluster_flags(name, member_name(i), others)

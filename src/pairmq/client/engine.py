@@ -35,6 +35,7 @@ from pairmq.client.topology import Attempts, Servers
 from pairmq.client.transacting import Transacting
 from pairmq.client.transactions import TxOp
 from pairmq.protocol import ClientSession, Frame, ProtocolError, SessionState
+from pairmq.protocol.redirect import SCALED_DOWN_TO
 
 # Refusals that no other server, and no waiting, will change.
 _FATAL = ("authentication failed", "no common STOMP version")
@@ -235,6 +236,8 @@ class Engine(ApplicationCalls, Recovery, Transacting):
             "active-server-tls" if self.options.tls else "active-server"))
         message = headers.get("message", "ERROR")
         receipt = headers.get("receipt-id")
+        # a member that scaled down names the one that took its messages: go there
+        moved_to = headers.get(SCALED_DOWN_TO)
         if self.link is Link.CONNECTING:
             if message.startswith(_FATAL):
                 self.give_up(ConnectionFailed(f"{self.address}: {message}"), now)
@@ -242,11 +245,18 @@ class Engine(ApplicationCalls, Recovery, Transacting):
             assert self.attempts is not None and self.address is not None
             self.session = None
             self.attempts.refused(self.address, message, hint, answered=True)
+            self._redirect(moved_to, now)
             return
         if receipt is not None and receipt in self._awaiting:
             _, op = self._awaiting.pop(receipt)
             self._refused(op, ServerError(frame, f"{op.kind} refused"))
         self.lost(f"ERROR from the server: {message}", now)
+        self._redirect(moved_to, now)
+
+    def _redirect(self, moved_to: str | None, now: float) -> None:
+        if moved_to and self.attempts is not None \
+                and self.servers.redirect(moved_to) is not None:
+            self.attempts.redirected(now)
 
     # ------------------------------------------------------------ the server's answers
 

@@ -84,6 +84,18 @@ class Servers:
         first = [a for a in (self.hint, self.current) if a is not None and a in known]
         return list(dict.fromkeys(first + known))
 
+    def redirect(self, text: str) -> int | None:
+        """An ERROR's `scaled-down-to`: the member that took the messages of the one this
+        client was on (docs/cluster.md, Scale-down). It joins the known members and is the
+        current one from now on; returns its index (None: unreadable, nothing changes)."""
+        found = parse_member_list(text, self.tls)
+        if not found:
+            return None
+        merge_members(self.members, found[:1])
+        target = next(i for i, servers in enumerate(self.members) if found[0][0] in servers)
+        self.move_to(target)
+        return target
+
     def next_member(self) -> int:
         """The member after the current one, in the URL's order (the first after the last)."""
         return (self.member + 1) % len(self.members)
@@ -154,6 +166,15 @@ class Attempts:
             self._round.popleft()
         self._tried.add(address)
         self.tries += 1
+
+    def redirected(self, now: float) -> None:
+        """The server sent the client to another member (`Servers.redirect`): a new round
+        goes there at once, not counted against `rounds`."""
+        self._pass = {self.servers.member}
+        self._round = deque(self.servers.order())
+        self._tried = set()
+        self._answered = False
+        self._not_before = now
 
     def refused(self, address: Address, why: str, hint: Address | None = None,
                 answered: bool = False) -> None:

@@ -41,6 +41,9 @@ ORIGIN = "pairmq_origin"  # the member that first took it
 LOAD_BALANCED = f"{HOPS} IS NULL"  # a topic's bridge subscription: messages never carried
 STATUS_TOPIC = "/topic/pairmq.cluster"  # where each member says who it is, every tick
 SF_PREFIX = "/queue/pairmq.sf:"  # store-and-forward queues: pairmq.sf:MEMBER:QUEUE
+# a scaling-down member's producer sequences and dup-ids (core/broker/handover.py): its
+# store-and-forward queue is drained as any other, and the bridge adopts what comes
+HANDOVER_QUEUE = "/queue/pairmq.handover"
 CLUSTERED = ("/queue/", "/topic/")  # streams, temporary and reply queues stay local
 
 
@@ -70,6 +73,9 @@ class Want:
     selector: str | None  # None: every message
     durable: bool  # a topic's: kept by that member while this one is away
     deliver_to: str  # here: the queue or topic the messages are handed to
+    # taken only while the queue here is shallower than the bridge's window; not so for
+    # what a member scaling down hands over (it must all come, consumers here or not)
+    bounded: bool = True
 
 
 def sf_queue(member: str, queue: str) -> str:
@@ -151,12 +157,13 @@ def store_and_forward(state: BrokerState) -> dict[str, dict[str, int]]:
     return found
 
 
-def drains(member: str, held_there: Mapping[str, int]) -> dict[str, Want]:
+def drains(member: str, held_there: Mapping[str, int], bounded: bool = True
+           ) -> dict[str, Want]:
     """The store-and-forward queues another member holds for `member` (its status): each is
     emptied by `member`'s bridge whatever `member` consumes now, so that nothing the other
     member gave it waits there; what comes goes to `member`'s queue (and from there to where
     consumers are, by redistribution)."""
-    return {sf_queue(member, q): Want(sf_queue(member, q), None, False, q)
+    return {sf_queue(member, q): Want(sf_queue(member, q), None, False, q, bounded)
             for q in held_there}
 
 

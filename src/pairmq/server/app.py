@@ -19,6 +19,7 @@ from aiohttp import web
 from pairmq.core import Broker
 from pairmq.core.permissions import unchecked_roles
 from pairmq.core.replay import Replay
+from pairmq.core.scale_down import ScaleDownPhase
 from pairmq.ha.states import State
 from pairmq.server.clock import now_ms
 from pairmq.server.cluster.node import ClusterNode, member_url
@@ -34,6 +35,7 @@ from pairmq.server.pair.policy import NoPair, PairPolicy
 from pairmq.server.pair.replication import ReplicationDriver
 from pairmq.server.pair.shared_store import SharedStorePair
 from pairmq.server.process import setup_logging, until_stop_signal
+from pairmq.server.role.leaving import Gate, Leaving
 from pairmq.server.role.role import Role, RoleKind
 from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection
 from pairmq.server.stomp.websocket import WebSocketListener
@@ -113,6 +115,7 @@ class PairmqServer:
         self.cluster = ClusterNode(config, lambda: self.role, self._member_url,
                                    self.next_conn_id) if config.cluster_name else None
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())
+        self.finished = asyncio.Event()  # the server stops by itself (a backup scaled down)
 
     def _new_broker(self) -> Broker:
         boot = format(time.time_ns() // 1000, "x")
@@ -150,8 +153,31 @@ class PairmqServer:
         if self.cluster is not None:
             if role.kind is RoleKind.SERVING:
                 self.cluster.serve()
+                if self._scales_down_as_backup():
+                    role.leave(Leaving(Gate.PRODUCERS_REFUSED,
+                                       "this server is a backup that scales down: its "
+                                       "messages go to another member; reconnect in a "
+                                       "moment"))
+                    self.loop.create_task(self._scale_down_as_backup())
             elif self.cluster.serving:
                 self.loop.create_task(self.cluster.stop())
+
+    def _scales_down_as_backup(self) -> bool:
+        """A backup with scale_down never serves: when its live is gone it moves what the
+        pair held to another member, sends the clients there, and stops (Artemis' scale-down
+        of a backup)."""
+        c = self.config
+        return c.scale_down and c.policy != "none" and c.role == "backup" \
+            and self.cluster is not None and self.cluster.scaling is None
+
+    async def _scale_down_as_backup(self) -> None:
+        assert self.cluster is not None
+        machine = await self.cluster.scale_down(serving=False)
+        if machine.phase is ScaleDownPhase.DONE:
+            self.finished.set()
+        else:  # what could not move is served here rather than not at all
+            log.warning("This backup serves its live's clients itself: its scale-down did "
+                        "not finish (%s)", machine.reason)
 
     # ------------------------------------------------------------ what the pair and admin read
 
@@ -322,6 +348,12 @@ class PairmqServer:
         await self.become_active(None)
 
     async def stop(self) -> None:
+        cluster = self.cluster
+        if cluster is not None and self.config.scale_down and cluster.serving \
+                and cluster.scaling is None and self.role.kind is RoleKind.SERVING:
+            # a live (or standalone member) stopped with scale_down: its messages, producer
+            # sequences and clients go to another member first (docs/cluster.md)
+            await cluster.scale_down(serving=True)
         if self.cluster is not None:  # what bridges hold unacknowledged goes back at once
             await self.cluster.stop()
         if self._sweeper is not None:
@@ -554,7 +586,7 @@ async def serve(config: ServerConfig) -> None:
             server.reload_tls()
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
-    await until_stop_signal()
+    await until_stop_signal(server.finished)
     await server.stop()
 
 

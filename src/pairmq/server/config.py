@@ -373,6 +373,9 @@ def _check_cluster(v: ServerConfig, source: str) -> None:
     """Rules across keys of [cluster] (docs/cluster.md)."""
     where = f"{source}: [cluster]"
     if not v.cluster_name:
+        if v.scale_down:
+            raise ConfigError(f"{source}: [ha] scale_down needs a [cluster]: it moves this "
+                              "server's messages to another member")
         if v.cluster_members or v.cluster_member:
             raise ConfigError(f"{where} name is required: members and member belong to a "
                               "named cluster")

@@ -15,9 +15,10 @@ def setup_logging(level: str) -> None:
     )
 
 
-async def until_stop_signal() -> None:
-    """Return once SIGTERM or SIGINT arrives (the caller then stops cleanly)."""
-    stop = asyncio.Event()
+async def until_stop_signal(stop: asyncio.Event | None = None) -> None:
+    """Return once SIGTERM or SIGINT arrives, or `stop` is set (the caller then stops
+    cleanly)."""
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

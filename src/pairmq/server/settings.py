@@ -319,6 +319,12 @@ class Settings:
     bridge_window: int = setting("cluster", 1000,
         "messages a bridge holds unconfirmed, and a queue's depth here past which its "
         "bridges stop taking more from other members", _at_least(1))
+    scale_down: bool = setting("ha", False,
+        "a member of a cluster: when this server stops (SIGTERM), or serves after its live "
+        "died (a backup), it moves its messages, producer sequences and dup-ids to another "
+        "member and redirects its clients there, then stops (docs/cluster.md, Scale-down)")
+    scale_down_group: str = setting("ha", "",
+        "scale down only to a member whose [ha] scale_down_group is this (empty: any member)")
 
 
 def _key(f: Any) -> Key:

@@ -24,8 +24,8 @@ from pairmq.core.broker.committing import Committing
 from pairmq.core.broker.configured import ConfiguredQueues
 from pairmq.core.broker.events import BrokerEvent
 from pairmq.core.broker.follow import Follow
+from pairmq.core.broker.handover import Handover
 from pairmq.core.broker.idle import IdleDestinations
-from pairmq.core.broker.intake import Intake
 from pairmq.core.broker.operations import Operations
 from pairmq.core.broker.paging import PAGE_LOW, Paging
 from pairmq.core.broker.resume import Resume
@@ -50,7 +50,7 @@ SWEEP_SLICE = 20_000
 _FULL = AddressState.FULL  # tested for every message consumed (see core/broker/intake.py)
 
 
-class Broker(Subscribing, Intake, Acknowledgements, Committing, Follow, Resume, Streams,
+class Broker(Subscribing, Handover, Acknowledgements, Committing, Follow, Resume, Streams,
              Paging, IdleDestinations, Operations, ConfiguredQueues):
     """The messaging model's one object: BrokerState's state (state.py), and one part per
     concern, the mixins it extends."""

@@ -252,7 +252,8 @@ class Bridge:
         want = wanted(self.settings.mode, member, self.local.interest())
         held = self.remote.get("sf", {}).get(member) if self._fresh() else None
         if isinstance(held, dict):  # what that member holds for this one: drained
-            want = {**drains(member, held), **want}
+            # (all of it, however deep the queue here, when that member scales down)
+            want = {**drains(member, held, not self.remote.get("scaling_down")), **want}
         return want
 
     def asked(self) -> frozenset[str]:
@@ -342,7 +343,7 @@ class Bridge:
 
         try:
             while not stopping.is_set():
-                if queue and local.depth(deliver_to) >= window:
+                if queue and want.bounded and local.depth(deliver_to) >= window:
                     await asyncio.sleep(DEPTH_PAUSE_S)
                     continue
                 refused_for = settling.refused_until - time.monotonic()

@@ -10,11 +10,13 @@ from it logged in as `[cluster] user`, whose rights that member checks.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 
 from pairmq.core.admission import Admission
 from pairmq.core.destinations import STREAM_PREFIX
+from pairmq.core.errors import CoreError
 from pairmq.server.clock import now_ms
 from pairmq.server.role.role import Role
 
@@ -61,6 +63,32 @@ class LocalIntake:
         if outcome.admission in (Admission.HELD, Admission.FAILED):
             taken(False, outcome.reason or outcome.admission.value)
             return
+        ticket = role.ticket_since(mark)
+        if ticket is None:
+            taken(True, "")
+        else:
+            role.when_confirmed(ticket, lambda: taken(True, ""))
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_soon(self._flush_now)
+
+    def adopt(self, body: bytes, taken: Taken) -> None:
+        """A scaling-down member's producer sequences and dup-ids (core/broker/handover.py),
+        journaled and confirmed as a message would be."""
+        role = self._role
+        mark = role.frame_mark()
+        try:
+            state = json.loads(body)
+            if not isinstance(state, dict):
+                raise ValueError("not an object")
+            changed = role.broker.adopt(state, now_ms())
+        except (ValueError, CoreError) as e:
+            # kept on the member that sent it (not acknowledged): its scale-down stalls and
+            # says so, and nothing it took is taken twice here
+            log.error("Cluster: a scale-down's producer tables cannot be adopted: %s", e)
+            taken(False, str(e))
+            return
+        log.info("Cluster: adopted %d producer sequences and dup-ids of a member scaling "
+                 "down", changed)
         ticket = role.ticket_since(mark)
         if ticket is None:
             taken(True, "")

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pairmq.core.cluster import (
+    HANDOVER_QUEUE,
     STATUS_TOPIC,
     Interest,
     LoadBalancing,
@@ -26,11 +27,13 @@ from pairmq.core.cluster import (
     store_and_forward,
     wanted,
 )
+from pairmq.core.scale_down import ScaleDown
 from pairmq.server.clock import now_ms
 from pairmq.server.cluster.bridge import Bridge, BridgeSettings, BridgeState
 from pairmq.server.cluster.etcd_directory import EtcdDirectory
 from pairmq.server.cluster.feeder import Feeder
 from pairmq.server.cluster.intake import LocalIntake, Taken
+from pairmq.server.cluster.scale_down import ScaleDownDriver, Target
 from pairmq.server.config import ServerConfig
 from pairmq.server.etcd_gateway import EtcdGateway
 from pairmq.server.role.role import Role
@@ -100,6 +103,7 @@ class ClusterNode:
         # no static members and an etcd witness: the members registered in etcd
         self.directory: EtcdDirectory | None = None
         self._directory_task: asyncio.Task[None] | None = None
+        self.scaling: ScaleDownDriver | None = None  # this member scales down
 
     # ------------------------------------------------------------ lifecycle
 
@@ -150,7 +154,7 @@ class ClusterNode:
             if now - published >= STATUS_EVERY_S:
                 published = now
                 self._feeder.discover()
-                await self._publish()
+                self._publish()
             # other members' store-and-forward queues: fed every FEED_EVERY_S while one is
             # being fed (their bridges take what this member's consumers leave waiting),
             # looked at every IDLE_FEED_EVERY_S otherwise
@@ -194,7 +198,7 @@ class ClusterNode:
                 self.bridges[url] = bridge
                 bridge.start()
 
-    async def _publish(self) -> None:
+    def _publish(self) -> None:
         intake = self._intake
         if intake is None:
             return
@@ -206,20 +210,65 @@ class ClusterNode:
                   "fed": fed_queues(wanted(self.settings.mode, self.member, interest)),
                   # ... and what it holds for each other member, which that one drains
                   "sf": store_and_forward(broker),
-                  "settings": self.digest}
+                  "settings": self.digest,
+                  # where a member scaling down may send its messages (docs/cluster.md)
+                  "scale_down_group": self.config.scale_down_group,
+                  "scaling_down": self.scaling is not None}
         intake.take(STATUS_TOPIC, {}, json.dumps(status).encode(), False, _ignore)
         now = time.monotonic()
         self._rates.append((now, self.forwarded()))
         while self._rates and now - self._rates[0][0] > RATE_WINDOW_S:
             self._rates.popleft()
 
+    # ------------------------------------------------------------ scale-down
+
+    async def scale_down(self, serving: bool) -> ScaleDown:
+        """Move everything this member holds to another member and send its clients there
+        (core/scale_down.py); `serving`: clients were served until now (a live stopping),
+        else none was let in (a backup whose live died)."""
+        driver = self.scaling = ScaleDownDriver(
+            self._role, self._scale_down_targets, self._hand, self._publish,
+            self.config.bridge_window, serving)
+        return await driver.run()
+
+    def _scale_down_targets(self) -> list[Target]:
+        """The members that may take this one's messages: reachable, of the configured
+        scale_down_group, not scaling down themselves; the one with the fewest waiting
+        messages first."""
+        group = self.config.scale_down_group
+        found = []
+        for b in self.bridges.values():
+            member = b.remote_member
+            if member is None or b.state not in (BridgeState.FORWARDING,
+                                                 BridgeState.RECONNECTING):
+                continue
+            remote = b.remote
+            if remote.get("scaling_down") or (group and remote.get("scale_down_group") != group):
+                continue
+            waiting = remote.get("waiting")
+            found.append((b.state is not BridgeState.FORWARDING,
+                          waiting if isinstance(waiting, int) else 0, member,
+                          Target(member, b.url)))
+        return [t for *_, t in sorted(found, key=lambda f: f[:3])]
+
+    def _hand(self, destination: str, body: bytes, taken: Taken) -> None:
+        if self._intake is None:
+            taken(False, "this server no longer serves its member")
+        else:
+            self._intake.take(destination, {}, body, True, taken)
+
     # ------------------------------------------------------------ what bridges use
 
     def interest(self) -> Interest:
+        if self.scaling is not None:  # it takes nothing from the others any more
+            return Interest({}, frozenset(), self.depth_total())
         now = time.monotonic()
         if self._interest is None or now - self._interest[0] > INTEREST_FRESH_S:
             self._interest = (now, interest_of(self._role().broker))
         return self._interest[1]
+
+    def depth_total(self) -> int:
+        return sum(q.count for q in self._role().broker.queues.values())
 
     def depth(self, queue: str) -> int:
         return self._intake.depth(queue) if self._intake is not None else 0
@@ -228,6 +277,8 @@ class ClusterNode:
              taken: Taken) -> None:
         if self._intake is None:
             taken(False, "this server no longer serves its member")
+        elif destination == HANDOVER_QUEUE:
+            self._intake.adopt(body, taken)
         else:
             self._intake.take(destination, headers, body, persistent, taken)
 
@@ -292,4 +343,5 @@ class ClusterNode:
                 "redistribution_delay_ms": self.settings.redistribution_delay_ms,
                 "waiting": interest.waiting if interest is not None else None,
                 "forwarded": self.forwarded(), "forwarded_per_second": round(self.rate(), 1),
+                "scale_down": self.scaling.status() if self.scaling is not None else None,
                 "bridges": bridges}

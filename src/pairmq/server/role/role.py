@@ -25,6 +25,7 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from pairmq.core import Broker, BrokerEvent, CoreError, Message
+from pairmq.core.cluster import is_bridge
 from pairmq.core.commit_ledger import CommitRun, CommitStep
 from pairmq.core.queue import Address
 from pairmq.core.stream_log import Outgoing
@@ -34,6 +35,7 @@ from pairmq.server.guards.turn_budget import ReadBudget
 from pairmq.server.pair.policy import PairPolicy
 from pairmq.server.role.commit_slices import CommitDriver
 from pairmq.server.role.confirmations import Ticket, Waiting
+from pairmq.server.role.leaving import Leaving
 from pairmq.server.role.parking import Parking
 from pairmq.store.store import Store
 
@@ -89,6 +91,7 @@ class Client(Protocol):
     """What a role needs of a client connection."""
 
     conn_id: int
+    client_id: str | None
 
     @property
     def closing(self) -> bool: ...
@@ -132,6 +135,7 @@ class Role:
         self._own_tls = own_tls  # the STOMP TLS listener's address, if there is one
         self.connections: dict[int, Client] = {}
         self.throttled = False  # reading from clients paused: replication is behind
+        self.leaving: Leaving | None = None  # scaling down: what clients are told
         self._dirty: set[Client] = set()  # connections with output waiting
         self._address_waiters: dict[Address, set[Client]] = {}  # full address -> producers
         self._room_waiters: set[Client] = set()  # held while the journal is full
@@ -202,6 +206,21 @@ class Role:
         self.throttled = paused
         for conn in self.connections.values():
             conn.throttle(paused)
+
+    def leave(self, leaving: Leaving) -> None:
+        """Scaling down: refuse producers from now on; with a member to go to, send every
+        client there (the other members' bridges stay)."""
+        self.leaving = leaving
+        if leaving.member_url is None:
+            return
+        for conn in list(self.connections.values()):
+            if leaving.refuses_connect(conn.client_id):
+                conn.fail(leaving.message, extra=leaving.extra)
+        self._write_dirty()
+
+    def clients(self) -> int:
+        """Client connections, the other members' bridges left out."""
+        return sum(1 for conn in self.connections.values() if not is_bridge(conn.client_id))
 
     def close_clients(self, message: str, active: str | None) -> None:
         extra = hint_headers(active, self._policy.active_address(True) if active else None)

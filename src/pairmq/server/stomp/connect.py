@@ -66,6 +66,10 @@ class Connecting(ConnectionState):
         if refusal is not None:
             self.fail(refusal.message, frame, extra=refusal.extra)
             return
+        leaving = self.role.leaving
+        if leaving is not None and leaving.refuses_connect(h.get("client-id")):
+            self.fail(leaving.message, frame, extra=leaving.extra)
+            return
         parse_heart_beat(h.get("heart-beat", "0,0"))  # a malformed one is refused now
         self.asked = SessionRequest.from_headers(h)
         login = h.get("login")

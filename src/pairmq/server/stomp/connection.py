@@ -31,6 +31,7 @@ from pairmq.protocol import Frame, HeartbeatClock, ProtocolError
 from pairmq.protocol.batch import SEND_BATCH_HEADER, decode_send_records, parse_send_batch
 from pairmq.server.clock import now_ms
 from pairmq.server.role.confirmations import Ticket
+from pairmq.server.role.leaving import PRODUCER_COMMANDS
 from pairmq.server.role.role import RolePhase
 from pairmq.server.stomp import wire
 from pairmq.server.stomp.commands import Commands
@@ -257,6 +258,12 @@ class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
             retired = role.refusal()
             assert retired is not None
             self.fail(retired.message, frame, extra=retired.extra)
+            return
+        leaving = role.leaving
+        if leaving is not None and command in PRODUCER_COMMANDS:
+            # scaling down: nothing more is taken here. No receipt-id: the client is not
+            # told "refused" but "not taken", and sends it again where it reconnects.
+            self.fail(leaving.message, extra=leaving.extra)
             return
         if command in PERMISSIONED:  # the commands [security] may refuse
             accounts = self.broker.accounts

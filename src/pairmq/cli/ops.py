@@ -20,6 +20,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from pairmq.cli.admin import (
@@ -320,6 +321,24 @@ def _cluster_table(info: dict[str, Any]) -> Table:
     return table
 
 
+def _scale_down_view(cluster: dict[str, Any]) -> Table | None:
+    """A member scaling down (docs/cluster.md): its phase, target and a bar of what left."""
+    sd = cluster.get("scale_down")
+    if not sd:
+        return None
+    grid = Table.grid(padding=(0, 1))
+    phase = sd.get("phase") or "-"
+    colour = {"failed": "red", "done": "green"}.get(phase, "yellow")
+    where = f" to member {escape(sd['target'])}" if sd.get("target") else ""
+    left = f"{_count(sd.get('waiting'))} here, {_count(sd.get('moving'))} moving"
+    grid.add_row(f"Scale-down{where}: [{colour}]{escape(phase)}[/{colour}]",
+                 ProgressBar(total=1.0, completed=float(sd.get("progress") or 0.0), width=30),
+                 f"{100 * float(sd.get('progress') or 0.0):.0f}% ({left})")
+    if sd.get("reason"):
+        grid.add_row(f"[red]{escape(sd['reason'])}[/red]")
+    return grid
+
+
 def _watch_sync(admins: tuple[str, ...], credentials: tuple[str, str] | None,
                 interval: float) -> None:
     """A progress bar per server: its journal against the serving server's, until Ctrl-C."""
@@ -375,6 +394,9 @@ def status(admin: tuple[str, ...], as_json: bool, watch: bool, interval: float,
         cluster = _cluster_view(rows)
         if cluster is not None:
             console.print(_cluster_table(cluster))
+            shrinking = _scale_down_view(cluster["cluster"])
+            if shrinking is not None:
+                console.print(shrinking)
     if problems:
         sys.exit(1)
 

@@ -345,6 +345,17 @@
     for (const [field, text] of Object.entries(facts)) {
       setText(cluster.querySelector(`[data-field="${field}"]`), text);
     }
+    // a member scaling down (docs/cluster.md): its phase, target and what has left
+    const sd = c.scale_down;
+    $("scale-down").hidden = !sd;
+    if (sd) {
+      const where = sd.target ? ` to member ${sd.target}` : "";
+      const why = sd.reason ? `: ${sd.reason}` : "";
+      setText($("scale-down").querySelector('[data-field="scale_down"]'),
+        `Scale-down${where}: ${sd.phase}, ${Math.round(100 * (sd.progress || 0))}% ` +
+        `(${count(sd.waiting)} here, ${count(sd.moving)} moving)${why}`);
+      $("scale-down-progress").value = sd.progress || 0;
+    }
     const own = {
       this: true, member: c.member, url: c.url, state: c.serving ? "serving" : "not serving",
       server: thisStomp, in_flight: null, forwarded: c.forwarded, waiting: c.waiting,

@@ -200,3 +200,24 @@ def test_a_backups_view_when_no_server_of_the_member_serves() -> None:
     assert done.returncode == 0, done.stderr
     lines = _table_lines(done.stdout, "The cluster c1")
     assert len(lines) == 1 and "not serving" in lines[0], done.stdout
+
+
+def test_a_member_scaling_down_is_shown_with_its_progress_and_why_it_failed() -> None:
+    moving = _status("primary", True, [_bridge()], scale_down={
+        "phase": "moving", "target": "m1", "reason": None, "progress": 0.63,
+        "waiting": 1234, "moving": 1000})
+    with _management_port(moving) as only:
+        done = run_pairmq("status", "--admin", only)
+    assert done.returncode == 0, done.stderr
+    assert "Scale-down to member m1: moving" in done.stdout, done.stdout
+    assert "63% (1,234 here, 1,000 moving)" in done.stdout, done.stdout
+    failed = _status("primary", True, [_bridge()], scale_down={
+        "phase": "failed", "target": "m1", "reason": "nothing moved to member m1 for 30 s",
+        "progress": 0.2, "waiting": 1234, "moving": 1000})
+    with _management_port(failed) as only:
+        done = run_pairmq("status", "--admin", only)
+    assert "Scale-down to member m1: failed" in done.stdout, done.stdout
+    assert "nothing moved to member m1 for 30 s" in done.stdout, done.stdout
+    with _management_port(_status("primary", True, [_bridge()])) as only:
+        done = run_pairmq("status", "--admin", only)
+    assert "Scale-down" not in done.stdout, done.stdout

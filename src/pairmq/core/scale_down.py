@@ -60,7 +60,9 @@ class View:
     now: float  # s, monotonic
     target: str | None  # the member chosen (None: none reachable yet)
     waiting: int  # messages in this member's own queues, not moved yet
-    moving: int  # moved to the target, not confirmed there yet (held here or in flight)
+    # in store-and-forward queues here (the target's, or another member's from before),
+    # not confirmed there yet: held here or in flight
+    moving: int
     unacked: int  # delivered to consumers here, not acknowledged yet
     clients: int  # client connections left (the other members' bridges not counted)
     committing: bool  # a COMMIT is being applied: its SENDs are not all taken yet

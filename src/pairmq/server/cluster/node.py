@@ -158,7 +158,9 @@ class ClusterNode:
             # other members' store-and-forward queues: fed every FEED_EVERY_S while one is
             # being fed (their bridges take what this member's consumers leave waiting),
             # looked at every IDLE_FEED_EVERY_S otherwise
-            if self._feeder.active and self._feeder.tick(now_ms()):
+            if self.scaling_down:  # what it holds goes to one member only now
+                await asyncio.sleep(IDLE_FEED_EVERY_S)
+            elif self._feeder.active and self._feeder.tick(now_ms()):
                 await asyncio.sleep(FEED_EVERY_S)
             else:
                 await asyncio.sleep(IDLE_FEED_EVERY_S)
@@ -213,7 +215,7 @@ class ClusterNode:
                   "settings": self.digest,
                   # where a member scaling down may send its messages (docs/cluster.md)
                   "scale_down_group": self.config.scale_down_group,
-                  "scaling_down": self.scaling is not None}
+                  "scaling_down": self.scaling_down}
         intake.take(STATUS_TOPIC, {}, json.dumps(status).encode(), False, _ignore)
         now = time.monotonic()
         self._rates.append((now, self.forwarded()))
@@ -221,6 +223,10 @@ class ClusterNode:
             self._rates.popleft()
 
     # ------------------------------------------------------------ scale-down
+
+    @property
+    def scaling_down(self) -> bool:
+        return self.scaling is not None and self.scaling.active
 
     async def scale_down(self, serving: bool) -> ScaleDown:
         """Move everything this member holds to another member and send its clients there
@@ -260,7 +266,7 @@ class ClusterNode:
     # ------------------------------------------------------------ what bridges use
 
     def interest(self) -> Interest:
-        if self.scaling is not None:  # it takes nothing from the others any more
+        if self.scaling_down:  # it takes nothing from the others any more
             return Interest({}, frozenset(), self.depth_total())
         now = time.monotonic()
         if self._interest is None or now - self._interest[0] > INTEREST_FRESH_S:

@@ -80,6 +80,11 @@ class ScaleDownDriver:
             await asyncio.sleep(STEP_S)
         return m
 
+    @property
+    def active(self) -> bool:
+        """Under way: the member takes nothing from the others, and feeds none but these."""
+        return self.machine.phase not in (ScaleDownPhase.DONE, ScaleDownPhase.FAILED)
+
     def status(self) -> dict[str, object]:
         m, view = self.machine, self.view
         return {"phase": m.phase.value, "target": m.target, "reason": m.reason or None,
@@ -105,7 +110,7 @@ class ScaleDownDriver:
             if parts is None:
                 waiting += q.count
                 unacked += sum(len(s.unacked) for s in q.consumers)
-            elif target is not None and parts[0] == target.member:
+            else:  # the target's, and any other member's bridge's: none may stay here
                 moving += q.count + sum(len(s.unacked) for s in q.consumers)
         return View(time.monotonic(), target.member if reachable and target else None,
                     waiting, moving, unacked, role.clients(),
@@ -138,7 +143,7 @@ class ScaleDownDriver:
         elif act is Act.FAIL:
             log.error("Scale-down stopped: %s. What was not moved stays on this server's "
                       "disk", m.reason)
-            role.leaving = None
+            role.leave(None)
 
     def _move(self, role: Role, target: Target) -> None:
         broker = role.broker

@@ -207,11 +207,12 @@ class Role:
         for conn in self.connections.values():
             conn.throttle(paused)
 
-    def leave(self, leaving: Leaving) -> None:
+    def leave(self, leaving: Leaving | None) -> None:
         """Scaling down: refuse producers from now on; with a member to go to, send every
-        client there (the other members' bridges stay)."""
+        client there (the other members' bridges stay). None: a scale-down that failed,
+        serving as before."""
         self.leaving = leaving
-        if leaving.member_url is None:
+        if leaving is None or leaving.member_url is None:
             return
         for conn in list(self.connections.values()):
             if leaving.refuses_connect(conn.client_id):

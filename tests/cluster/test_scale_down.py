@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stomp
 
 from pairmq.client import Client, connect
 from tests.support.cluster import PairCluster, StandaloneCluster
@@ -24,6 +25,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 QUEUE = "/queue/shrinking"
+TOPIC = "/topic/news"
 PREFETCH = 50
 
 
@@ -150,12 +152,45 @@ def run_through_scale_down(url: str, shrink: Callable[[], None],
         c.close()
 
 
+class DurableReader:
+    """A durable topic subscriber with stomp.py (a third-party client): client-id and
+    subscription name stay, the member it connects to changes."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("stomp://").split(":")
+        self.received: list[str] = []
+        self.conn = stomp.Connection12([(host, int(port))])
+        received = self.received
+
+        class Listener(stomp.ConnectionListener):
+            def on_message(self, frame: stomp.utils.Frame) -> None:
+                received.append(frame.body)
+
+        self.conn.set_listener("", Listener())
+        self.conn.connect(wait=True, headers={"client-id": "news-reader"})
+        self.conn.subscribe(TOPIC, id="news", ack="auto",
+                            headers={"activemq.subscriptionName": "desk"})
+
+    def leave(self) -> None:
+        """Disconnect, and wait for the server's receipt (stomp.py does not): until then
+        the server may still hand it messages, lost with the connection (ack auto)."""
+        self.conn.disconnect()
+        wait_until(lambda: not self.conn.is_connected(), "stomp.py's DISCONNECT receipt", 10)
+
+
 def test_a_member_stopped_with_scale_down_hands_everything_to_another(tmp_path: Path) -> None:
+    """Its queue's messages, its producers' sequences, and a durable subscription's
+    messages kept while its subscriber was away."""
     cluster = StandaloneCluster(tmp_path, 2, flags_for={0: ["--scale-down"]})
     try:
         cluster.start()
         member0 = cluster.servers[0]
         assert member0 is not None
+        DurableReader(cluster.url(0)).leave()  # its subscription keeps what comes meanwhile
+        with connect(cluster.url(0)) as publisher:
+            news = [f"news:{k}" for k in range(300)]
+            for body in news:
+                publisher.send(TOPIC, body)
 
         def shrink() -> None:
             waiting = cluster.status(0)["cluster"]["waiting"]
@@ -166,6 +201,12 @@ def test_a_member_stopped_with_scale_down_hands_everything_to_another(tmp_path: 
 
         run_through_scale_down(member_client_url(cluster, 0), shrink,
                                lambda: cluster.status(1))
+        reader = DurableReader(cluster.url(1))  # where member 0 sent its clients
+        wait_until(lambda: len(reader.received) >= len(news), "the durable's messages", 15)
+        time.sleep(0.5)  # a duplicate would come by now
+        reader.leave()
+        assert Counter(reader.received) == Counter(news), \
+            f"{len(set(news) - set(reader.received))} missing, or some twice"
     finally:
         cluster.stop()
 

@@ -44,6 +44,10 @@ SF_PREFIX = "/queue/pairmq.sf:"  # store-and-forward queues: pairmq.sf:MEMBER:QU
 # a scaling-down member's producer sequences and dup-ids (core/broker/handover.py): its
 # store-and-forward queue is drained as any other, and the bridge adopts what comes
 HANDOVER_QUEUE = "/queue/pairmq.handover"
+# ... and its durable subscriptions' messages, each naming its subscription and topic
+DURABLES_QUEUE = "/queue/pairmq.durables"
+DURABLE_KEY = "pairmq_durable"
+DURABLE_TOPIC = "pairmq_durable_topic"
 CLUSTERED = ("/queue/", "/topic/")  # streams, temporary and reply queues stay local
 
 

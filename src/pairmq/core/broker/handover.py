@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from pairmq.core import records as rec
-from pairmq.core.broker.intake import Intake
-from pairmq.core.destinations import STREAM_PREFIX, TEMP
+from pairmq.core.broker.intake import TRANSPORT_HEADERS, Intake
+from pairmq.core.broker.operations import Operations
+from pairmq.core.destinations import STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
+from pairmq.core.message import DEFAULT_PRIORITY, Message
+from pairmq.core.queue import Queue
 
 
-class Handover(Intake):
+class Handover(Intake, Operations):
     def handover_state(self) -> dict[str, dict[str, list[Any]]]:
         """Destination -> {"producers": [[producer, epoch, seq], ...], "dups": [id, ...]}:
         every queue's and topic's (streams and temporary destinations stay: they do not
@@ -61,6 +64,45 @@ class Handover(Intake):
                     self._remember_dup(address, dup_id)
                     changed += 1
         return changed
+
+    def put_durable(self, key: str, topic: str, headers: dict[str, str], body: bytes,
+                    persistent: bool, now: int) -> bool:
+        """A message of another member's durable subscription `key` (of `topic`), handed
+        over by its scale-down: into this member's durable subscription of that key, made
+        (journaled) if new, for its subscriber to find when it comes back here. False: a
+        duplicate (its dup-id is remembered), nothing stored. Its selector is not known
+        here (a subscriber's selector lives in memory); what was kept there matched it."""
+        kind, name = parse_destination(topic)
+        if kind != TOPIC:
+            raise CoreError(f"durable subscription {key!r}: {topic} is not a topic")
+        address = self._address(topic, TOPIC)
+        dup_id = headers.get("dup-id")
+        if dup_id is not None and dup_id in address.dups:
+            self.stats["duplicates"] += 1
+            return False
+        q = self.durables.get(key)
+        if q is None:
+            q = Queue(f"durable:{key}", address, name)
+            q.durable_key = key
+            q.key = f"durable:{key}"
+            address.queues.append(q)
+            self.durables[key] = q
+            self.records.append((rec.DURABLE, key, address.name))
+        elif q.address is not address:
+            raise CoreError(f"durable subscription {key!r} is of {q.address.name} here and "
+                            f"of {topic} on the member scaling down")
+        if dup_id is not None:
+            self._remember_dup(address, dup_id)
+        stored = {k: v for k, v in headers.items() if k not in TRANSPORT_HEADERS}
+        size = 64 + len(body) + sum(len(k) + len(v) for k, v in stored.items())
+        self._message_seq += 1
+        message = Message(f"{self.id_prefix}{self._message_seq}", topic, stored, body,
+                          persistent, int(stored.get("priority", DEFAULT_PRIORITY)),
+                          int(stored.get("expires", 0) or 0), size, 0)
+        self.stats["received"] += 1
+        address.enqueued += 1
+        self._copy_to(q, message, stored, message.expires, now)
+        return True
 
 
 def _parse(state: Mapping[str, Any]) -> dict[str, tuple[list[tuple[str, int, int]], list[str]]]:

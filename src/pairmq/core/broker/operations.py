@@ -12,7 +12,7 @@ back in windows; the caller calls again once the store read them (`Done.paged_le
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pairmq.core import records as rec
@@ -73,13 +73,17 @@ class Operations(BrokerState):
         return Done(moved, self._bring_back(q))
 
     def feed(self, source: str, target: str, limit: int, now: int,
-             accept: Callable[[Entry], bool], scan: int) -> int:
+             accept: Callable[[Entry], bool], scan: int,
+             mark: Mapping[str, str] | None = None) -> int:
         """Move up to `limit` waiting messages of queue `source` that `accept` takes, from
         its head, to queue `target` (made if new), journaled as a move is; the others keep
         their places. Looks at `scan` messages at most. A cluster's store-and-forward queue
         is fed so (server/cluster/feeder.py): what its bridge is given is, from then on,
-        that bridge's alone, through any failover. Returns how many moved."""
-        q = self.queues.get(source)
+        that bridge's alone, through any failover. Returns how many moved.
+        `source` `durable:KEY` is a durable subscription's queue; `mark`: headers the
+        copies get (a scale-down names the durable subscription a message came from)."""
+        q = self.durables.get(source[8:]) if source.startswith("durable:") \
+            else self.queues.get(source)
         if q is None or not q.count or limit <= 0:
             return 0
         to = self._plain_queue(target)
@@ -95,7 +99,10 @@ class Operations(BrokerState):
                 continue
             self._consumed(q, entry)
             old = entry.message
-            self._copy_to(to, old, dict(old.headers), old.expires, now)
+            headers = dict(old.headers)
+            if mark:
+                headers.update(mark)
+            self._copy_to(to, old, headers, old.expires, now)
             moved += 1
         if kept:
             q.push_front(kept)

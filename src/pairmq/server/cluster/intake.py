@@ -18,7 +18,7 @@ from pairmq.core.admission import Admission
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.errors import CoreError
 from pairmq.server.clock import now_ms
-from pairmq.server.role.role import Role
+from pairmq.server.role.role import FrameMark, Role
 
 log = logging.getLogger("pairmq.cluster")
 
@@ -71,6 +71,22 @@ class LocalIntake:
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_soon(self._flush_now)
 
+    def take_durable(self, key: str, topic: str, headers: dict[str, str], body: bytes,
+                     persistent: bool, taken: Taken) -> None:
+        """A message of a scaling-down member's durable subscription `key` of `topic`
+        (core/broker/handover.py `put_durable`), confirmed as a message would be."""
+        role = self._role
+        if persistent and (full := role.journal_full_reason()) is not None:
+            taken(False, full)
+            return
+        mark = role.frame_mark()
+        try:
+            role.broker.put_durable(key, topic, headers, body, persistent, now_ms())
+        except CoreError as e:
+            taken(False, str(e))
+            return
+        self._confirm(mark, taken)
+
     def adopt(self, body: bytes, taken: Taken) -> None:
         """A scaling-down member's producer sequences and dup-ids (core/broker/handover.py),
         journaled and confirmed as a message would be."""
@@ -89,6 +105,11 @@ class LocalIntake:
             return
         log.info("Cluster: adopted %d producer sequences and dup-ids of a member scaling "
                  "down", changed)
+        self._confirm(mark, taken)
+
+    def _confirm(self, mark: FrameMark, taken: Taken) -> None:
+        """`taken` once what was journaled since `mark` is confirmed."""
+        role = self._role
         ticket = role.ticket_since(mark)
         if ticket is None:
             taken(True, "")

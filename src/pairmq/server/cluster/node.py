@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pairmq.core.cluster import (
+    DURABLE_KEY,
+    DURABLE_TOPIC,
+    DURABLES_QUEUE,
     HANDOVER_QUEUE,
     STATUS_TOPIC,
     Interest,
@@ -285,6 +288,12 @@ class ClusterNode:
             taken(False, "this server no longer serves its member")
         elif destination == HANDOVER_QUEUE:
             self._intake.adopt(body, taken)
+        elif destination == DURABLES_QUEUE:
+            key, topic = headers.pop(DURABLE_KEY, ""), headers.pop(DURABLE_TOPIC, "")
+            if not key or not topic:
+                taken(False, "a durable subscription's message without its key and topic")
+            else:
+                self._intake.take_durable(key, topic, headers, body, persistent, taken)
         else:
             self._intake.take(destination, headers, body, persistent, taken)
 

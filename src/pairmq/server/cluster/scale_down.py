@@ -17,8 +17,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pairmq.core.cluster import HANDOVER_QUEUE, sf_parts, sf_queue
+from pairmq.core.cluster import (
+    DURABLE_KEY,
+    DURABLE_TOPIC,
+    DURABLES_QUEUE,
+    HANDOVER_QUEUE,
+    is_bridge,
+    sf_parts,
+    sf_queue,
+)
 from pairmq.core.message import Entry
+from pairmq.core.queue import Queue
 from pairmq.core.scale_down import Act, Limits, ScaleDown, ScaleDownPhase, View
 from pairmq.server.clock import now_ms
 from pairmq.server.cluster.intake import Taken
@@ -103,6 +112,12 @@ class ScaleDownDriver:
         target = self.target
         reachable = target is not None and any(t.member == target.member for t in targets)
         waiting = moving = unacked = 0
+        for key, q in broker.durables.items():
+            if is_bridge(key):  # a topic's messages another member's bridge takes from here
+                moving += q.count + sum(len(s.unacked) for s in q.consumers)
+            else:
+                waiting += q.count
+                unacked += sum(len(s.unacked) for s in q.consumers)
         for name, q in broker.queues.items():
             if not name.startswith("/queue/") or q.deleted:
                 continue
@@ -164,8 +179,22 @@ class ScaleDownDriver:
             left = room - moved
             moved += broker.feed(name, sf_queue(target.member, name), left, now, _every,
                                  SCAN_FACTOR * left)
+        durables = sf_queue(target.member, DURABLES_QUEUE)
+        for q in self._durables(role):
+            if room - moved <= 0:
+                break
+            if q.count and q.durable_key is not None:
+                left = room - moved
+                moved += broker.feed(f"durable:{q.durable_key}", durables, left, now, _every,
+                                     SCAN_FACTOR * left,
+                                     {DURABLE_KEY: q.durable_key, DURABLE_TOPIC: q.address.name})
         if moved:
             role.flush()
+
+    @staticmethod
+    def _durables(role: Role) -> list[Queue]:
+        """This member's clients' durable subscriptions (not the other members' bridges')."""
+        return [q for key, q in role.broker.durables.items() if not is_bridge(key)]
 
     @staticmethod
     def _handed(ok: bool, why: str) -> None:

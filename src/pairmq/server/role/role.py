@@ -35,7 +35,7 @@ from pairmq.server.guards.turn_budget import ReadBudget
 from pairmq.server.pair.policy import PairPolicy
 from pairmq.server.role.commit_slices import CommitDriver
 from pairmq.server.role.confirmations import Ticket, Waiting
-from pairmq.server.role.leaving import Leaving
+from pairmq.server.role.leaving import Gate, Leaving
 from pairmq.server.role.parking import Parking
 from pairmq.store.store import Store
 
@@ -212,7 +212,7 @@ class Role:
         client there (the other members' bridges stay). None: a scale-down that failed,
         serving as before."""
         self.leaving = leaving
-        if leaving is None or leaving.member_url is None:
+        if leaving is None or leaving.gate is not Gate.REDIRECTING:
             return
         for conn in list(self.connections.values()):
             if leaving.refuses_connect(conn.client_id):

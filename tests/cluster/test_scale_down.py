@@ -230,3 +230,37 @@ def test_a_backup_with_scale_down_hands_its_dead_live_s_messages_over(tmp_path: 
         run_through_scale_down(url, shrink, lambda: cluster.status(1), killed=True)
     finally:
         cluster.stop()
+
+
+def test_messages_paged_out_to_the_journal_move_too(tmp_path: Path) -> None:
+    """A queue past its max_size_bytes keeps its newest messages in the journal only
+    (address_full_policy page): they are no less the member's, and move too."""
+    cluster = StandaloneCluster(tmp_path, 2, flags_for={0: [
+        "--scale-down", "--address-full-policy", "page", "--max-size-bytes", "100000"]})
+    try:
+        cluster.start()
+        bodies = [f"paged:{k}:{'x' * 200}" for k in range(3000)]
+        with connect(cluster.url(0)) as producer:
+            for body in bodies:
+                producer.send_async(QUEUE, body)
+            producer.flush()
+        member0 = cluster.servers[0]
+        assert member0 is not None
+        assert member0.stop(timeout=60) == 0, "member 0 did not stop cleanly"
+        assert member0.log_lines("Scaled down to member m1"), member0.logs()[-2000:]
+        assert member0.log_lines("Scaling down to member m1: moving (3000 messages here"), \
+            "the paged messages were not counted"
+        got: Counter[str] = Counter()
+        with connect(cluster.url(1)) as consumer:
+            sub = consumer.subscribe(QUEUE, ack="client-individual")
+            while len(got) < len(bodies):
+                message = sub.receive(10)
+                assert message is not None, f"{len(bodies) - len(got)} never came"
+                got[message.text] += 1
+                consumer.ack(message)
+            assert sub.receive(0.5) is None, "more than was sent"
+        assert set(got) == set(bodies) and set(got.values()) == {1}
+        numbers = [int(body.split(":")[1]) for body in got]
+        assert numbers == sorted(numbers), "out of order"
+    finally:
+        cluster.stop()

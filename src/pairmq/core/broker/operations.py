@@ -84,7 +84,10 @@ class Operations(BrokerState):
         copies get (a scale-down names the durable subscription a message came from)."""
         q = self.durables.get(source[8:]) if source.startswith("durable:") \
             else self.queues.get(source)
-        if q is None or not q.count or limit <= 0:
+        if q is None or limit <= 0:
+            return 0
+        if not q.count:  # what waits in the journal only is asked for: fed next time
+            self._bring_back(q)
             return 0
         to = self._plain_queue(target)
         kept: list[Entry] = []

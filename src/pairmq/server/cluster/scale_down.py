@@ -115,15 +115,15 @@ class ScaleDownDriver:
         for key, q in broker.durables.items():
             if is_bridge(key):  # a topic's messages another member's bridge takes from here
                 moving += q.count + sum(len(s.unacked) for s in q.consumers)
-            else:
-                waiting += q.count
+            else:  # paged out (in the journal only) counts: it must move too
+                waiting += q.count + broker.paged_waiting(q)
                 unacked += sum(len(s.unacked) for s in q.consumers)
         for name, q in broker.queues.items():
             if not name.startswith("/queue/") or q.deleted:
                 continue
             parts = sf_parts(name)
             if parts is None:
-                waiting += q.count
+                waiting += q.count + broker.paged_waiting(q)
                 unacked += sum(len(s.unacked) for s in q.consumers)
             else:  # the target's, and any other member's bridge's: none may stay here
                 moving += q.count + sum(len(s.unacked) for s in q.consumers)
@@ -172,8 +172,9 @@ class ScaleDownDriver:
             if room - moved <= 0:
                 break
             q = broker.queues.get(name)
-            if q is None or not q.count or q.deleted or not name.startswith("/queue/") \
-                    or sf_parts(name) is not None:
+            if q is None or q.deleted or not name.startswith("/queue/") \
+                    or sf_parts(name) is not None \
+                    or not (q.count or broker.paged_waiting(q)):
                 continue
             # only what no consumer here holds: what one holds comes back when it leaves
             left = room - moved
@@ -183,7 +184,7 @@ class ScaleDownDriver:
         for q in self._durables(role):
             if room - moved <= 0:
                 break
-            if q.count and q.durable_key is not None:
+            if (q.count or broker.paged_waiting(q)) and q.durable_key is not None:
                 left = room - moved
                 moved += broker.feed(f"durable:{q.durable_key}", durables, left, now, _every,
                                      SCAN_FACTOR * left,

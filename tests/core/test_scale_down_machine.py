@@ -59,3 +59,15 @@ def test_no_progress_for_the_stall_limit_fails_and_a_lost_target_too() -> None:
     lost.step(view(0.0, waiting=10))
     assert lost.step(view(1.0, target=None, waiting=10)) == [Act.FAIL]
     assert "no longer reachable" in lost.reason
+
+
+def test_moving_goes_on_while_the_backlog_shrinks_and_ends_when_it_stops_shrinking() -> None:
+    m = ScaleDown(0.0, Limits(moving_s=5.0, close_below=1000))
+    m.step(view(0.0, waiting=1_000_000))
+    for t in range(1, 100):  # a million moving for 99 s: producers still served
+        assert m.step(view(float(t), waiting=1_000_000 - 10_000 * t)) == [Act.MOVE]
+    stuck = ScaleDown(0.0, Limits(moving_s=5.0, close_below=1000))
+    stuck.step(view(0.0, waiting=50_000))
+    assert stuck.step(view(4.9, waiting=50_100, moving=1000)) == [Act.MOVE]
+    assert stuck.step(view(5.0, waiting=50_200, moving=1000)) == \
+        [Act.MOVE, Act.CLOSE_TO_PRODUCERS]  # producers as fast as the move: they stop

@@ -6,7 +6,8 @@ Why the phases come in this order:
 
 - MOVING: every waiting message moves to the target member's store-and-forward queue
   here, which the target's bridge drains exactly once (core/cluster.py), while clients go
-  on being served. Most of a backlog moves while producers still send.
+  on being served, until the backlog is small or stops shrinking (producers send as fast
+  as it moves): most of a backlog moves while producers still send.
 - CLOSING: producers are refused from here on (a SEND, BEGIN or COMMIT ends its
   connection with an ERROR and no receipt: nothing is taken, the client sends it again
   elsewhere); consumers go on. Once no SEND can come, what is left moves, and the producer
@@ -72,8 +73,8 @@ class View:
 class Limits:
     choose_s: float = 10.0  # no member to take the messages for this long: FAILED
     stall_s: float = 30.0  # nothing moved or confirmed for this long: FAILED
-    moving_s: float = 5.0  # MOVING ends after this long, if the backlog did not shrink to
-    close_below: int = 1000  # ... this many messages first
+    close_below: int = 1000  # MOVING ends once the backlog here is this small ...
+    moving_s: float = 5.0  # ... or has not shrunk for this long (producers keep up)
     ack_grace_s: float = 2.0  # consumers' deliveries still unacknowledged: how long to wait
 
 
@@ -90,6 +91,7 @@ class ScaleDown:
         self.target: str | None = None
         self.total: int | None = None  # messages to move, counted when moving starts
         self._last: tuple[int, int] | None = None
+        self._lowest: tuple[int, float] | None = None  # MOVING: smallest backlog, and when
 
     def step(self, view: View) -> list[Act]:
         """The next actions; the phase changes as they say."""
@@ -117,8 +119,10 @@ class ScaleDown:
                                     f"{view.moving} not confirmed there)")
         acts = [Act.MOVE]
         if p is ScaleDownPhase.MOVING:
+            if self._lowest is None or view.waiting < self._lowest[0]:
+                self._lowest = (view.waiting, view.now)
             if not self.serving or view.waiting <= lim.close_below \
-                    or view.now - self.since >= lim.moving_s:
+                    or view.now - self._lowest[1] >= lim.moving_s:
                 self._enter(ScaleDownPhase.CLOSING, view)
                 acts.append(Act.CLOSE_TO_PRODUCERS)
         elif p is ScaleDownPhase.CLOSING:

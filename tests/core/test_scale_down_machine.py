@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pairmq.core.scale_down import Act, Limits, ScaleDown, ScaleDownPhase, View
+from pairmq.core.scale_down import Act, Limits, ScaleDown, ScaleDownPhase, Tables, View
 
 
 def view(now: float, target: str | None = "m1", waiting: int = 0, moving: int = 0,
-         unacked: int = 0, clients: int = 0, committing: bool = False) -> View:
-    return View(now, target, waiting, moving, unacked, clients, committing)
+         unacked: int = 0, clients: int = 0, committing: bool = False,
+         tables: Tables = Tables.QUEUED) -> View:
+    return View(now, target, waiting, moving, unacked, clients, committing, tables)
 
 
 def test_the_phases_in_order_and_only_once_everything_is_confirmed_there() -> None:
@@ -71,3 +72,12 @@ def test_moving_goes_on_while_the_backlog_shrinks_and_ends_when_it_stops_shrinki
     assert stuck.step(view(4.9, waiting=50_100, moving=1000)) == [Act.MOVE]
     assert stuck.step(view(5.0, waiting=50_200, moving=1000)) == \
         [Act.MOVE, Act.CLOSE_TO_PRODUCERS]  # producers as fast as the move: they stop
+
+
+def test_clients_never_go_without_the_producer_tables() -> None:
+    m = ScaleDown(0.0)
+    m.step(view(0.0, waiting=10, tables=Tables.NOT_SENT))
+    assert m.step(view(0.1, tables=Tables.NOT_SENT)) == [Act.MOVE, Act.HAND_OVER]
+    assert m.step(view(0.2, tables=Tables.NOT_SENT)) == [Act.MOVE]  # not queued yet
+    assert m.step(view(0.3, tables=Tables.REFUSED)) == [Act.FAIL]
+    assert "producer sequences" in m.reason

@@ -45,6 +45,14 @@ class ScaleDownPhase(StrEnum):
     FAILED = "failed"
 
 
+class Tables(StrEnum):
+    """The producer sequences and dup-ids, as far as this member knows."""
+
+    NOT_SENT = "not_sent"
+    QUEUED = "queued"  # in the target's store-and-forward queue here (or confirmed there)
+    REFUSED = "refused"  # could not be queued here (a full journal): they did not go
+
+
 class Act(StrEnum):
     MOVE = "move"  # move waiting messages to the target, as far as its window has room
     CLOSE_TO_PRODUCERS = "close_to_producers"
@@ -67,6 +75,7 @@ class View:
     unacked: int  # delivered to consumers here, not acknowledged yet
     clients: int  # client connections left (the other members' bridges not counted)
     committing: bool  # a COMMIT is being applied: its SENDs are not all taken yet
+    tables: Tables = Tables.NOT_SENT
 
 
 @dataclass(frozen=True)
@@ -130,8 +139,12 @@ class ScaleDown:
                 self._enter(ScaleDownPhase.HANDING_OVER, view)
                 acts.append(Act.HAND_OVER)
         elif p is ScaleDownPhase.HANDING_OVER:
+            if view.tables is Tables.REFUSED:  # clients must not go without them
+                return self._fail(view, "the producer sequences and dup-ids could not be "
+                                        "queued for the target (the log says why)")
             acked = not view.unacked or view.now - self.since >= lim.ack_grace_s
-            if not view.waiting and not view.moving and acked:
+            if view.tables is Tables.QUEUED and not view.waiting and not view.moving \
+                    and acked:
                 self._enter(ScaleDownPhase.REDIRECTING, view)
                 acts.append(Act.REDIRECT)
         elif p is ScaleDownPhase.REDIRECTING and not view.clients and not view.waiting \

@@ -28,7 +28,7 @@ from pairmq.core.cluster import (
 )
 from pairmq.core.message import Entry
 from pairmq.core.queue import Queue
-from pairmq.core.scale_down import Act, Limits, ScaleDown, ScaleDownPhase, View
+from pairmq.core.scale_down import Act, Limits, ScaleDown, ScaleDownPhase, Tables, View
 from pairmq.server.clock import now_ms
 from pairmq.server.cluster.intake import Taken
 from pairmq.server.role.leaving import Gate, Leaving
@@ -65,6 +65,7 @@ class ScaleDownDriver:
         self.machine = ScaleDown(time.monotonic(), limits, serving)
         self.target: Target | None = None
         self.view: View | None = None
+        self.tables = Tables.NOT_SENT
 
     async def run(self) -> ScaleDown:
         m = self.machine
@@ -128,8 +129,8 @@ class ScaleDownDriver:
             else:  # the target's, and any other member's bridge's: none may stay here
                 moving += q.count + sum(len(s.unacked) for s in q.consumers)
         return View(time.monotonic(), target.member if reachable and target else None,
-                    waiting, moving, unacked, role.clients(),
-                    role.commit_driver.state.value != "idle")
+                    waiting, moving, unacked, role.clients(), role.committing(),
+                    self.tables)
 
     # ------------------------------------------------------------ acting
 
@@ -146,6 +147,7 @@ class ScaleDownDriver:
         elif act is Act.HAND_OVER and target is not None:
             state = role.broker.handover_state()
             body = json.dumps(state, separators=(",", ":")).encode()
+            self.tables = Tables.QUEUED
             self._hand(sf_queue(target.member, HANDOVER_QUEUE), body, self._handed)
         elif act is Act.REDIRECT and target is not None:
             log.info("Scaling down: every message and producer sequence is on member %s: "
@@ -197,7 +199,7 @@ class ScaleDownDriver:
         """This member's clients' durable subscriptions (not the other members' bridges')."""
         return [q for key, q in role.broker.durables.items() if not is_bridge(key)]
 
-    @staticmethod
-    def _handed(ok: bool, why: str) -> None:
+    def _handed(self, ok: bool, why: str) -> None:
         if not ok:
+            self.tables = Tables.REFUSED
             log.error("Scaling down: the producer tables could not be queued: %s", why)

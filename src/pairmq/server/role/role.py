@@ -33,7 +33,7 @@ from pairmq.protocol import Frame
 from pairmq.server.clock import now_ms
 from pairmq.server.guards.turn_budget import ReadBudget
 from pairmq.server.pair.policy import PairPolicy
-from pairmq.server.role.commit_slices import CommitDriver
+from pairmq.server.role.commit_slices import CommitDriver, DriverState
 from pairmq.server.role.confirmations import Ticket, Waiting
 from pairmq.server.role.leaving import Gate, Leaving
 from pairmq.server.role.parking import Parking
@@ -218,6 +218,10 @@ class Role:
             if leaving.refuses_connect(conn.client_id):
                 conn.fail(leaving.message, extra=leaving.extra)
         self._write_dirty()
+
+    def committing(self) -> bool:
+        """A COMMIT is being applied in slices (commit_slices.py)."""
+        return self.commit_driver.state is not DriverState.IDLE
 
     def clients(self) -> int:
         """Client connections, the other members' bridges left out."""

@@ -75,3 +75,13 @@ def test_server_refuses_to_start_with_a_bad_member_url(tmp_path: Path) -> None:
     result = run_server(tmp_path, "--cluster-name", "prod", "--cluster-members", "a:1")
     assert result.returncode != 0
     assert "--cluster-members" in result.stderr and "must list members" in result.stderr
+
+
+def test_scale_down_keys_and_scale_down_without_a_cluster_refused(tmp_path: Path) -> None:
+    config = _load(tmp_path, '[ha]\nscale_down = true\nscale_down_group = "east"\n'
+                   '[cluster]\nname = "prod"\nmembers = ["stomp://c:3"]\n')
+    assert config.scale_down and config.scale_down_group == "east"
+    assert not load_config(None, {"cluster_name": "prod",
+                                  "cluster_members": "stomp://a:1"}).scale_down
+    with pytest.raises(ConfigError, match=r"\[ha\] scale_down needs a \[cluster\]"):
+        _load(tmp_path, "[ha]\nscale_down = true\n")

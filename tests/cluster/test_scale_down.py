@@ -207,6 +207,11 @@ def test_a_member_stopped_with_scale_down_hands_everything_to_another(tmp_path: 
         reader.leave()
         assert Counter(reader.received) == Counter(news), \
             f"{len(set(news) - set(reader.received))} missing, or some twice"
+        again = member0.start_again(*cluster.flags(0))  # its journal holds nothing more
+        try:
+            assert again.log_lines("Recovered 0 messages"), again.logs()[-2000:]
+        finally:
+            again.stop(timeout=30)
     finally:
         cluster.stop()
 

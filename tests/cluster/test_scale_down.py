@@ -9,6 +9,7 @@ application saw no error; the member that stopped holds nothing afterwards."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -267,5 +268,76 @@ def test_messages_paged_out_to_the_journal_move_too(tmp_path: Path) -> None:
         assert set(got) == set(bodies) and set(got.values()) == {1}
         numbers = [int(body.split(":")[1]) for body in got]
         assert numbers == sorted(numbers), "out of order"
+    finally:
+        cluster.stop()
+
+
+def _recovered_and_consumable(member: Any, flags: list[str], bodies: list[str]) -> None:
+    """`member` started again holds `bodies` in QUEUE, each once: its own to serve."""
+    again = member.start_again(*flags)
+    try:
+        assert again.log_lines(f"Recovered {len(bodies)} messages"), again.logs()[-2000:]
+        got: Counter[str] = Counter()
+        with connect(f"stomp://{again.host}:{again.port}") as consumer:
+            sub = consumer.subscribe(QUEUE, ack="client-individual")
+            while len(got) < len(bodies):
+                message = sub.receive(10)
+                assert message is not None, f"{len(bodies) - len(got)} never came"
+                got[message.text] += 1
+                consumer.ack(message)
+        assert set(got) == set(bodies) and set(got.values()) == {1}
+    finally:
+        again.kill()  # (a SIGTERM would try to scale down again)
+
+
+def test_a_scale_down_with_no_member_to_take_the_messages_keeps_them(tmp_path: Path) -> None:
+    """Member 1 is down when member 0 stops: the scale-down says why it cannot finish,
+    member 0 stops as it would without scale_down, and its messages are still its own
+    when it starts again."""
+    cluster = StandaloneCluster(tmp_path, 2, flags_for={0: ["--scale-down"]})
+    try:
+        cluster.start()
+        bodies = [f"kept:{k}" for k in range(500)]
+        with connect(cluster.url(0)) as producer:
+            for body in bodies:
+                producer.send_async(QUEUE, body)
+            producer.flush()
+        member0, member1 = cluster.servers
+        assert member0 is not None and member1 is not None
+        member1.stop()
+        wait_until(lambda: cluster.status(0)["cluster"]["bridges"][0]["state"]
+                   != "forwarding", "member 0 seeing member 1 gone", 10)
+        assert member0.stop(timeout=60) == 0, "member 0 did not stop cleanly"
+        assert member0.log_lines("Scale-down stopped: no member of the cluster took the "
+                                 "messages within 10 s"), member0.logs()[-2000:]
+        _recovered_and_consumable(member0, cluster.flags(0), bodies)
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.long  # make test-long: 30 s of stall before the scale-down gives up
+def test_a_target_lost_mid_way_gives_back_what_it_had_not_taken(tmp_path: Path) -> None:
+    """Member 1 freezes (SIGSTOP) once member 0 chose it: what member 0 moved for it and
+    it did not take goes back to member 0's queue when the scale-down gives up (nothing
+    confirmed for 30 s), and is member 0's to serve when it starts again."""
+    cluster = StandaloneCluster(tmp_path, 2, flags_for={0: ["--scale-down"]})
+    try:
+        cluster.start()
+        bodies = [f"kept:{k}" for k in range(500)]
+        with connect(cluster.url(0)) as producer:
+            for body in bodies:
+                producer.send_async(QUEUE, body)
+            producer.flush()
+        member0, member1 = cluster.servers
+        assert member0 is not None and member1 is not None
+        member1.proc.send_signal(signal.SIGSTOP)
+        try:
+            assert member0.stop(timeout=90) == 0, "member 0 did not stop cleanly"
+        finally:
+            member1.proc.send_signal(signal.SIGCONT)
+        member1.kill()
+        stopped = member0.log_lines("Scale-down stopped: nothing moved to member m1")
+        assert stopped and "500 messages taken back" in stopped[0], member0.logs()[-3000:]
+        _recovered_and_consumable(member0, cluster.flags(0), bodies)
     finally:
         cluster.stop()

@@ -26,7 +26,8 @@ Why the phases come in this order:
 
 FAILED ends it at any phase with the reason: no member to take the messages within
 `choose_s`, or no progress for `stall_s` (the target's disk is full, it went away). What
-was moved is the target's; what was not is still here, on this server's disk.
+the target confirmed is its own; the driver takes back what was moved for it and not
+taken, and everything else is still here, on this server's disk.
 """
 
 from __future__ import annotations

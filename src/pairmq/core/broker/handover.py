@@ -104,6 +104,34 @@ class Handover(Intake, Operations):
         self._copy_to(q, message, stored, message.expires, now)
         return True
 
+    def take_back(self, sf_name: str, source: str, marks: tuple[str, str], now: int) -> int:
+        """A scale-down that failed: what waits in store-and-forward queue `sf_name`, moved
+        there for a member that did not take it, goes back where it came from: queue
+        `source`, or the durable subscription its first mark names (`marks`: the headers
+        naming a durable subscription and its topic, dropped). What that member's bridge
+        holds unacknowledged stays its own. Journaled as a move; returns how many."""
+        sf = self.queues.get(sf_name)
+        if sf is None:
+            return 0
+        key_header, topic_header = marks
+        back = 0
+        kept = []
+        while (entry := sf.pop()) is not None:
+            old = entry.message
+            headers = dict(old.headers)
+            key = headers.pop(key_header, None)
+            headers.pop(topic_header, None)
+            to = self.durables.get(key) if key is not None else self._plain_queue(source)
+            if to is None:  # its durable subscription was deleted meanwhile: it stays
+                kept.append(entry)
+                continue
+            self._consumed(sf, entry)
+            self._copy_to(to, old, headers, old.expires, now)
+            back += 1
+        if kept:
+            sf.push_front(kept)
+        return back
+
 
 def _parse(state: Mapping[str, Any]) -> dict[str, tuple[list[tuple[str, int, int]], list[str]]]:
     out: dict[str, tuple[list[tuple[str, int, int]], list[str]]] = {}

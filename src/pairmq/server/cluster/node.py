@@ -241,9 +241,9 @@ class ClusterNode:
         return await driver.run()
 
     def _scale_down_targets(self) -> list[Target]:
-        """The members that may take this one's messages: reachable, of the configured
-        scale_down_group, not scaling down themselves; the one with the fewest waiting
-        messages first."""
+        """The members that may take this one's messages: of the configured
+        scale_down_group, not scaling down themselves, their bridges forwarding (or
+        reconnecting); the one with the fewest waiting messages first."""
         group = self.config.scale_down_group
         found = []
         for b in self.bridges.values():
@@ -255,9 +255,9 @@ class ClusterNode:
             if remote.get("scaling_down") or (group and remote.get("scale_down_group") != group):
                 continue
             waiting = remote.get("waiting")
-            found.append((b.state is not BridgeState.FORWARDING,
-                          waiting if isinstance(waiting, int) else 0, member,
-                          Target(member, b.url)))
+            forwarding = b.state is BridgeState.FORWARDING
+            found.append((not forwarding, waiting if isinstance(waiting, int) else 0, member,
+                          Target(member, b.url, forwarding)))
         return [t for *_, t in sorted(found, key=lambda f: f[:3])]
 
     def _hand(self, destination: str, body: bytes, taken: Taken) -> None:

@@ -44,6 +44,9 @@ SCAN_FACTOR = 4  # messages looked at per message that may move (as the feeder's
 class Target:
     member: str
     url: str  # the URL clients are sent to (the one its bridge uses)
+    # its bridge forwards now (a member is chosen only so); else it is reconnecting (a
+    # failover of its pair, say): a target chosen before is waited for, up to the stall
+    forwarding: bool = True
 
 
 def _every(entry: Entry) -> bool:
@@ -108,8 +111,8 @@ class ScaleDownDriver:
         role = self._role()
         broker = role.broker
         targets = self._targets()
-        if self.target is None and targets:
-            self.target = targets[0]
+        if self.target is None:
+            self.target = next((t for t in targets if t.forwarding), None)
         target = self.target
         reachable = target is not None and any(t.member == target.member for t in targets)
         waiting = moving = unacked = 0
@@ -158,8 +161,10 @@ class ScaleDownDriver:
         elif act is Act.FINISH:
             log.info("Scaled down to member %s: nothing is left here", m.target)
         elif act is Act.FAIL:
+            back = self._take_back(role, target) if target is not None else 0
             log.error("Scale-down stopped: %s. What was not moved stays on this server's "
-                      "disk", m.reason)
+                      "disk (%d messages taken back from member %s's store-and-forward "
+                      "queues)", m.reason, back, m.target)
             role.leave(None)
 
     def _move(self, role: Role, target: Target) -> None:
@@ -193,6 +198,23 @@ class ScaleDownDriver:
                                      {DURABLE_KEY: q.durable_key, DURABLE_TOPIC: q.address.name})
         if moved:
             role.flush()
+
+    @staticmethod
+    def _take_back(role: Role, target: Target) -> int:
+        """What was moved for `target` and not taken by it goes back to its queues (and
+        durable subscriptions), served here again."""
+        broker = role.broker
+        back = 0
+        for name in list(broker.queues):
+            parts = sf_parts(name)
+            if parts is None or parts[0] != target.member:
+                continue
+            if parts[1] == HANDOVER_QUEUE:  # the tables, not taken: this member keeps its own
+                broker.purge(name)
+            else:
+                back += broker.take_back(name, parts[1], (DURABLE_KEY, DURABLE_TOPIC), now_ms())
+        role.flush()
+        return back
 
     @staticmethod
     def _durables(role: Role) -> list[Queue]:

@@ -221,3 +221,53 @@ def test_a_member_scaling_down_is_shown_with_its_progress_and_why_it_failed() ->
     with _management_port(_status("primary", True, [_bridge()])) as only:
         done = run_pairmq("status", "--admin", only)
     assert "Scale-down" not in done.stdout, done.stdout
+
+
+def _colocated(**backup: Any) -> dict[str, Any]:
+    """GET /status' cluster "colocated" of member m0: its backup, one backup it hosts."""
+    return {"request_backup": True, "max_backups": 1,
+            "backup": {"phase": "backed_up", "member": "m1", "tries": 1, "problem": None,
+                       **backup},
+            "hosted": [{"live": "m2", "name": "m2-backup", "stomp": "127.0.0.1:61713",
+                        "ha": "127.0.0.1:7100", "admin": "", "pid": 4321, "state": "running",
+                        "restarts": 2, "data_dir": "data/m0/backups/m2"}]}
+
+
+def test_a_colocated_members_backup_and_the_backups_it_hosts_are_shown() -> None:
+    with _management_port(_status("primary", True, [_bridge()],
+                                  colocated=_colocated())) as only:
+        done = run_pairmq("status", "--admin", only)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Backup of this live: backed_up on member m1" in out, out
+    lines = _table_lines(out, "Backups hosted here")
+    assert len(lines) == 1, out
+    row = lines[0].split("│")[1:-1]
+    assert [c.strip() for c in row] == ["m2", "127.0.0.1:61713", "127.0.0.1:7100", "4321",
+                                        "running", "2"], out
+    assert "1 of at most 1" in out, out
+
+
+def test_a_colocated_backup_given_up_says_why_and_no_field_prints_nothing() -> None:
+    given_up = _colocated(phase="given_up", member=None, tries=3,
+                          problem="no member has room for a backup [3 tries]")
+    given_up["hosted"] = []
+    with _management_port(_status("primary", True, [_bridge()],
+                                  colocated=given_up)) as only:
+        done = run_pairmq("status", "--admin", only)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    said = [line.rstrip() for line in out.splitlines() if line.startswith("Backup of")]
+    assert said == ["Backup of this live: given_up"], out  # no member named
+    assert "no member has room for a backup [3 tries]" in out, out  # words, not markup
+    assert "No backup hosted here (room for 1)" in out and "Backups hosted here" not in out
+    asking = _colocated(phase="asking", member="m[bold]3[/bold]", tries=2)
+    with _management_port(_status("primary", True, [_bridge()], colocated=asking)) as only:
+        done = run_pairmq("status", "--admin", only)
+    assert "Backup of this live: asking on member m[bold]3[/bold] (2 tries)" in done.stdout
+    for none in ({}, {"colocated": None}):
+        with _management_port(_status("primary", True, [_bridge()], **none)) as only:
+            done = run_pairmq("status", "--admin", only)
+        assert done.returncode == 0, done.stderr
+        assert "Backup of this live" not in done.stdout, done.stdout
+        assert "hosted here" not in done.stdout, done.stdout

@@ -85,3 +85,41 @@ def test_scale_down_keys_and_scale_down_without_a_cluster_refused(tmp_path: Path
                                   "cluster_members": "stomp://a:1"}).scale_down
     with pytest.raises(ConfigError, match=r"\[ha\] scale_down needs a \[cluster\]"):
         _load(tmp_path, "[ha]\nscale_down = true\n")
+
+
+COLOCATED = ('[ha]\npolicy = "colocated"\nlisten = "127.0.0.1:7000"\nsecret = "s"\n'
+             'group = "m0"\nwitness = "etcd://127.0.0.1:2379"\n')
+COLOCATED_CLUSTER = '[cluster]\nname = "prod"\nmembers = ["stomp://c:3"]\n'
+
+
+def test_colocated_keys_with_artemis_meanings(tmp_path: Path) -> None:
+    config = _load(tmp_path, COLOCATED + 'request_backup = true\nmax_backups = 2\n'
+                   'backup_request_retries = 5\nbackup_request_retry_interval_ms = 1500\n'
+                   'backup_port_offset = 200\n' + COLOCATED_CLUSTER)
+    assert (config.policy, config.request_backup, config.max_backups,
+            config.backup_request_retries, config.backup_request_retry_interval_ms,
+            config.backup_port_offset) == ("colocated", True, 2, 5, 1500, 200)
+    assert config.peer == ""  # the backup is found in the cluster, and dials this live
+    defaults = _load(tmp_path, COLOCATED + COLOCATED_CLUSTER)
+    assert (defaults.request_backup, defaults.max_backups, defaults.backup_request_retries,
+            defaults.backup_request_retry_interval_ms, defaults.backup_port_offset) == \
+        (False, 1, -1, 5000, 100)  # Artemis' defaults
+
+
+@pytest.mark.parametrize(("extra", "cluster", "message"), [
+    ("", "", r'policy = "colocated" needs a \[cluster\]'),
+    ('peer = "127.0.0.1:7001"\n', COLOCATED_CLUSTER, r"peer is not used with policy"),
+    ('role = "backup"\n', COLOCATED_CLUSTER, r"role must be primary"),
+    ("backup_port_offset = 60000\n", COLOCATED_CLUSTER, r"past 65535"),
+    ("max_backups = -1\n", COLOCATED_CLUSTER, r"max_backups must be an integer >= 0"),
+])
+def test_bad_colocated_settings_are_refused(tmp_path: Path, extra: str, cluster: str,
+                                            message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, COLOCATED + extra + cluster)
+
+
+def test_colocated_lives_need_an_etcd_arbiter_not_a_pairmq_witness(tmp_path: Path) -> None:
+    text = COLOCATED.replace("etcd://127.0.0.1:2379", "127.0.0.1:7100")
+    with pytest.raises(ConfigError, match=r"a `pairmq witness` arbitrates one pair"):
+        _load(tmp_path, text + COLOCATED_CLUSTER)

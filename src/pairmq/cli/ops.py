@@ -339,6 +339,54 @@ def _scale_down_view(cluster: dict[str, Any]) -> Table | None:
     return grid
 
 
+BACKUP_PHASE_COLOURS = {"backed_up": "green", "asking": "yellow", "starting": "yellow",
+                        "given_up": "red", "not_wanted": "dim"}
+HOSTED_COLOURS = {"running": "green", "starting": "yellow", "restarting": "yellow",
+                  "stopped": "red"}
+
+
+def _colocated_view(cluster: dict[str, Any]) -> Table | None:
+    """A colocated member: where this live's own backup runs (or why it runs nowhere), then
+    the backups it hosts for other lives, one child process each. None when the server is
+    no colocated member. The servers' words are escaped: never read as Rich markup."""
+    co = cluster.get("colocated")
+    if not co:
+        return None
+    grid = Table.grid(padding=(0, 1))
+    backup = co.get("backup") or {}
+    phase = backup.get("phase") or "-"
+    colour = BACKUP_PHASE_COLOURS.get(phase, "yellow")
+    where = f" on member {escape(backup['member'])}" if backup.get("member") else ""
+    tries = backup.get("tries") or 0
+    asked = f" ({tries} tr{'y' if tries == 1 else 'ies'})" \
+        if tries and phase in ("asking", "starting") else ""
+    grid.add_row(f"Backup of this live: [{colour}]{escape(phase)}[/{colour}]{where}{asked}")
+    if backup.get("problem"):
+        tint = "red" if phase == "given_up" else "yellow"
+        grid.add_row(f"[{tint}]{escape(backup['problem'])}[/{tint}]")
+    hosted = co.get("hosted") or []
+    room = co.get("max_backups")
+    if not hosted:
+        grid.add_row("No backup hosted here" + (f" (room for {room})" if room else
+                                                 " (max_backups 0)" if room == 0 else ""))
+        return grid
+    table = Table(title="Backups hosted here",
+                  caption=f"{len(hosted)} of at most {_count(room)}" if room is not None
+                  else None)
+    for column in ("live", "stomp", "ha", "pid", "state", "restarts"):
+        table.add_column(column, justify="right" if column in ("pid", "restarts") else "left")
+    for h in hosted:
+        state = h.get("state") or "-"
+        shade = HOSTED_COLOURS.get(state)
+        table.add_row(escape(h.get("live") or "?"), escape(h.get("stomp") or "-"),
+                      escape(h.get("ha") or "-"),
+                      "-" if h.get("pid") is None else str(h["pid"]),
+                      f"[{shade}]{state}[/{shade}]" if shade else escape(state),
+                      _count(h.get("restarts")))
+    grid.add_row(table)
+    return grid
+
+
 def _watch_sync(admins: tuple[str, ...], credentials: tuple[str, str] | None,
                 interval: float) -> None:
     """A progress bar per server: its journal against the serving server's, until Ctrl-C."""
@@ -397,6 +445,9 @@ def status(admin: tuple[str, ...], as_json: bool, watch: bool, interval: float,
             shrinking = _scale_down_view(cluster["cluster"])
             if shrinking is not None:
                 console.print(shrinking)
+            colocated = _colocated_view(cluster["cluster"])
+            if colocated is not None:
+                console.print(colocated)
     if problems:
         sys.exit(1)
 

@@ -305,6 +305,13 @@ class AsyncClient:
     def connected(self) -> bool:
         return self._engine.link is Link.UP
 
+    def learn_servers(self, topology: str) -> None:
+        """More servers of the current member ("HOST:PORT,HOST:PORT"), as a CONNECTED
+        frame's `topology` header would add them: a colocated live's backup, which came
+        after this client connected (server/cluster/bridge.py reads it off the member's
+        status)."""
+        self._engine.servers.learn(topology)
+
     def stats(self) -> dict[str, Any]:
         engine = self._engine
         stats: dict[str, Any] = {**engine.stats, "unconfirmed": len(engine.unconfirmed),

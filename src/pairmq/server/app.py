@@ -105,7 +105,7 @@ class PairmqServer:
             config.max_connections, config.max_connections_per_address), self.passwords)
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         self.pair: PairPolicy
-        if config.policy == "replication":
+        if config.policy in ("replication", "colocated"):  # colocated: a replicating live
             self.pair = ReplicationDriver(self)
         elif config.policy == "shared-store":
             self.pair = SharedStorePair(self)
@@ -113,7 +113,8 @@ class PairmqServer:
             self.pair = NoPair(self._serve_alone)
         # [cluster]: bridges to the other members while this server serves (docs/cluster.md)
         self.cluster = ClusterNode(config, lambda: self.role, self._member_url,
-                                   self.next_conn_id) if config.cluster_name else None
+                                   self.next_conn_id, self._backup_linked) \
+            if config.cluster_name else None
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())
         self.finished = asyncio.Event()  # the server stops by itself (a backup scaled down)
 
@@ -141,6 +142,10 @@ class PairmqServer:
 
     def _member_url(self) -> str:
         return member_url(self.pair.topology(self.client_address), self.client_address)
+
+    def _backup_linked(self) -> bool:
+        """A colocated live: its backup's HA channel is up."""
+        return isinstance(self.pair, ReplicationDriver) and self.pair.link is not None
 
     def _switch_role(self, role: Role, why: str) -> None:
         """Make `role` the one new connections join; close every connection of the old one."""
@@ -355,7 +360,7 @@ class PairmqServer:
             # sequences and clients go to another member first (docs/cluster.md)
             await cluster.scale_down(serving=True)
         if self.cluster is not None:  # what bridges hold unacknowledged goes back at once
-            await self.cluster.stop()
+            await self.cluster.close()  # (and the backups this member hosts stop)
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.watch is not None:

@@ -353,12 +353,17 @@ def _check_ha(v: ServerConfig, source: str) -> None:
         raise ConfigError(f"{where} activation_interval_ms ({activation}) must be at least twice "
                           f"heartbeat_interval_ms ({heartbeat}), or one late heartbeat would "
                           "look like a dead server")
-    for name, address in (("listen", v.listen), ("peer", v.peer)):
+    # colocated: the backup is found in the cluster and dials this live; it has no peer
+    required = (("listen", v.listen),) if v.policy == "colocated" else \
+        (("listen", v.listen), ("peer", v.peer))
+    for name, address in required:
         if not address:
             raise ConfigError(f"{where} {name} is required with policy = \"{v.policy}\"")
     if not v.secret:
         raise ConfigError(f"{where} secret is required: the pair and the witness authenticate "
                           "each other with it")
+    if v.policy == "colocated":
+        _check_colocated(v, where)
     if v.listen == v.peer:
         raise ConfigError(f"{where} listen and peer are the same address ({v.listen})")
     if v.policy == "shared-store":
@@ -367,6 +372,32 @@ def _check_ha(v: ServerConfig, source: str) -> None:
         raise ConfigError(f"{where} shared_dir is only used with policy = \"shared-store\"")
     elif v.etcd is not None:
         _check_etcd(v, v.etcd, where)
+
+
+def _check_colocated(v: ServerConfig, where: str) -> None:
+    if not v.cluster_name:
+        raise ConfigError(f"{where} policy = \"colocated\" needs a [cluster]: the backups are "
+                          "hosted by its members")
+    if v.peer:
+        raise ConfigError(f"{where} peer is not used with policy = \"colocated\": the backup "
+                          "is hosted by a member of the cluster, which starts it and dials "
+                          "this live")
+    if v.witness and v.etcd is None:
+        raise ConfigError(f"{where} witness {v.witness}: a `pairmq witness` arbitrates one "
+                          "pair; colocated lives and backups are many pairs, so their arbiter "
+                          "is an etcd cluster (witness = \"etcd://HOST:PORT,...\", one [ha] "
+                          "group per live), or none")
+    if v.role != "primary":
+        raise ConfigError(f"{where} role must be primary with policy = \"colocated\": a "
+                          "member runs its own live, and the backups it hosts are started for "
+                          "it")
+    ports = [a for a in (v.stomp, v.stomp_tls, v.stomp_ws, v.admin, v.listen) if a]
+    highest = max(int(a.rpartition(":")[2]) for a in ports)
+    top = highest + v.backup_port_offset * v.max_backups
+    if top > 65535:
+        raise ConfigError(f"{where} backup_port_offset = {v.backup_port_offset} with "
+                          f"max_backups = {v.max_backups} puts a hosted backup's port at "
+                          f"{top}, past 65535")
 
 
 def _check_cluster(v: ServerConfig, source: str) -> None:

@@ -21,7 +21,7 @@ from pairmq.store.settings import FULL_POLICIES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOAD_BALANCING = ("off", "strict", "on_demand", "off_with_redistribution")  # Artemis' names
-HA_POLICIES = ("none", "replication", "shared-store")
+HA_POLICIES = ("none", "replication", "shared-store", "colocated")
 
 T = TypeVar("T")
 Check = Callable[[Any], "str | None"]  # None: the value is fine; else what is wrong with it
@@ -257,7 +257,10 @@ class Settings:
         "GET /status and /metrics without credentials (writes always need an admin)")
 
     # [ha]
-    policy: str = setting("ha", "none", "none, replication or shared-store", _one_of(HA_POLICIES))
+    policy: str = setting("ha", "none",
+        "none, replication, shared-store or colocated (a live that asks the cluster for a "
+        "backup, on a member that hosts backups of other lives: docs/cluster.md)",
+        _one_of(HA_POLICIES))
     shared_dir: str = setting("ha", "",
         "shared-store: the directory both servers mount (SAN, GFS2, NFSv4) holding the journal "
         "and its lock file")
@@ -323,6 +326,20 @@ class Settings:
         "a member of a cluster: when this server stops (SIGTERM), or serves after its live "
         "died (a backup), it moves its messages, producer sequences and dup-ids to another "
         "member and redirects its clients there, then stops (docs/cluster.md, Scale-down)")
+    request_backup: bool = setting("ha", False,
+        "colocated: this live asks another member of the cluster to host its backup")
+    max_backups: int = setting("ha", 1,
+        "colocated: backups of other lives this member hosts at most, each a child process",
+        _at_least(0))
+    backup_request_retries: int = setting("ha", -1,
+        "colocated: asks for a backup before this live gives up and serves without one "
+        "(-1: never gives up)", _at_least(-1))
+    backup_request_retry_interval_ms: int = setting("ha", 5000,
+        "colocated: how long an ask waits for its answer before the next member is asked",
+        _at_least(100))
+    backup_port_offset: int = setting("ha", 100,
+        "colocated: a hosted backup listens on this member's ports plus this offset (plus it "
+        "again for each further backup hosted)", _at_least(1))
     scale_down_group: str = setting("ha", "",
         "scale down only to a member whose [ha] scale_down_group is this (empty: any member)")
 

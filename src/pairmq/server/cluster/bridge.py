@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from pairmq.client.aio import AsyncClient, AsyncSubscription, connect_async
 from pairmq.client.errors import ClientError
+from pairmq.client.members import parse_member_list
 from pairmq.client.results import Message
 from pairmq.core.cluster import (
     BRIDGE_CLIENT_ID,
@@ -235,6 +236,12 @@ class Bridge:
             if not isinstance(status, dict):
                 continue
             self.remote, self._remote_at = status, time.monotonic()
+            url = status.get("url")
+            if isinstance(url, str) and self._client is not None:
+                # the member's servers now: a colocated live's backup, found after this
+                # bridge connected, is where it serves next (docs/cluster.md)
+                for servers in parse_member_list(url, tls="+ssl://" in url)[:1]:
+                    self._client.learn_servers(",".join(f"{h}:{p}" for h, p in servers))
             problem = self.local.identify(self, status)
             if problem is not None:
                 self._set_problem(BridgeState.REFUSED, problem)

@@ -33,6 +33,7 @@ from pairmq.core.cluster import (
 from pairmq.core.scale_down import ScaleDown
 from pairmq.server.clock import now_ms
 from pairmq.server.cluster.bridge import Bridge, BridgeSettings, BridgeState
+from pairmq.server.cluster.colocated import Colocation
 from pairmq.server.cluster.etcd_directory import EtcdDirectory
 from pairmq.server.cluster.feeder import Feeder
 from pairmq.server.cluster.intake import LocalIntake, Taken
@@ -84,7 +85,8 @@ def _servers(url: str) -> frozenset[str]:
 
 class ClusterNode:
     def __init__(self, config: ServerConfig, role: Callable[[], Role],
-                 own_url: Callable[[], str], conn_id: Callable[[], int]) -> None:
+                 own_url: Callable[[], str], conn_id: Callable[[], int],
+                 backup_linked: Callable[[], bool] = lambda: False) -> None:
         self.config = config
         self._role = role
         self._own_url = own_url
@@ -107,6 +109,9 @@ class ClusterNode:
         self.directory: EtcdDirectory | None = None
         self._directory_task: asyncio.Task[None] | None = None
         self.scaling: ScaleDownDriver | None = None  # this member scales down
+        # [ha] policy = "colocated": its live's backup, and the backups it hosts
+        self.colocation = Colocation(config, backup_linked) \
+            if config.policy == "colocated" else None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -117,6 +122,8 @@ class ClusterNode:
     def serve(self) -> None:
         """This server became its member's active one: bridges to the others start."""
         if self._task is None:
+            if self.colocation is not None:
+                self.colocation.serve()
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -157,6 +164,8 @@ class ClusterNode:
             if now - published >= STATUS_EVERY_S:
                 published = now
                 self._feeder.discover()
+                if self.colocation is not None and not self.scaling_down:
+                    self.colocation.tick(self.bridges.values(), self._own_url())
                 self._publish()
             # other members' store-and-forward queues: fed every FEED_EVERY_S while one is
             # being fed (their bridges take what this member's consumers leave waiting),
@@ -218,7 +227,9 @@ class ClusterNode:
                   "settings": self.digest,
                   # where a member scaling down may send its messages (docs/cluster.md)
                   "scale_down_group": self.config.scale_down_group,
-                  "scaling_down": self.scaling_down}
+                  "scaling_down": self.scaling_down,
+                  # colocated: who hosts this live's backup, and what it hosts
+                  **(self.colocation.published() if self.colocation is not None else {})}
         intake.take(STATUS_TOPIC, {}, json.dumps(status).encode(), False, _ignore)
         now = time.monotonic()
         self._rates.append((now, self.forwarded()))
@@ -359,4 +370,11 @@ class ClusterNode:
                 "waiting": interest.waiting if interest is not None else None,
                 "forwarded": self.forwarded(), "forwarded_per_second": round(self.rate(), 1),
                 "scale_down": self.scaling.status() if self.scaling is not None else None,
+                "colocated": self.colocation.status() if self.colocation is not None else None,
                 "bridges": bridges}
+
+    async def close(self) -> None:
+        """This process ends: the backups it hosts for other lives stop too."""
+        await self.stop()
+        if self.colocation is not None:
+            await self.colocation.close()

@@ -356,6 +356,7 @@
         `(${count(sd.waiting)} here, ${count(sd.moving)} moving)${why}`);
       $("scale-down-progress").value = sd.progress || 0;
     }
+    renderColocated(c.colocated);
     const own = {
       this: true, member: c.member, url: c.url, state: c.serving ? "serving" : "not serving",
       server: thisStomp, in_flight: null, forwarded: c.forwarded, waiting: c.waiting,
@@ -383,6 +384,47 @@
         });
         markState(cell(row, "state"), m.state);
         cell(row, "problem").dataset.problem = problems.length ? "true" : "false";
+      });
+  }
+
+  // A colocated member (GET /status' cluster "colocated"; null: none, the part is hidden):
+  // where this live's own backup runs, or why it runs nowhere, and the backups this member
+  // hosts for other lives, one child process each.
+  const HOSTED_FIELDS = ["live", "stomp", "ha", "pid", "state", "restarts"];
+
+  function renderColocated(co) {
+    const part = $("colocated");
+    part.hidden = !co;
+    if (!co) return;
+    const backup = co.backup || {};
+    const line = $("colocated-backup");
+    markState(cell(line, "phase"), backup.phase);
+    const tries = backup.tries || 0;
+    const asked = tries && ["asking", "starting"].includes(backup.phase) ?
+      ` (${count(tries)} ${tries === 1 ? "try" : "tries"})` : "";
+    setText(cell(line, "where"), (backup.member ? ` on member ${backup.member}` : "") + asked);
+    const problem = cell(line, "problem");
+    setText(problem, backup.problem ? `: ${backup.problem}` : "");
+    // red once it gave up asking, amber while it still asks
+    problem.dataset.problem = !backup.problem ? "false" :
+      backup.phase === "given_up" ? "true" : "warning";
+    const hosted = co.hosted || [];
+    setText(cell($("colocated-hosted"), "room"), known(co.max_backups) ?
+      `(${count(hosted.length)} of at most ${count(co.max_backups)})` : "");
+    $("colocated-hosted").hidden = hosted.length === 0;
+    $("no-hosted").hidden = hosted.length > 0;
+    syncRows($("colocated-hosted").tBodies[0], hosted, "live", (h) => h.live || h.name,
+      () => fieldRow(HOSTED_FIELDS, ["pid", "restarts"]),
+      (row, h) => {
+        fill(row, {
+          live: h.live || DASH,
+          stomp: h.stomp || DASH,
+          ha: h.ha || DASH,
+          pid: known(h.pid) ? String(h.pid) : DASH,
+          restarts: count(h.restarts),
+        });
+        row.title = h.data_dir ? `${h.name || h.live}: data in ${h.data_dir}` : "";
+        markState(cell(row, "state"), h.state);
       });
   }
 

@@ -1,15 +1,15 @@
 """The backups this member hosts for other lives (docs/cluster.md, "Colocated backups"):
 one child process each, a pairmq server of its own (a Python process has one core's worth
 of GIL), supervised here. A child that fails is started again; one that ends by itself
-(a backup that scaled down) is not. Each dies with this process: a kill -9 of the member
-takes its hosted backups with it, as the machine's death would.
+(a backup that scaled down) is not. Each dies with this process (hosted_backup.py asks the
+kernel to kill it then): a kill -9 of the member takes its hosted backups with it, as the
+machine's death would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import pickle
@@ -25,7 +25,6 @@ from pairmq.server.config import ServerConfig
 log = logging.getLogger("pairmq.cluster")
 RESTART_DELAY_S = 1.0
 STOP_TIMEOUT_S = 30.0
-PR_SET_PDEATHSIG = 1
 SPEC_NAME = "hosted-backup.config"  # the child's configuration, in its data directory
 LOG_NAME = "server.log"
 
@@ -55,14 +54,6 @@ class HostedBackup:
                 "state": self.state.value, "restarts": self.restarts, "data_dir": c.data_dir}
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the child before it runs: the kernel kills it when this member's process dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
 class HostedBackups:
     def __init__(self) -> None:
         self.backups: dict[str, HostedBackup] = {}
@@ -90,14 +81,16 @@ class HostedBackups:
         home = Path(b.config.data_dir)
         home.mkdir(parents=True, exist_ok=True)
         spec = home / SPEC_NAME
-        spec.write_bytes(pickle.dumps(b.config))
-        spec.chmod(0o600)  # it holds the users' and the pair's secrets
-        parent = os.getpid()
+        spec.unlink(missing_ok=True)
+        # it holds the users' and the pair's secrets: readable by this user only
+        fd = os.open(spec, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pickle.dumps(b.config))
         with open(home / LOG_NAME, "ab") as out:
             return await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "pairmq.server.hosted_backup", str(spec),
-                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                preexec_fn=lambda: _die_with_parent(parent))
+                str(os.getpid()), stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                stderr=asyncio.subprocess.STDOUT)
 
     async def _supervise(self, b: HostedBackup) -> None:
         while not b.stopping:

@@ -18,6 +18,7 @@ from pairmq.core.colocation import (
     BackupRequest,
     Candidate,
     RequestLimits,
+    RequestPhase,
     RequestView,
     backup_port,
     hosting_plan,
@@ -99,9 +100,15 @@ class Colocation:
                                         refusing.get(self.member),
                                         isinstance(most, int) and count < most, count))
         view = RequestView(self.member, time.monotonic(), self._linked(), tuple(candidates))
+        before = self.request.phase
         self.request, lines = step(self.request, view, self.limits)
+        after = self.request.phase
+        # a backup lost, or none to be had: a warning; the rest of the asking: info
+        worse = after is RequestPhase.GIVEN_UP or (before is RequestPhase.BACKED_UP
+                                                    and after is not before)
         for line in lines:
-            log.info("Colocated live %s: %s", self.member, line)
+            log.log(logging.WARNING if worse else logging.INFO, "Colocated live %s: %s",
+                    self.member, line)
 
     def _host(self, statuses: list[tuple[str, dict[str, Any]]], own_url: str) -> None:
         asks = []

@@ -154,3 +154,24 @@ def test_a_host_stops_a_backup_only_when_its_live_names_another_member() -> None
     # a hosted live that still names this member needs nothing
     plan = hosting_plan("m0", (ask("m1", "m0"), ask("m2", "m0")), hosted, max_backups=2)
     assert plan == type(plan)((), {}, ())
+
+
+def test_no_member_reachable_is_no_try_and_the_first_reachable_is_asked_at_once() -> None:
+    """A live that starts before the others: with retries = 0 it still asks once."""
+    limits = RequestLimits(retries=0, retry_s=5.0)
+    r, lines = step(BackupRequest.start(True, 0.0), view(0.0), limits)
+    assert (r.phase, r.tries, r.problem, lines) == (RequestPhase.ASKING, 0,
+                                                    "no other member reachable", [])
+    r, lines = step(r, view(0.5, member("m2")), limits)
+    assert (r.asking, r.tries, r.problem) == ("m2", 1, None)
+    r, lines = step(r, view(1.0, member("m2", refusing="full")), limits)
+    assert r.phase is RequestPhase.GIVEN_UP and "in 1 tries" in (r.problem or "")
+
+
+def test_a_member_with_room_again_is_asked_without_waiting_the_interval() -> None:
+    r, _ = step(BackupRequest.start(True, 0.0), view(0.0, member("m2", room=False)), LIMITS)
+    assert (r.asking, r.tries, r.problem) == (None, 1, "no member has room for a backup")
+    r, _ = step(r, view(1.0, member("m2", room=False)), LIMITS)
+    assert r.tries == 1  # nothing changed: it waits
+    r, _ = step(r, view(1.5, member("m2")), LIMITS)
+    assert (r.asking, r.tries) == ("m2", 2)

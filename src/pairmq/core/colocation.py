@@ -8,8 +8,10 @@ The live's side is `BackupRequest`, one transition table:
 - NOT_WANTED: `request_backup` is off.
 - ASKING: it names one member in its status (`backup_ask`); that member starts a backup
   for it, or says it has no room. No answer within the retry interval, or a refusal, and
-  the next member is asked; each ask is a try, and past `backup_request_retries` tries it
-  gives up (-1: never).
+  the next member is asked; each ask is a try (and so is a look that finds every member
+  full, after which it waits the retry interval unless one has room again); past
+  `backup_request_retries` tries it gives up (-1: never). No member reachable at all is
+  no try: the first that becomes reachable is asked at once.
 - STARTING: the member lists it among the backups it hosts; the backup dials this live's
   HA channel. No link within `start_s` and it asks again (the member is counted as
   refusing for that round).
@@ -149,8 +151,9 @@ def step(r: BackupRequest, view: RequestView, limits: RequestLimits
     if r.member is not None and asked is not None and asked.refusing_me is None \
             and now - r.since < limits.retry_s:
         return r, []  # asked, no answer yet
-    if r.member is None and now - r.since < limits.retry_s and r.tries > 0:
-        return r, []  # no member had room: wait the retry interval
+    if r.member is None and r.tries > 0 and now - r.since < limits.retry_s and \
+            not any(c.room for c in view.candidates):
+        return r, []  # no member had room and none has now: wait the retry interval
     lines = []
     if r.member is not None:
         why = asked.refusing_me if asked is not None and asked.refusing_me else \
@@ -167,6 +170,9 @@ def _ask(r: BackupRequest, me: str, by_name: dict[str, Candidate], now: float,
     among equals, the next after this live in the ring of member names: lives that ask at
     once then each ask a different member (m0 asks m1, m1 asks m2, m2 asks m0), where
     "the first by name" would have two of them ask each other and the third find none."""
+    if not by_name:  # nobody to ask is not a try: the first member reachable is asked
+        return replace(r, phase=RequestPhase.ASKING, member=None,
+                       problem="no other member reachable"), []
     if limits.retries >= 0 and r.tries >= limits.retries + 1:
         why = (f"no member took a backup request in {r.tries} tries "
                f"(backup_request_retries = {limits.retries}): this live serves without a backup")
@@ -176,9 +182,9 @@ def _ask(r: BackupRequest, me: str, by_name: dict[str, Candidate], now: float,
     if not fresh and r.passed:  # every member passed this round: a new round
         r = replace(r, passed=frozenset())
         fresh = [c for c in by_name.values() if c.room]
-    if not fresh:
-        why = "no member has room for a backup" if by_name else "no other member reachable"
-        return replace(r, member=None, since=now, tries=r.tries + 1, problem=why), []
+    if not fresh:  # a try: asked of the members, none has room
+        return replace(r, member=None, since=now, tries=r.tries + 1,
+                       problem="no member has room for a backup"), []
     ring = sorted({me, *by_name})
     choice = min(fresh, key=lambda c: (c.hosted,
                                        (ring.index(c.member) - ring.index(me)) % len(ring)))

@@ -175,3 +175,19 @@ def test_a_member_with_room_again_is_asked_without_waiting_the_interval() -> Non
     assert r.tries == 1  # nothing changed: it waits
     r, _ = step(r, view(1.5, member("m2")), LIMITS)
     assert (r.asking, r.tries) == ("m2", 2)
+
+
+def test_a_starting_live_waits_for_the_members_it_knows_before_its_first_ask() -> None:
+    """Members started one after another: m1 up first would ask m0, the only one it
+    sees, and m0 ask m1 back, leaving m2 no room. Waiting for every known member (up
+    to the retry interval) keeps the ring."""
+    r, lines = step(BackupRequest.start(True, 0.0),
+                    RequestView("m1", 0.5, False, (member("m0"),), unreachable=1), LIMITS)
+    assert (r.asking, r.tries, lines) == (None, 0, [])
+    assert r.problem == "waiting for the other members to be reachable"
+    r, _ = step(r, RequestView("m1", 2.0, False, (member("m0"), member("m2"))), LIMITS)
+    assert (r.asking, r.tries) == ("m2", 1)
+    # a member that never comes is waited for up to the retry interval only
+    r, _ = step(BackupRequest.start(True, 0.0),
+                RequestView("m1", 5.0, False, (member("m0"),), unreachable=1), LIMITS)
+    assert (r.asking, r.tries) == ("m0", 1)

@@ -11,7 +11,9 @@ The live's side is `BackupRequest`, one transition table:
   the next member is asked; each ask is a try (and so is a look that finds every member
   full, after which it waits the retry interval unless one has room again); past
   `backup_request_retries` tries it gives up (-1: never). No member reachable at all is
-  no try: the first that becomes reachable is asked at once.
+  no try. The first ask of a live that starts waits (up to the retry interval) until
+  every member it knows is reachable: members starting together then see each other and
+  form the ring below.
 - STARTING: the member lists it among the backups it hosts; the backup dials this live's
   HA channel. No link within `start_s` and it asks again (the member is counted as
   refusing for that round).
@@ -62,7 +64,8 @@ class RequestView:
     me: str  # this live's member name
     now: float  # s, monotonic
     linked: bool  # the HA channel to a backup is up
-    candidates: tuple[Candidate, ...]  # the members reachable now
+    candidates: tuple[Candidate, ...]  # the colocated members reachable now
+    unreachable: int = 0  # other members known and not reachable (yet)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,11 @@ def step(r: BackupRequest, view: RequestView, limits: RequestLimits
         nxt, lines = _ask(nxt, view.me, by_name, now, limits)
         return nxt, [f"Member {r.member} {why}", *lines]
     # ASKING
+    if r.tries == 0 and r.member is None and view.unreachable and \
+            now - r.since < limits.retry_s:
+        # the first ask of a live that starts: the members that start with it are waited
+        # for (up to the retry interval), so that the ring order sees them all
+        return replace(r, problem="waiting for the other members to be reachable"), []
     asked = by_name.get(r.member or "") if r.member else None
     if asked is not None and asked.hosting_me:
         return (replace(r, phase=RequestPhase.STARTING, since=now, problem=None),

@@ -82,11 +82,12 @@ class Colocation:
 
     def tick(self, bridges: Iterable[Bridge], own_url: str) -> None:
         """Once per status: what the others published decides what this member does."""
+        bridges = list(bridges)
         statuses = _forwarding(bridges)
-        self._request(statuses)
+        self._request(statuses, len(bridges))
         self._host(statuses, own_url)
 
-    def _request(self, statuses: list[tuple[str, dict[str, Any]]]) -> None:
+    def _request(self, statuses: list[tuple[str, dict[str, Any]]], known: int) -> None:
         candidates = []
         for member, status in statuses:
             hosting = status.get("hosting")
@@ -99,7 +100,8 @@ class Colocation:
             candidates.append(Candidate(member, self.member in lives,
                                         refusing.get(self.member),
                                         isinstance(most, int) and count < most, count))
-        view = RequestView(self.member, time.monotonic(), self._linked(), tuple(candidates))
+        view = RequestView(self.member, time.monotonic(), self._linked(), tuple(candidates),
+                           unreachable=known - len(statuses))
         before = self.request.phase
         self.request, lines = step(self.request, view, self.limits)
         after = self.request.phase

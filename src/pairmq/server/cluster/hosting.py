@@ -1,8 +1,8 @@
 """The backups this member hosts for other lives (docs/cluster.md, "Colocated backups"):
 one child process each, a pairmq server of its own (a Python process has one core's worth
 of GIL), supervised here. A child that fails is started again; one that ends by itself
-(a backup that scaled down) is not. Each dies with this process (hosted_backup.py asks the
-kernel to kill it then): a kill -9 of the member takes its hosted backups with it, as the
+(a backup that scaled down) is not. Each dies with this process (cli/hosted_backup.py
+asks the kernel to kill it then): a kill -9 of the member takes its hosted backups with it, as the
 machine's death would.
 """
 
@@ -88,7 +88,7 @@ class HostedBackups:
             f.write(pickle.dumps(b.config))
         with open(home / LOG_NAME, "ab") as out:
             return await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "pairmq.server.hosted_backup", str(spec),
+                sys.executable, "-m", "pairmq.cli.hosted_backup", str(spec),
                 str(os.getpid()), stdin=asyncio.subprocess.DEVNULL, stdout=out,
                 stderr=asyncio.subprocess.STDOUT)
 

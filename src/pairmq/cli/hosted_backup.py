@@ -1,5 +1,6 @@
-"""A backup hosted by a colocated member (server/cluster/hosting.py), as its child process:
-`python -m pairmq.server.hosted_backup SPEC PARENT`, SPEC being the configuration the
+"""A backup hosted by a colocated member (server/cluster/hosting.py), as its child process
+(the member starts it; nobody types it):
+`python -m pairmq.cli.hosted_backup SPEC PARENT`, SPEC being the configuration the
 member derived from its own (server/cluster/colocated.py) and wrote in the backup's data
 directory, PARENT the member's process id. It runs as any server does, stops on SIGTERM,
 and is killed by the kernel when the member's process dies (PR_SET_PDEATHSIG): it is set
@@ -34,7 +35,7 @@ def die_with(parent: int) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[1].isdigit():
-        sys.exit("usage: python -m pairmq.server.hosted_backup SPEC PARENT_PID")
+        sys.exit("usage: python -m pairmq.cli.hosted_backup SPEC PARENT_PID")
     die_with(int(argv[1]))
     config = pickle.loads(Path(argv[0]).read_bytes())
     if not isinstance(config, ServerConfig):

@@ -65,6 +65,23 @@ def test_a_fresh_pair_is_active_and_passive(pair: Pair) -> None:
     assert "New status of remote server = PASSIVE" in pair.logs("primary")
 
 
+def test_an_idle_active_counts_a_restarted_backup_in_sync_and_it_can_take_over(
+        pair: Pair) -> None:
+    """The backup restarts already holding every record (nothing was sent meanwhile):
+    its synchronisation copies nothing. The active still counts it in sync at once,
+    without waiting for a message to carry an acknowledgement, so the pair is whole
+    again: a kill of the active is taken over, as before the restart."""
+    pair.kill("backup")
+    pair.wait_state("primary", "STANDALONE", 10)
+    pair.restart("backup")
+    pair.wait_state("backup", "PASSIVE", 15)
+    primary = pair.wait_state("primary", "ACTIVE", 10)
+    assert primary["ha"]["synchronized-with-backup"] is True
+    assert "Incremental synchronisation from primary" in pair.logs("backup")
+    pair.kill("primary")
+    pair.wait_state("backup", "STANDALONE", 15)
+
+
 def test_logs_tell_the_remote_server_died(pair: Pair) -> None:
     pair.kill("backup")
     pair.wait_state("primary", "STANDALONE", 10)

@@ -394,6 +394,11 @@ class ReplicationRules(ActivationSteps, HandOverSteps, WitnessRequests):
             self._enter(Phase.PASSIVE, f"synchronized with live server "
                                            f"{self.peer.name} at seq {target}")
             self._emit(Send(ch.HEARTBEAT, self.hello(now)))
+            # The active joins this backup on an acknowledgement of `target`. One that
+            # copied nothing (it restarted already holding every record: an empty
+            # incremental synchronisation) would otherwise acknowledge only the next
+            # record: an idle active would never count it in sync, nor let it take over.
+            self._ack_mirror(journal.appended_seq, journal.synced_seq)
 
     def _go_heard(self, seq: int | None) -> str:
         """The active handed over at `seq` ("go"): no promise holds this server back, and a

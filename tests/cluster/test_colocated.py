@@ -10,6 +10,8 @@ it by themselves."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -69,6 +71,17 @@ def test_three_lives_back_each_other_up_in_a_ring(tmp_path: Path,
         live.connect(wait=True)
         live.send(QUEUE, "to live 0", receipt="r1")
         live.disconnect()
+        # a hosted backup that crashes is started again by its member, and its live is
+        # backed up again (the backup copies what it missed)
+        (crashed,) = [h["pid"] for h in members.colocated(0)["hosted"]]  # type: ignore[index]
+        os.kill(crashed, signal.SIGKILL)
+        wait_until(lambda: (h := members.colocated(0)["hosted"][0])["restarts"] == 1  # type: ignore[index]
+                   and h["state"] == "running" and h["pid"] != crashed,
+                   "member 0 starting the backup of live 2 again", 10)
+        members.wait_backed_up([2])
+        assert members.host_of(2) == 0
+        assert members.servers[0].log_lines(  # type: ignore[union-attr]
+            "backup of live m2 hosted here exited with signal 9: restarting it")
     finally:
         members.stop()
     # a member stopped: the backups it hosted stopped with it

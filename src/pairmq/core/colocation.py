@@ -240,8 +240,3 @@ def hosting_plan(me: str, asks: tuple[Ask, ...], hosted: frozenset[str],
         start.append(ask)
         count += 1
     return HostingPlan(tuple(start), refuse, tuple(stop))
-
-
-def backup_port(port: int, offset: int, slot: int) -> int:
-    """A hosted backup's port: the host's, plus the offset once per slot (1, 2, ...)."""
-    return port + offset * slot

@@ -20,7 +20,6 @@ from pairmq.core.colocation import (
     RequestLimits,
     RequestPhase,
     RequestView,
-    backup_port,
     hosting_plan,
     step,
 )
@@ -45,7 +44,7 @@ def hosted_backup_config(host: ServerConfig, ask: Ask, slot: int, host_url: str
     own (Artemis copies the host's configuration too), with the backup's name, a data
     directory under this member's, every port moved by the offset (once per slot), and the
     live's pair: its HA channel to dial, its group, its member name."""
-    offset = backup_port(0, host.backup_port_offset, slot)
+    offset = host.backup_port_offset * slot
     members = tuple(dict.fromkeys((*host.cluster_members, host_url))) \
         if host.cluster_members else ()
     return replace(

@@ -2,8 +2,8 @@
 one child process each, a pairmq server of its own (a Python process has one core's worth
 of GIL), supervised here. A child that fails is started again; one that ends by itself
 (a backup that scaled down) is not. Each dies with this process (cli/hosted_backup.py
-asks the kernel to kill it then): a kill -9 of the member takes its hosted backups with it, as the
-machine's death would.
+asks the kernel to kill it then): a kill -9 of the member takes its hosted backups with
+it, as the machine's death would.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ LOG_NAME = "server.log"
 class HostedState(StrEnum):
     STARTING = "starting"
     RUNNING = "running"
-    RESTARTING = "restarting"
+    RESTARTING = "restarting"  # it failed: started again in a moment
+    STOPPING = "stopping"  # asked to end (SIGTERM): not started again, whatever its exit
     STOPPED = "stopped"
 
 
@@ -44,8 +45,12 @@ class HostedBackup:
     state: HostedState = HostedState.STARTING
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
-    stopping: bool = False
     watcher: asyncio.Task[None] | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Asked to end (read again after every wait: `stop` may have come meanwhile)."""
+        return self.state is HostedState.STOPPING
 
     def status(self) -> dict[str, Any]:
         c = self.config
@@ -95,17 +100,21 @@ class HostedBackups:
     async def _supervise(self, b: HostedBackup) -> None:
         while not b.stopping:
             try:
-                b.process = await self._spawn(b)
+                process = await self._spawn(b)
             except OSError as e:
                 log.error("Cannot start the backup of live %s here: %s", b.live, e)
                 b.state = HostedState.RESTARTING
                 await asyncio.sleep(RESTART_DELAY_S)
                 continue
+            b.process = process
+            if b.stopping:  # asked to end while it was being started
+                process.terminate()
+                break
             b.state = HostedState.RUNNING
             log.info("Hosting the backup of live %s (pid %d, STOMP %s, HA %s, log %s)",
-                     b.live, b.process.pid, b.config.client_listener, b.config.listen,
+                     b.live, process.pid, b.config.client_listener, b.config.listen,
                      Path(b.config.data_dir) / LOG_NAME)
-            code = await b.process.wait()
+            code = await process.wait()
             if b.stopping:
                 break
             if code == 0:  # it ended by itself: a backup that scaled down, or was stopped
@@ -129,7 +138,7 @@ class HostedBackups:
         if b is None:
             return
         log.info("Stopping the backup of live %s hosted here: %s", live, why)
-        b.stopping = True
+        b.state = HostedState.STOPPING
         process = b.process
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):

@@ -86,6 +86,10 @@ class Limits:
     close_below: int = 1000  # MOVING ends once the backlog here is this small ...
     moving_s: float = 5.0  # ... or has not shrunk for this long (producers keep up)
     ack_grace_s: float = 2.0  # consumers' deliveries still unacknowledged: how long to wait
+    # DONE: new connections are still redirected this long before the server stops. A
+    # producer refused a moment before the redirect is between two connections when it
+    # goes out; it learns the target when it comes back, not from a closed port.
+    redirect_linger_s: float = 2.0
 
 
 class ScaleDown:

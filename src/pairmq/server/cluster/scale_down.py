@@ -91,6 +91,8 @@ class ScaleDownDriver:
                 log.info("Scaling down to member %s: %.0f%% (%d messages here, %d moving)",
                          m.target, 100 * m.progress(view), view.waiting, view.moving)
             await asyncio.sleep(STEP_S)
+        if m.phase is ScaleDownPhase.DONE:  # the redirect stays for those reconnecting
+            await asyncio.sleep(m.limits.redirect_linger_s)
         return m
 
     @property

@@ -3,7 +3,6 @@ members exactly once through a kill -9 of each pair's active server (docs/cluste
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from pairmq.core.cluster import sf_queue
 from tests.ha.clients import FailoverConsumer, FailoverProducer
 from tests.support.cluster import PairCluster
+from tests.support.exactly_once import NumberedLoad, assert_consumed_once
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -35,48 +35,18 @@ def test_producers_everywhere_consumer_on_one_member_through_kills(tmp_path: Pat
                    "member 0's bridges subscribed", 10)
         producers = [FailoverProducer(cluster.pairs[i].client_addresses(), QUEUE, window=32)
                      for i in range(3)]
-        sent: list[set[str]] = [set() for _ in range(3)]
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def produce(i: int) -> None:
-            k = 0
-            try:
-                while not stop.is_set() and k < 4000:
-                    dup_id = f"m{i}-{k}"
-                    producers[i].send(dup_id, f"from member {i}: {k}".encode())
-                    sent[i].add(dup_id)
-                    k += 1
-                    if k % 20 == 0:
-                        time.sleep(0.01)
-                producers[i].flush()
-            except BaseException as e:
-                errors.append(e)
-
-        threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
+        load = NumberedLoad(producers, "from member").start()
         for victim in (1, 2, 0):
             time.sleep(2.0)
             pair = cluster.pairs[victim]
             killed = cluster.active(victim)
             pair.kill(killed)
             pair.wait_state(pair.other(killed), "STANDALONE", 20)
-        stop.set()
-        for t in threads:
-            t.join(120)
-        assert not errors, errors
-        receipted = {d for p in producers for d in p.receipted}
+        load.finish()
+        receipted = load.receipted()
         assert len(receipted) > 1000
-        missing = consumer.wait_consumed(receipted, 90)
-        consumer.wait_idle(2.0)
-        assert not missing, f"{len(missing)} receipted messages never consumed, e.g. " \
-                            f"{sorted(missing)[:5]}"
-        twice = {d: n for d, n in consumer.consumed.items() if n > 1}
-        assert not twice, f"consumed twice: {sorted(twice)[:10]}"
+        assert_consumed_once(consumer, receipted, load.sent_ids())
         assert not consumer.after_ack, consumer.after_ack[:10]
-        unknown = set(consumer.consumed) - set().union(*sent)
-        assert not unknown, sorted(unknown)[:10]
         # the members' bridges really carried them: two thirds came from members 1 and 2
         forwarded = sum(1 for d in consumer.consumed if not d.startswith("m0-"))
         assert forwarded > len(receipted) // 2

@@ -24,6 +24,7 @@ from tests.ha.clients import FailoverConsumer, FailoverProducer
 from tests.support.cli import run_pairmq
 from tests.support.colocated import ColocatedCluster, children
 from tests.support.etcd import EtcdCluster
+from tests.support.exactly_once import NumberedLoad, assert_consumed_once
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -106,27 +107,7 @@ def test_a_member_killed_takes_a_live_and_a_backup_and_nothing_receipted_is_lost
                                for b in members.status(0)["cluster"]["bridges"]),  # type: ignore[index]
                    "member 0's bridges subscribed", 10)
         producers = [FailoverProducer(addresses[i], QUEUE, window=32) for i in range(3)]
-        sent: list[set[str]] = [set() for _ in range(3)]
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def produce(i: int) -> None:
-            k = 0
-            try:
-                while not stop.is_set() and k < 4000:
-                    dup_id = f"m{i}-{k}"
-                    producers[i].send(dup_id, f"from live {i}: {k}".encode())
-                    sent[i].add(dup_id)
-                    k += 1
-                    if k % 20 == 0:
-                        time.sleep(0.01)
-                producers[i].flush()
-            except BaseException as e:
-                errors.append(e)
-
-        threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
+        load = NumberedLoad(producers, "from live").start()
         time.sleep(2.0)
         members.kill_tree(1)
         # live 0 says it lost its backup, and gets another on member 2
@@ -135,24 +116,13 @@ def test_a_member_killed_takes_a_live_and_a_backup_and_nothing_receipted_is_lost
         wait_until(lambda: members.host_of(0) == 2 and members.backed_up(0),
                    "live 0 backed up again, on member 2", 60)
         time.sleep(2.0)
-        stop.set()
-        for t in threads:
-            t.join(120)
-        assert not errors, errors
+        load.finish()
         assert all(len(p.receipted) > 100 for p in producers), \
             [len(p.receipted) for p in producers]
         # live 1's producer carried on at its backup
         assert producers[1].connected_to[-1] == addresses[1][1], \
             f"live 1's producer is not at its backup: {producers[1].connected_to}"
-        receipted = {d for p in producers for d in p.receipted}
-        missing = consumer.wait_consumed(receipted, 90)
-        consumer.wait_idle(2.0)
-        assert not missing, f"{len(missing)} receipted messages never consumed, e.g. " \
-                            f"{sorted(missing)[:5]}"
-        twice = {d: n for d, n in consumer.consumed.items() if n > 1}
-        assert not twice, f"consumed twice: {sorted(twice)[:10]}"
-        unknown = set(consumer.consumed) - set().union(*sent)
-        assert not unknown, sorted(unknown)[:10]
+        assert_consumed_once(consumer, load.receipted(), load.sent_ids())
         # member 1 restarts: its backup (serving live 1 on member 2) dials it, and live 1
         # takes its place back, backed up on member 2 again, serving what was sent there
         members.start_member(1)
@@ -224,13 +194,7 @@ def test_a_hosted_backup_with_scale_down_moves_its_dead_live_to_the_cluster(
         assert hosted["m1"]["state"] == "stopped", hosted
         consumer = FailoverConsumer([("127.0.0.1", members.stomp[0])], QUEUE,
                                     prefetch=50).start()
-        missing = consumer.wait_consumed(receipted, 90)
-        consumer.wait_idle(2.0)
-        assert not missing, f"{len(missing)} receipted messages never consumed, e.g. " \
-                            f"{sorted(missing)[:5]}"
-        twice = {d: n for d, n in consumer.consumed.items() if n > 1}
-        assert not twice, f"consumed twice: {sorted(twice)[:10]}"
-        assert not set(consumer.consumed) - set(sent)
+        assert_consumed_once(consumer, receipted, set(sent))
         consumer.close()
         producer.close()
     finally:

@@ -49,7 +49,6 @@ if str(ROOT) not in sys.path:
 import argparse  # noqa: E402
 import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
-import queue  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -64,7 +63,7 @@ from tests.support.etcd import EtcdCluster, missing  # noqa: E402
 
 import pairmq.client  # noqa: E402
 from benchmarks.ha_replication import BenchError, log_problems  # noqa: E402
-from benchmarks.loadgen import host_busy_cpu  # noqa: E402
+from benchmarks.loadgen import GeneratorPool, host_busy_cpu  # noqa: E402
 
 QUEUE = "/queue/colocated.bench"
 SEQ = 10  # digits of the sequence number at the start of every body
@@ -152,50 +151,39 @@ def _consumer(load: Load, events: Any, stop: Any, consumed: Any) -> None:
 
 
 class Loads:
-    """A producer and a consumer process per live, all started together."""
+    """A producer and a consumer process per live, all started together (loadgen.py's
+    GeneratorPool runs them and gathers their reports)."""
 
     def __init__(self, loads: list[Load]) -> None:
         ctx = mp.get_context("fork")
         self.loads = loads
-        self.events = ctx.Queue()
+        self.pool = GeneratorPool(ctx, ctx.Queue(), [])
         self.start_event, self.stop_producing, self.stop_consuming = (
             ctx.Event(), ctx.Event(), ctx.Event())
         self.sent = ctx.RawArray("q", len(loads))
         self.consumed = ctx.RawArray("q", len(loads))
-        self.results: dict[tuple[str, int], dict[str, Any]] = {}
-        self.ready: set[tuple[str, int]] = set()
-        self.procs = []
         for load in loads:
-            self.procs.append(ctx.Process(target=_consumer, args=(
-                load, self.events, self.stop_consuming, self.consumed)))
-            self.procs.append(ctx.Process(target=_producer, args=(
-                load, self.events, self.start_event, self.stop_producing, self.sent)))
-        for p in self.procs:
-            p.start()
+            self.pool.launch("consumer", load.index, _consumer, (
+                load, self.pool.events, self.stop_consuming, self.consumed))
+            self.pool.launch("producer", load.index, _producer, (
+                load, self.pool.events, self.start_event, self.stop_producing, self.sent))
 
     def _take(self, timeout: float) -> None:
-        try:
-            kind, role, index, payload = self.events.get(timeout=timeout)
-        except queue.Empty:
-            return
-        if kind == "ready":
-            self.ready.add((role, index))
-        else:
-            self.results[(role, index)] = payload
-            if payload.get("error"):
-                raise BenchError(payload["error"])
+        """One report at most; a generator that failed raises its error."""
+        self.pool.take(timeout)
+        if self.pool.errors:
+            raise BenchError(self.pool.errors[0])
 
     def wait_ready(self) -> None:
-        until = time.monotonic() + SETUP_TIMEOUT_S
-        while len(self.ready) < len(self.procs):
-            if time.monotonic() > until:
-                raise BenchError(f"load generators not ready: only {sorted(self.ready)}")
-            self._take(0.1)
+        count = len(self.loads)
+        if not (self.pool.wait_ready("consumer", count, SETUP_TIMEOUT_S)
+                and self.pool.wait_ready("producer", count, SETUP_TIMEOUT_S)):
+            raise BenchError(f"load generators not ready: {'; '.join(self.pool.errors)}")
         self.start_event.set()
 
     def poll(self) -> None:
         """Every report already there: a generator that ended early raises its error."""
-        while not self.events.empty():
+        while not self.pool.events.empty():
             self._take(0.01)
 
     def counts(self) -> tuple[list[int], list[int]]:
@@ -206,11 +194,11 @@ class Loads:
         self.stop_producing.set()
         until = time.monotonic() + timeout
         producers = {("producer", load.index) for load in self.loads}
-        while not producers <= set(self.results) and time.monotonic() < until:
+        while not producers <= set(self.pool.results) and time.monotonic() < until:
             self._take(0.1)
         out = []
         for load in self.loads:
-            sent = self.results.get(("producer", load.index), {}).get("sent")
+            sent = self.pool.results.get(("producer", load.index), {}).get("sent")
             if sent is None:
                 raise BenchError(f"producer {load.index} did not report")
             while self.consumed[load.index] < sent and time.monotonic() < until:
@@ -218,14 +206,11 @@ class Loads:
             out.append({"sent": sent})
         time.sleep(0.3)  # anything more than was sent would be a duplicate
         self.stop_consuming.set()
-        while len(self.results) < len(self.procs) and time.monotonic() < until:
-            self._take(0.1)
-        for p in self.procs:
-            p.join(max(0.1, until - time.monotonic()))
-            if p.is_alive():
-                p.terminate()
+        self.pool.collect(max(0.1, until - time.monotonic()))
+        if self.pool.errors:
+            raise BenchError("; ".join(self.pool.errors))
         for load, row in zip(self.loads, out, strict=True):
-            seen = self.results.get(("consumer", load.index), {}).get("seen")
+            seen = self.pool.results.get(("consumer", load.index), {}).get("seen")
             if seen is None:
                 raise BenchError(f"consumer {load.index} did not report")
             row["lost"] = seen[:row["sent"]].count(0) + max(0, row["sent"] - len(seen))
@@ -237,7 +222,7 @@ class Loads:
         self.stop_producing.set()
         self.stop_consuming.set()
         self.start_event.set()
-        for p in self.procs:
+        for p in self.pool.procs.values():
             p.join(5)
             if p.is_alive():
                 p.terminate()

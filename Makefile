@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test test-deps etcd-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
+.PHONY: up test test-deps etcd-deps pg-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -25,9 +25,11 @@ up: $(STAMP) $(if $(filter etcd,$(ARBITER)),etcd-deps)
 # Programs the tests drive, from Debian, installed when missing (with sudo when not root; one
 # apt-get for all): Chromium and ChromeDriver for the console's browser tests
 # (tests/ha/test_console.py), etcd and etcdctl for the etcd arbiter's (tests/support/etcd.py)
-# and `make up ARBITER=etcd`. Each word is PROGRAM:PACKAGE.
+# and `make up ARBITER=etcd`, PostgreSQL (Debian 12's 15: postgres, initdb, psql, pg_isready) for
+# the throwaway clusters of tests/support/postgres.py. Each word is PROGRAM:PACKAGE.
 BROWSER_DEBS := /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
 ETCD_DEBS := /usr/bin/etcd:etcd-server /usr/bin/etcdctl:etcd-client
+PG_DEBS := /usr/lib/postgresql/15/bin/postgres:postgresql
 define install_missing_debs
 	@missing=""; \
 	for program_package in $(1); do \
@@ -41,10 +43,13 @@ define install_missing_debs
 endef
 
 test-deps:
-	$(call install_missing_debs,$(BROWSER_DEBS) $(ETCD_DEBS))
+	$(call install_missing_debs,$(BROWSER_DEBS) $(ETCD_DEBS) $(PG_DEBS))
 
 etcd-deps:
 	$(call install_missing_debs,$(ETCD_DEBS))
+
+pg-deps:
+	$(call install_missing_debs,$(PG_DEBS))
 
 # In two steps: the tests that mostly wait on servers, on TEST_WORKERS pytest-xdist workers;
 # then the heavy ones (marked slow or machine, and the Spark tests: tests/conftest.py), one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.support.admin import hashed
 from tests.support.browser import Browser, missing
 from tests.support.certs import Pki, make_pki
 from tests.support.etcd import EtcdCluster, require_etcd
+from tests.support.postgres import PostgresServer, database_name, require_postgres
 
 serverproc.LOG_LEVEL = "debug"
 
@@ -42,14 +44,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    """On a failure, show the tail of every server and witness log the test wrote: a CI run
-    is often the only witness of a rare failure."""
+    """On a failure, show the tail of every server and witness log the test wrote, and of
+    the PostgreSQL server's it used: a CI run is often the only witness of a rare failure."""
     outcome = yield
     report = outcome.get_result()
-    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
-    if not report.failed or tmp_path is None:
+    if not report.failed:
         return
-    for log in sorted(Path(tmp_path).rglob("*.log")):
+    funcargs = getattr(item, "funcargs", {})
+    tmp_path = funcargs.get("tmp_path")
+    logs = sorted(Path(tmp_path).rglob("*.log")) if tmp_path is not None else []
+    postgres = funcargs.get("postgres_server")
+    if isinstance(postgres, PostgresServer) and postgres.log_path.exists():
+        logs.append(postgres.log_path)  # in a directory of its own, not under tmp_path
+    for log in logs:
         lines = _without_refused(log.read_text(errors="replace").splitlines())[-LOG_TAIL_LINES:]
         report.sections.append((f"log {log.name} (last {len(lines)} lines)", "\n".join(lines)))
 
@@ -174,6 +181,36 @@ def etcd_cluster_unstarted(tmp_path: Path) -> Iterator[EtcdCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A started PostgreSQL cluster on loopback (tests/support/postgres.py), one per test
+    session (per pytest-xdist worker), stopped and removed at its end. Tests share it: one
+    that stops, restarts or kills it leaves it running again (`start()`); `postgres_db`
+    gives each its own database. Skipped where PostgreSQL is missing, except in CI: `make
+    test` installs it there (`make test-deps`), so a missing one fails loudly."""
+    require_postgres()
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def postgres_db(postgres_server: PostgresServer, request: pytest.FixtureRequest
+                ) -> Iterator[str]:
+    """The URL of a new, empty database on `postgres_server`, named after the test;
+    dropped at teardown (its connections closed). The server is started again first if an
+    earlier test left it stopped."""
+    postgres_server.start()
+    name = database_name(request.node.name, uuid.uuid4().hex[:8])
+    url = postgres_server.create_database(name)
+    yield url
+    postgres_server.start()
+    postgres_server.drop_database(name)
 
 
 @pytest.fixture

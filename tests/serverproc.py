@@ -151,12 +151,15 @@ def start_server(
     start_timeout: float = 20.0,
     open_files: int | None = None,
     on_start: Callable[[ServerProcess], None] | None = None,
+    wait_listening: bool = True,
 ) -> ServerProcess:
     """Start `python -m pairmq server` with the given flags and wait until it listens.
 
     `config_text` is written to a TOML file passed with --config; flags win over it.
     `open_files`: the process's limit on open files (RLIMIT_NOFILE), if not the default.
     `on_start`: told of the server once it listens, and of every `start_again` of it.
+    `wait_listening`: False returns at once (a server that waits for something first, or
+    is expected to refuse to start).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -184,7 +187,8 @@ def start_server(
                             preexec_fn=limit)
     log.close()
     try:
-        wait_for_port("127.0.0.1", port, proc, start_timeout)
+        if wait_listening:
+            wait_for_port("127.0.0.1", port, proc, start_timeout)
     except Exception:
         proc.kill()
         proc.wait()

@@ -31,6 +31,7 @@ from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
 from pairmq.server.guards.turn_budget import TurnBudget
 from pairmq.server.loop_lag import LoopWatch
+from pairmq.server.pair.database import DatabaseBacked, DatabaseJournal, StartupRefused
 from pairmq.server.pair.policy import NoPair, PairPolicy
 from pairmq.server.pair.replication import ReplicationDriver
 from pairmq.server.pair.shared_store import SharedStorePair
@@ -111,6 +112,10 @@ class PairmqServer:
             self.pair = SharedStorePair(self)
         else:
             self.pair = NoPair(self._serve_alone)
+        # [store] url: the journal is kept in PostgreSQL (server/pair/database.py)
+        self.database = DatabaseJournal(config, self) if config.url else None
+        if self.database is not None:
+            self.pair = DatabaseBacked(self.pair, self.database)
         # [cluster]: bridges to the other members while this server serves (docs/cluster.md)
         self.cluster = ClusterNode(config, lambda: self.role, self._member_url,
                                    self.next_conn_id, self._backup_linked) \
@@ -277,6 +282,11 @@ class PairmqServer:
         report_slow_collections(SLOW_GC_S, lambda generation, took: log.warning(
             "A garbage collection (generation %s) paused the server for %.2f s", generation,
             took))
+        if self.database is not None:  # the local journal: a copy of the database's
+            try:
+                await self.database.take(self._journal_dir())
+            except StartupRefused as e:
+                raise StartupError(str(e)) from None
         if not self._shared:  # a shared journal is read once its lock is held
             with gc_paused(freeze=True):
                 # In a thread, as a takeover does: the loop has nothing to serve yet, but
@@ -388,6 +398,8 @@ class PairmqServer:
         except TimeoutError:
             log.error("Journal did not reach the disk within %.0f s of stopping: records "
                       "not yet confirmed to clients may be lost", DRAIN_TIMEOUT_S)
+        if self.database is not None:
+            await self.database.close(DRAIN_TIMEOUT_S)
         role.store.close()
         if self._data_lock is not None:
             self._data_lock.release()
@@ -531,6 +543,12 @@ class PairmqServer:
         standby = self._new_role(RoleKind.STANDBY, broker, store)
         standby.watch_mirror()
         self._switch_role(standby, why)
+
+    def lease_lost(self, why: str) -> None:
+        """[store] url: another server took the database lease. Serving ends now and the
+        server stops (a lease is taken only from a server that stopped renewing it)."""
+        self.stop_serving(why)
+        self.finished.set()
 
     def throttle(self, paused: bool) -> None:
         """Stop (or go on) reading from clients: the pair's replication is behind."""

@@ -310,6 +310,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
                           overrides=sorted_overrides(patterns), retention=streams,
                           security=security)
     _check_ha(config, source)
+    _check_database(config, source)
     _check_cluster(config, source)
     _check_tls(config, source)
     return config
@@ -372,6 +373,22 @@ def _check_ha(v: ServerConfig, source: str) -> None:
         raise ConfigError(f"{where} shared_dir is only used with policy = \"shared-store\"")
     elif v.etcd is not None:
         _check_etcd(v, v.etcd, where)
+
+
+def _check_database(v: ServerConfig, source: str) -> None:
+    """[store] url: a server alone keeps its journal in the database (docs/database.md)."""
+    where = f"{source}: [store]"
+    if not v.url:
+        if v.password_file:
+            raise ConfigError(f"{where} password_file is only used with url")
+        return
+    if v.policy != "none":
+        raise ConfigError(f"{where} url is used by a server with [ha] policy = \"none\" "
+                          f"(this one has \"{v.policy}\"): a replicated pair keeps a journal "
+                          "on each server, and a pair on one database is not built yet "
+                          "(docs/database.md)")
+    if v.password_file and not Path(v.password_file).is_file():
+        raise ConfigError(f"{where} password_file {v.password_file}: no such file")
 
 
 def _check_colocated(v: ServerConfig, where: str) -> None:

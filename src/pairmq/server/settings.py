@@ -53,6 +53,12 @@ def _optional_address(value: str) -> str | None:
     return None if value == "" else _address(value)
 
 
+def _database_url(value: str) -> str | None:
+    if value and not value.startswith(("postgresql://", "postgres://")):
+        return 'must be "postgresql://USER:PASSWORD@HOST:PORT/DATABASE" or empty'
+    return None
+
+
 def _at_least(n: int) -> Callable[[int], str | None]:
     return lambda v: None if v >= n else f"must be an integer >= {n}, got {v}"
 
@@ -247,6 +253,17 @@ class Settings:
         "a journal write not completed within this is a stalled disk: an active server with an "
         "in-sync backup hands over to it, a backup is dropped from synchronous replication "
         "(ms, 0 = never)", _at_least(0))
+
+    url: str = setting("store", "",
+        "postgresql://USER:PASSWORD@HOST:PORT/DB: the journal is kept in this PostgreSQL "
+        "database (DATA_DIR/journal is then a copy of it), and the lease in it decides which "
+        "server writes it; empty = the file journal (docs/database.md)", _database_url)
+    password_file: str = setting("store", "",
+        "a file holding the database's password (else the URL's, or the environment's "
+        "PAIRMQ_STORE_PASSWORD); never logged")
+    lease_timeout_ms: int = setting("store", 4000,
+        "the database lease's length, on the database's clock: a server that stops renewing "
+        "it (dead, paused, cut off) is replaced after this (ms)", _at_least(500))
 
     # [auth]
     allow_anonymous: bool = setting("auth", False, "accept clients without a login")

@@ -14,6 +14,7 @@ from pairmq.server.config import ServerConfig, User
 from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
 from pairmq.server.loop_lag import LoopWatch
+from pairmq.server.pair.database import DatabaseJournal
 from pairmq.server.pair.policy import PairPolicy
 from pairmq.server.role.role import Role
 from pairmq.server.tls import TlsContexts
@@ -30,6 +31,7 @@ class ManagedServer(Protocol):
     changes: deque[dict[str, object]]  # the last HA state changes, with their reasons
     disk_usage_percent: float | None  # the data directory's disk, last sampled
     cluster: ClusterNode | None  # [cluster]: the bridges to the other members
+    database: DatabaseJournal | None  # [store] url: the journal kept in PostgreSQL
 
     @property
     def pair(self) -> PairPolicy: ...

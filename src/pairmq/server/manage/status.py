@@ -48,6 +48,8 @@ def server_summary(server: ManagedServer) -> dict[str, Any]:
             "state": disk.disk.value, "write_in_flight_s": disk.in_flight_s,
             "longest_write_s": disk.longest_s, "stalls": disk.stalls,
             "stall_timeout_ms": server.config.stall_timeout_ms}
+    if server.database is not None:  # [store] url: the lease, the copy (docs/database.md)
+        status["journal"]["database"] = server.database.status()
     if server.cluster is not None:  # the members and this one's bridges (docs/cluster.md)
         status["cluster"] = server.cluster.status()
     if pair is not None:

@@ -1,0 +1,376 @@
+"""[store] url: the journal kept in PostgreSQL, as the server sees it.
+
+`DatabaseJournal` is the thin driver: it connects, takes the fenced lease (waiting while
+another server holds it), restores the local copy of the journal from the database, then
+keeps the lease renewed, copies every appended record (store/database/copy.py) and deletes
+the rows the journal no longer needs. `DatabaseBacked` wraps the server's pair policy so
+that receipts go out only for records the database committed, under a lease this server
+can prove it holds (store/database/lease.py has the safety argument).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from pairmq.ha.states import State
+from pairmq.server.config import ServerConfig
+from pairmq.server.pair.policy import PairPolicy
+from pairmq.store.database import lease
+from pairmq.store.database.copy import CopyState, JournalCopy, describe
+from pairmq.store.database.restore import Restored, restore
+from pairmq.store.database.schema import (
+    SCHEMA_VERSION,
+    create_statements,
+    redacted,
+    schema_name,
+    version_problem,
+)
+from pairmq.store.sharedlock import NO_PROOF, Proof, fresh_proof
+from pairmq.store.store import Store
+
+log = logging.getLogger("pairmq.store")
+
+PASSWORD_ENV = "PAIRMQ_STORE_PASSWORD"
+CONNECT_TIMEOUT_S = 5.0
+HORIZON_EVERY_S = 1.0
+DELETE_BATCH = 5000  # rows deleted per statement: short transactions, never the loop held
+THROTTLE_BYTES, RESUME_BYTES = 64 << 20, 16 << 20  # records waiting for the database
+
+
+class StartupRefused(Exception):
+    """The database cannot be used by this server, and waiting will not change it."""
+
+
+class DatabaseHost(Protocol):
+    @property
+    def store(self) -> Store: ...
+
+    def update_confirmed(self) -> None: ...
+
+    def throttle(self, paused: bool) -> None: ...
+
+    def lease_lost(self, why: str) -> None:
+        """Another server took the lease: stop serving at once (nothing is confirmed)."""
+
+
+def password_of(config: ServerConfig) -> str | None:
+    """[store] password_file, else PAIRMQ_STORE_PASSWORD, else None (the URL's, if any)."""
+    if config.password_file:
+        return Path(config.password_file).read_text().strip()
+    return os.environ.get(PASSWORD_ENV) or None
+
+
+class DatabaseJournal:
+    """The database holding this server's journal, from the start to the stop."""
+
+    def __init__(self, config: ServerConfig, host: DatabaseHost) -> None:
+        self.url = config.url
+        self.where = redacted(config.url)
+        self.password = password_of(config)
+        self.schema = schema_name(config.group or config.name)
+        self.ttl_ms = config.lease_timeout_ms
+        self.segment_bytes = config.segment_bytes
+        self.host = host
+        self.holder = f"{config.name} (pid {os.getpid()} on {socket.gethostname()}, " \
+                      f"{secrets.token_hex(4)})"
+        self.sql = lease.LeaseStatements(self.schema)
+        self.epoch = 0
+        self.proof: Proof = NO_PROOF
+        self.restored: Restored | None = None
+        self.copy: JournalCopy | None = None
+        self.deleted_below = 0  # rows below this seq are deleted
+        self._horizon = (0, 0)  # (a local horizon seen, the appended seq when it was seen)
+        self._lease_conn: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._throttled = False
+        self.lease_state = "not taken"
+
+    async def _connect(self) -> Any:
+        import asyncpg  # only servers with [store] url load the driver
+        return await asyncpg.connect(self.url, password=self.password,
+                                     timeout=CONNECT_TIMEOUT_S, command_timeout=None,
+                                     server_settings={"application_name": "pairmq"})
+
+    # ------------------------------------------------------------ start: lease and restore
+
+    async def take(self, journal_dir: Path) -> Restored:
+        """Connect (retrying while the database is unreachable), make the schema, take the
+        lease (waiting while another server holds it), and restore the local copy."""
+        conn = await self._first_connection()
+        try:
+            await self._prepare_schema(conn)
+            await self._acquire(conn)
+            started = time.monotonic()
+            self.restored = restored = await restore(conn, self.schema, journal_dir,
+                                                     self.segment_bytes)
+        finally:
+            await conn.close()
+        self.deleted_below = restored.first_seq
+        log.info("Journal restored from the database %s (schema %s): %d records, %.1f MiB, "
+                 "seq %d to %d, in %.2f s", self.where, self.schema, restored.records,
+                 restored.bytes / 1048576, restored.first_seq, restored.last_seq,
+                 time.monotonic() - started)
+        return restored
+
+    async def _first_connection(self) -> Any:
+        import asyncpg
+        said = ""
+        while True:
+            try:
+                return await self._connect()
+            except (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError,
+                    asyncpg.InvalidCatalogNameError) as e:
+                raise StartupRefused(f"database {self.where}: {describe(e)}") from None
+            except Exception as e:  # unreachable, restarting, too many clients
+                problem = describe(e)
+                if problem != said:
+                    log.warning("Database %s cannot be reached (%s): retrying", self.where,
+                                problem)
+                    said = problem
+                await asyncio.sleep(1.0)
+
+    async def _prepare_schema(self, conn: Any) -> None:
+        async with conn.transaction():
+            # one server at a time makes the schema (two at once would race on CREATE)
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.schema)
+            for statement in create_statements(self.schema):
+                await conn.execute(statement)
+            found = [r[0] for r in await conn.fetch(
+                f"SELECT version FROM {self.schema}.pairmq_schema")]
+            problem = version_problem(found, self.schema)
+            if problem:
+                raise StartupRefused(f"database {self.where}: {problem}")
+            if not found:
+                await conn.execute(f"INSERT INTO {self.schema}.pairmq_schema VALUES ($1)",
+                                   SCHEMA_VERSION)
+
+    async def _acquire(self, conn: Any) -> None:
+        said = ""
+        while True:
+            started = time.monotonic()
+            outcome = await lease.try_acquire(conn, self.sql, self.holder, self.ttl_ms)
+            if isinstance(outcome, lease.Granted):
+                self.epoch = outcome.epoch
+                self.proof = fresh_proof(started, self.ttl_ms / 1000)
+                self.lease_state = "held"
+                log.info("Database lease taken (schema %s, epoch %d, %d ms on the "
+                         "database's clock)", self.schema, self.epoch, self.ttl_ms)
+                return
+            if outcome.holder != said:
+                log.warning("Database lease held by %s: waiting for it (%.1f s left unless "
+                            "renewed)", outcome.holder, outcome.remaining_ms / 1000)
+                said = outcome.holder
+                self.lease_state = f"waiting: held by {outcome.holder}"
+            await asyncio.sleep(min(max(outcome.remaining_ms / 1000, 0.05), self.ttl_ms / 4000))
+
+    # ------------------------------------------------------------ serving
+
+    def start(self) -> None:
+        """Serving begins: copy what the journal appends, renew the lease, delete dead rows."""
+        restored = self.restored
+        assert restored is not None
+        self.copy = JournalCopy(self._connect, self.schema, self.holder, self.epoch,
+                                restored.last_seq, self._committed, self._fenced)
+        self.copy.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._keep_lease(), name="database lease"),
+                       loop.create_task(self._delete_dead_rows(), name="database horizon")]
+
+    def append(self, seq: int, record: bytes) -> None:
+        copy = self.copy
+        if copy is not None:
+            copy.append(seq, record)
+            if not self._throttled and copy.pending_bytes > THROTTLE_BYTES:
+                self._throttle(True)
+
+    def may_confirm(self) -> bool:
+        return self.proof.valid(time.monotonic())
+
+    @property
+    def committed_seq(self) -> int:
+        return self.copy.committed_seq if self.copy is not None else 0
+
+    def _committed(self, _seq: int) -> None:
+        copy = self.copy
+        if self._throttled and copy is not None and copy.pending_bytes < RESUME_BYTES:
+            self._throttle(False)
+        self.host.update_confirmed()
+
+    def _throttle(self, paused: bool) -> None:
+        self._throttled = paused
+        if paused:
+            log.warning("More than %d MiB of records wait for the database: clients are no "
+                        "longer read until it catches up", THROTTLE_BYTES >> 20)
+        self.host.throttle(paused)
+
+    def _fenced(self) -> None:
+        self.proof = NO_PROOF
+        self.lease_state = "lost"
+        self.host.lease_lost("another server took the database lease")
+
+    async def _keep_lease(self) -> None:
+        every = self.ttl_ms / 4000
+        said = ""
+        while True:
+            await asyncio.sleep(every)
+            started = time.monotonic()
+            try:
+                if self._lease_conn is None:
+                    self._lease_conn = await self._connect()
+                held = await lease.renew(self._lease_conn, self.sql, self.holder, self.epoch,
+                                         self.ttl_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the database went away: the proof lapses
+                problem = describe(e)
+                if problem != said:
+                    log.warning("Database lease not renewed (%s): receipts stop when it "
+                                "lapses, %.1f s after the last renewal", problem,
+                                self.ttl_ms / 1000)
+                    said = problem
+                await self._drop_lease_connection()
+                continue
+            if not held:
+                self._fenced()
+                log.error("Database lease lost: another server holds it now; this server "
+                          "stops serving")
+                return
+            if said:
+                log.info("Database lease renewed again")
+                said = ""
+            was_valid = self.may_confirm()
+            self.proof = fresh_proof(started, self.ttl_ms / 1000)
+            if not was_valid:
+                self.host.update_confirmed()
+
+    async def _delete_dead_rows(self) -> None:
+        """Rows below the journal's oldest segment are dead; delete them in short batches
+        once every record appended before that segment went is in the database (the
+        records compaction moved forward must be there before their old rows go)."""
+        conn: Any = None
+        while True:
+            await asyncio.sleep(HORIZON_EVERY_S)
+            store = self.host.store
+            seen, needed = self._horizon
+            oldest = store.oldest_seq
+            if oldest > seen:
+                self._horizon = seen, needed = oldest, store.appended_seq
+            if seen <= self.deleted_below or self.committed_seq < needed:
+                continue
+            try:
+                if conn is None:
+                    conn = await self._connect()
+                while self.deleted_below < seen:
+                    upto = min(seen, self.deleted_below + DELETE_BATCH)
+                    await conn.execute(f"DELETE FROM {self.schema}.journal WHERE seq < $1",
+                                       upto)
+                    self.deleted_below = upto
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # tried again next time
+                log.debug("Deleting dead journal rows failed: %s", describe(e))
+                if conn is not None:
+                    conn.terminate()
+                conn = None
+
+    async def _drop_lease_connection(self) -> None:
+        conn, self._lease_conn = self._lease_conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def close(self, drain_timeout: float) -> None:
+        """Stopping: the records appended reach the database (within the timeout), then the
+        lease is released so that the other server need not wait for it to expire."""
+        for task in self._tasks:
+            task.cancel()
+        copy = self.copy
+        if copy is not None:
+            if not await copy.drained(drain_timeout):
+                log.error("%d records did not reach the database within %.0f s of stopping",
+                          copy.waiting, drain_timeout)
+            await copy.close()
+        if self.epoch and self.lease_state == "held":
+            try:
+                conn = self._lease_conn or await self._connect()
+                await lease.release(conn, self.sql, self.holder, self.epoch)
+                await conn.close()
+                self._lease_conn = None
+                log.info("Database lease released")
+            except Exception as e:  # it expires by itself
+                log.warning("Database lease not released (%s): it expires in %.1f s",
+                            describe(e), self.ttl_ms / 1000)
+        await self._drop_lease_connection()
+
+    def status(self) -> dict[str, Any]:
+        copy = self.copy
+        return {
+            "url": self.where, "schema": self.schema, "lease": self.lease_state,
+            "epoch": self.epoch, "holder": self.holder,
+            "lease_valid": self.may_confirm(),
+            "copy": copy.state.value if copy is not None else CopyState.CONNECTING.value,
+            "problem": copy.problem if copy is not None else "",
+            "committed_seq": self.committed_seq,
+            "waiting_records": copy.waiting if copy is not None else 0,
+            "waiting_bytes": copy.pending_bytes if copy is not None else 0,
+            "groups": copy.groups if copy is not None else 0,
+            "deleted_below": self.deleted_below,
+        }
+
+
+class DatabaseBacked:
+    """A pair policy whose confirmations also wait for the database (PairPolicy)."""
+
+    def __init__(self, inner: PairPolicy, database: DatabaseJournal) -> None:
+        self.inner = inner
+        self.database = database
+
+    @property
+    def state(self) -> State:
+        return self.inner.state
+
+    def active_address(self, tls: bool = False) -> str | None:
+        return self.inner.active_address(tls)
+
+    def handing_over_to(self, tls: bool = False) -> str | None:
+        return self.inner.handing_over_to(tls)
+
+    def topology(self, own: str, tls: bool = False) -> str | None:
+        return self.inner.topology(own, tls)
+
+    def confirmable(self, local: int, current: int) -> int:
+        database = self.database
+        if not database.may_confirm():
+            return current
+        return max(current, min(self.inner.confirmable(local, current),
+                                database.committed_seq))
+
+    def on_append(self, seq: int, record: bytes) -> None:
+        self.database.append(seq, record)
+        self.inner.on_append(seq, record)
+
+    def mirror_synced(self, seq: int) -> None:
+        self.inner.mirror_synced(seq)
+
+    def journal_stalled(self, waited: float | None) -> None:
+        self.inner.journal_stalled(waited)
+
+    async def start(self) -> None:
+        self.database.start()
+        await self.inner.start()
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    def status(self) -> dict[str, Any] | None:
+        return self.inner.status()
+
+    def force(self) -> str | None:
+        return self.inner.force()
+

@@ -1,0 +1,158 @@
+"""[store] url: the journal kept in a real PostgreSQL, against real server processes, a real
+SIGKILL, SIGSTOP past the lease, and PostgreSQL restarted under load (docs/database.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import stomp
+
+from tests.serverproc import ServerProcess
+from tests.support.database import (
+    LEASE_MS,
+    ReceiptedProducer,
+    assert_once_in_order,
+    database_flags,
+    drain_bodies,
+    journal_rows,
+    rows,
+)
+from tests.support.postgres import PostgresServer
+from tests.support.servers import restart
+from tests.support.waiting import wait_until
+
+
+def test_kill_9_mid_load_every_receipted_message_comes_back_once_and_in_order(
+        server_factory, postgres_db: str) -> None:
+    server = server_factory(*database_flags(postgres_db))
+    producers = [ReceiptedProducer(server.address, "/queue/orders", tag).start()
+                 for tag in ("a", "b")]
+    for producer in producers:
+        producer.wait_receipts(300)
+    server.kill()
+    receipted = set().union(*(p.receipted for p in producers))
+    sent = [body for p in producers for body in p.sent]
+    # the local copy is wiped: what comes back comes from the database alone
+    server = restart(server, *database_flags(postgres_db))
+    assert server.log_lines("Journal restored from the database")
+    assert "pairmq-test-secret" not in server.logs(), "the password was logged"
+    bodies = drain_bodies(server, "/queue/orders")
+    assert_once_in_order(bodies, receipted, sent)
+    assert len(receipted) >= 600
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_postgresql_restarted_mid_load_loses_nothing_and_the_server_carries_on(
+        server_factory, tmp_path, mode: str) -> None:
+    with PostgresServer() as pg:
+        pg.start()
+        url = pg.create_database("restarted")
+        server = server_factory(*database_flags(url))
+        producer = ReceiptedProducer(server.address, "/queue/q").start()
+        producer.wait_receipts(200)
+        pg.restart(mode)
+        before = len(producer.receipted)
+        # receipts go on by themselves once the database is back
+        producer.wait_receipts(before + 300, timeout=30)
+        producer.stop()
+        assert not producer.errors
+        logs = server.logs()
+        assert "The database does not take the journal" in logs or \
+            "Database lease not renewed" in logs, "the outage was not said"
+        assert "The database takes the journal again" in logs or \
+            "Database lease renewed again" in logs
+        # No false receipt: every receipted message is in the database, which a restart
+        # from it (the local copy wiped) shows.
+        server = restart(server, *database_flags(url))
+        bodies = drain_bodies(server, "/queue/q")
+        assert_once_in_order(bodies, producer.receipted, producer.sent)
+
+
+def test_a_server_paused_past_its_lease_writes_no_row_and_confirms_nothing(
+        server_factory, postgres_db: str) -> None:
+    first = server_factory(*database_flags(postgres_db))
+    producer = ReceiptedProducer(first.address, "/queue/q", tag="old").start()
+    producer.wait_receipts(100)
+    # the second server waits for the lease: it does not listen before it has it
+    waiting = start_waiting(server_factory, postgres_db)
+    wait_until(lambda: waiting.log_lines("Database lease held by"), "the second to wait")
+    os.kill(first.proc.pid, signal.SIGSTOP)
+    try:
+        paused_at = len(producer.sent)
+        time.sleep(0.3)  # frames written now wait in the paused server's socket
+        wait_until(lambda: waiting.log_lines("pairmq server", "ready"),
+                   "the second server to take over", timeout=LEASE_MS / 1000 + 15)
+        taken = journal_rows(postgres_db)
+        new = ReceiptedProducer(waiting.address, "/queue/q", tag="new").start()
+        new.wait_receipts(100)
+        new.stop()
+        receipts_before = set(producer.receipted)
+    finally:
+        os.kill(first.proc.pid, signal.SIGCONT)
+    # resumed: it finds its lease gone, writes nothing and stops
+    wait_until(lambda: first.proc.poll() is not None, "the paused server to stop", 20)
+    producer.stop(settle=0)
+    late = producer.receipted - receipts_before
+    assert not late, f"the old server confirmed {len(late)} messages after losing its lease"
+    assert first.log_lines("another server holds the lease now") or \
+        first.log_lines("Database lease lost")
+    bodies = drain_bodies(waiting, "/queue/q")
+    assert_once_in_order(bodies, producer.receipted | new.receipted,
+                         producer.sent + new.sent)
+    written_late = [b for b in bodies if b.startswith("old-") and
+                    int(b.split("-")[1]) >= paused_at]
+    assert not written_late, f"the old server's messages sent while paused: {written_late[:5]}"
+    assert journal_rows(postgres_db) >= taken
+
+
+def start_waiting(server_factory, url: str) -> ServerProcess:
+    """A second server on the same journal, not yet listening (it waits for the lease):
+    started without waiting for its port."""
+    return server_factory(*database_flags(url), wait_listening=False)
+
+
+def test_a_newer_schema_and_a_wrong_password_are_refused_by_name(server_factory, tmp_path,
+                                                                 postgres_db: str) -> None:
+    server = server_factory(*database_flags(postgres_db))
+    server.stop()
+    rows(postgres_db, "UPDATE pairmq_dbpair.pairmq_schema SET version = 99")
+    refused = start_refused(server_factory, *database_flags(postgres_db))
+    assert "layout version 99, newer than this pairmq's" in refused
+    wrong = postgres_db.replace("pairmq-test-secret", "wrong-password")
+    refused = start_refused(server_factory, *database_flags(wrong))
+    assert "password authentication failed" in refused
+    assert "wrong-password" not in refused
+
+
+def start_refused(server_factory, *flags: str) -> str:
+    server = server_factory(*flags, wait_listening=False)
+    wait_until(lambda: server.proc.poll() is not None, "the server to refuse to start", 20)
+    assert server.proc.returncode == 3
+    return server.logs()
+
+
+def test_no_connection_left_for_the_server_is_said_and_it_starts_once_there_is(
+        server_factory, postgres_server: PostgresServer, postgres_db: str) -> None:
+    database = postgres_db.rsplit("/", 1)[1]
+    postgres_server.sql(f"CREATE ROLE limited LOGIN PASSWORD 'limited-pw' CONNECTION LIMIT 0; "
+                        f"GRANT CREATE ON DATABASE \"{database}\" TO limited")
+    try:
+        url = f"postgresql://limited:limited-pw@127.0.0.1:{postgres_server.port}/{database}"
+        server = server_factory(*database_flags(url), wait_listening=False)
+        wait_until(lambda: server.log_lines("cannot be reached", "too many connections"),
+                   "the connection limit to be named")
+        assert server.proc.poll() is None, "the server gave up"
+        postgres_server.sql("ALTER ROLE limited CONNECTION LIMIT 10")
+        wait_until(lambda: server.log_lines("pairmq server", "ready"), "the server to start")
+        conn = stomp.Connection([server.address])
+        conn.connect(wait=True)
+        conn.send("/queue/q", "x", headers={"persistent": "true", "receipt": "r"})
+        conn.disconnect()
+        assert journal_rows(url) >= 1
+        server.stop()
+    finally:
+        postgres_server.sql("DROP OWNED BY limited CASCADE; DROP ROLE limited",
+                            database=database)

@@ -63,6 +63,8 @@ class Pair:
         witness_flags: Sequence[str] = (),
         etcd: str = "",
         group: str = "",
+        database: str = "",
+        lease_ms: int = 1000,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -78,8 +80,11 @@ class Pair:
         # etcd as the arbiter (`etcd://...`): no witness process; the pair's name in etcd
         self.etcd = etcd
         self.group = group or f"pair-{uuid.uuid4().hex[:12]}"
+        # shared-store with [store] url: the journal and the lease in this database
+        self.database = database
+        self.lease_ms = lease_ms
         self.shared_dir = self.workdir / "shared"
-        if policy == "shared-store":
+        if policy == "shared-store" and not database:
             self.shared_dir.mkdir(exist_ok=True)
         self.flags: list[str] = list(flags)
         self.flags_for: dict[str, list[str]] = {n: list(f) for n, f in (flags_for or {}).items()}
@@ -142,7 +147,10 @@ class Pair:
             "--admin", self.admin_address(name),
             *admin_user_flags(),  # the management port answers only users with a role
         ]
-        if self.policy == "shared-store":
+        if self.policy == "shared-store" and self.database:
+            flags += ["--url", self.database, "--group", self.group.replace("-", "_"),
+                      "--lease-timeout-ms", str(self.lease_ms)]
+        elif self.policy == "shared-store":
             flags += ["--shared-dir", str(self.shared_dir)]
         if self.with_witness:
             flags += ["--witness", self.witness_address_for.get(name, self.witness_address())]

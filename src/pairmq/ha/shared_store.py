@@ -156,6 +156,9 @@ class LockResult:
     now: float  # when the attempt finished (ACQUIRED: the record was on disk by then)
     proof: Proof = NO_PROOF  # ACQUIRED, CHECKED: store.sharedlock.verify's verdict
     detail: str = ""  # BUSY: who holds it, or the error
+    # ACQUIRED: when every proof of the previous holder has surely ended, if the lock
+    # knows (a database lease is granted only once expired: at once); None: wait it out
+    ready_at: float | None = None
 
 
 Input = Tick | PeerConnected | Heartbeat | PeerLost | LockResult | Recovered | FailbackMessage \
@@ -372,7 +375,9 @@ class SharedStoreNode:
             self.verify_due = result.now + s.heartbeat
             self.verifying = False
             handed_over = self.phase is Phase.TAKING_OVER  # the holder released it itself
-            self.ready_at = result.now if handed_over else wait_out(result.now, s.activation)
+            self.ready_at = result.now if handed_over else \
+                result.ready_at if result.ready_at is not None else \
+                wait_out(result.now, s.activation)
             self._enter(Phase.WAITING_OUT, "acquired the lock of the shared store")
             return
         self.next_try = result.now + s.heartbeat

@@ -31,7 +31,12 @@ from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
 from pairmq.server.guards.turn_budget import TurnBudget
 from pairmq.server.loop_lag import LoopWatch
-from pairmq.server.pair.database import DatabaseBacked, DatabaseJournal, StartupRefused
+from pairmq.server.pair.database import (
+    DatabaseBacked,
+    DatabaseJournal,
+    DatabaseLock,
+    StartupRefused,
+)
 from pairmq.server.pair.policy import NoPair, PairPolicy
 from pairmq.server.pair.replication import ReplicationDriver
 from pairmq.server.pair.shared_store import SharedStorePair
@@ -105,15 +110,19 @@ class PairmqServer:
         self.guards = Guards(self.turn, self.logins, ConnectionCount(
             config.max_connections, config.max_connections_per_address), self.passwords)
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
+        # [store] url: the journal is kept in PostgreSQL (server/pair/database.py); a server
+        # alone stops when another takes its lease, a pair's driver steps down by itself
+        self.database = DatabaseJournal(
+            config, self, self.lease_lost if config.policy == "none" else log.warning) \
+            if config.url else None
         self.pair: PairPolicy
         if config.policy in ("replication", "colocated"):  # colocated: a replicating live
             self.pair = ReplicationDriver(self)
         elif config.policy == "shared-store":
-            self.pair = SharedStorePair(self)
+            self.pair = SharedStorePair(self, DatabaseLock(self.database)
+                                        if self.database is not None else None)
         else:
             self.pair = NoPair(self._serve_alone)
-        # [store] url: the journal is kept in PostgreSQL (server/pair/database.py)
-        self.database = DatabaseJournal(config, self) if config.url else None
         if self.database is not None:
             self.pair = DatabaseBacked(self.pair, self.database)
         # [cluster]: bridges to the other members while this server serves (docs/cluster.md)
@@ -133,7 +142,9 @@ class PairmqServer:
         return self.config.policy == "shared-store"
 
     def _journal_dir(self) -> Path:
-        home = self.config.shared_dir if self._shared else self.config.data_dir
+        """With [store] url, the local copy of the database's journal (server alone or not)."""
+        home = self.config.shared_dir if self._shared and not self.config.url \
+            else self.config.data_dir
         return Path(home) / JOURNAL_NAME
 
     def _new_store(self) -> Store:
@@ -282,7 +293,7 @@ class PairmqServer:
         report_slow_collections(SLOW_GC_S, lambda generation, took: log.warning(
             "A garbage collection (generation %s) paused the server for %.2f s", generation,
             took))
-        if self.database is not None:  # the local journal: a copy of the database's
+        if self.database is not None and not self._shared:  # the local copy of its journal
             try:
                 await self.database.take(self._journal_dir())
             except StartupRefused as e:
@@ -450,6 +461,8 @@ class PairmqServer:
         """Shared store, neither replaying nor serving: read about `limit_bytes` more of the
         shared journal (in a thread) into the store `take_over_journal` will serve; returns
         the bytes read."""
+        if self.database is not None:
+            return 0  # the database's journal is restored in full at the takeover
         if self._ahead is None:
             self._ahead = self._new_store()
         try:
@@ -470,6 +483,8 @@ class PairmqServer:
         epoch one above its newest. Returns that epoch."""
         role = self.role
         role.store.close()
+        if self.database is not None:  # lease held: the local copy made anew from it
+            await self.database.restore_into(self._journal_dir())
         store, self._ahead = self._ahead or self._new_store(), None
         with gc_paused(freeze=True):
             recovered = await self.loop.run_in_executor(None, store.recover,
@@ -478,6 +493,8 @@ class PairmqServer:
             # In the thread too: a million messages take seconds to restore, and meanwhile
             # the loop verifies the lock and answers heartbeats (nothing else sees `broker`).
             await self.loop.run_in_executor(None, self._restore, broker, store, recovered)
+        if self.database is not None:  # before the first record is appended
+            self.database.start_copy()
         serving = self._new_role(RoleKind.SERVING, broker, store)
         serving.open_for_serving(self.loop)
         store.fence(guard)
@@ -501,6 +518,8 @@ class PairmqServer:
                 log.warning("Journal not on disk within %.1f s of stopping to serve: records "
                             "not confirmed to clients may be lost", drain_timeout)
         await old.store.close_off_loop(self.loop)
+        if self.database is not None:  # what the drain wrote reaches the database too
+            await self.database.stop_copy(drain_timeout)
         self._switch_role(self._new_role(RoleKind.STANDBY, self._new_broker(),
                                          self._new_store()), why)
 

@@ -382,11 +382,10 @@ def _check_database(v: ServerConfig, source: str) -> None:
         if v.password_file:
             raise ConfigError(f"{where} password_file is only used with url")
         return
-    if v.policy != "none":
-        raise ConfigError(f"{where} url is used by a server with [ha] policy = \"none\" "
-                          f"(this one has \"{v.policy}\"): a replicated pair keeps a journal "
-                          "on each server, and a pair on one database is not built yet "
-                          "(docs/database.md)")
+    if v.policy not in ("none", "shared-store"):
+        raise ConfigError(f"{where} url is used with [ha] policy = \"none\" or "
+                          f"\"shared-store\" (this server has \"{v.policy}\"): a replicated "
+                          "pair keeps a journal on each server (docs/database.md)")
     if v.password_file and not Path(v.password_file).is_file():
         raise ConfigError(f"{where} password_file {v.password_file}: no such file")
 
@@ -464,6 +463,15 @@ def _check_etcd(v: ServerConfig, cluster: EtcdCluster, where: str) -> None:
 
 def _check_shared(v: ServerConfig, where: str) -> None:
     shared = v.shared_dir
+    if v.url:  # the pair's journal and lock are in the database
+        if shared:
+            raise ConfigError(f"{where} shared_dir is not used with [store] url: both servers "
+                              "keep the journal in the database, and the lease there decides "
+                              "who writes it")
+        if v.witness:
+            raise ConfigError(f"{where} witness is not used with policy = \"shared-store\": "
+                              "the database's lease decides who is active")
+        return
     if not shared:
         raise ConfigError(f"{where} shared_dir is required with policy = \"shared-store\": the "
                           "directory both servers mount, holding the journal")

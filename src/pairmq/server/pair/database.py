@@ -16,14 +16,16 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
-from pairmq.server.pair.policy import PairPolicy
+from pairmq.server.pair.policy import NoPair, PairPolicy
+from pairmq.server.pair.store_locks import Acquired, Refused
 from pairmq.store.database import lease
-from pairmq.store.database.copy import CopyState, JournalCopy, describe
+from pairmq.store.database.copy import JournalCopy, describe
 from pairmq.store.database.restore import Restored, restore
 from pairmq.store.database.schema import (
     SCHEMA_VERSION,
@@ -56,8 +58,6 @@ class DatabaseHost(Protocol):
 
     def throttle(self, paused: bool) -> None: ...
 
-    def lease_lost(self, why: str) -> None:
-        """Another server took the lease: stop serving at once (nothing is confirmed)."""
 
 
 def password_of(config: ServerConfig) -> str | None:
@@ -68,9 +68,13 @@ def password_of(config: ServerConfig) -> str | None:
 
 
 class DatabaseJournal:
-    """The database holding this server's journal, from the start to the stop."""
+    """The database holding this server's journal: its lease, the restore of the local copy,
+    and, while this server serves, the copy of what it appends. A server alone drives the
+    lease itself (`take`, then `start`); a shared-store pair's driver drives it through
+    `DatabaseLock`, and the server restores and copies at each takeover."""
 
-    def __init__(self, config: ServerConfig, host: DatabaseHost) -> None:
+    def __init__(self, config: ServerConfig, host: DatabaseHost,
+                 on_lost: Callable[[str], None]) -> None:
         self.url = config.url
         self.where = redacted(config.url)
         self.password = password_of(config)
@@ -78,6 +82,7 @@ class DatabaseJournal:
         self.ttl_ms = config.lease_timeout_ms
         self.segment_bytes = config.segment_bytes
         self.host = host
+        self.on_lost = on_lost
         self.holder = f"{config.name} (pid {os.getpid()} on {socket.gethostname()}, " \
                       f"{secrets.token_hex(4)})"
         self.sql = lease.LeaseStatements(self.schema)
@@ -87,54 +92,39 @@ class DatabaseJournal:
         self.copy: JournalCopy | None = None
         self.deleted_below = 0  # rows below this seq are deleted
         self._horizon = (0, 0)  # (a local horizon seen, the appended seq when it was seen)
+        self._prepared = False
         self._lease_conn: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._throttled = False
         self.lease_state = "not taken"
 
-    async def _connect(self) -> Any:
+    async def _connect(self, **limits: int) -> Any:
+        """A connection; `limits` are PostgreSQL's own time limits for its session (ms)."""
         import asyncpg  # only servers with [store] url load the driver
+        settings = {"application_name": "pairmq", **{k: str(v) for k, v in limits.items()}}
         return await asyncpg.connect(self.url, password=self.password,
                                      timeout=CONNECT_TIMEOUT_S, command_timeout=None,
-                                     server_settings={"application_name": "pairmq"})
+                                     server_settings=settings)
 
-    # ------------------------------------------------------------ start: lease and restore
+    async def _copy_connection(self) -> Any:
+        """The copy's: a transaction of a server that stopped mid-way (paused, cut off)
+        holds the lease row's share lock, which the next holder's UPDATE waits for. The
+        database ends such a session by itself, so a takeover waits at most this long
+        after the lease expired (a group's round trips take milliseconds)."""
+        ttl = self.ttl_ms
+        return await self._connect(idle_in_transaction_session_timeout=max(100, ttl // 4),
+                                   statement_timeout=ttl)
 
-    async def take(self, journal_dir: Path) -> Restored:
-        """Connect (retrying while the database is unreachable), make the schema, take the
-        lease (waiting while another server holds it), and restore the local copy."""
-        conn = await self._first_connection()
-        try:
-            await self._prepare_schema(conn)
-            await self._acquire(conn)
-            started = time.monotonic()
-            self.restored = restored = await restore(conn, self.schema, journal_dir,
-                                                     self.segment_bytes)
-        finally:
-            await conn.close()
-        self.deleted_below = restored.first_seq
-        log.info("Journal restored from the database %s (schema %s): %d records, %.1f MiB, "
-                 "seq %d to %d, in %.2f s", self.where, self.schema, restored.records,
-                 restored.bytes / 1048576, restored.first_seq, restored.last_seq,
-                 time.monotonic() - started)
-        return restored
-
-    async def _first_connection(self) -> Any:
-        import asyncpg
-        said = ""
-        while True:
-            try:
-                return await self._connect()
-            except (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError,
-                    asyncpg.InvalidCatalogNameError) as e:
-                raise StartupRefused(f"database {self.where}: {describe(e)}") from None
-            except Exception as e:  # unreachable, restarting, too many clients
-                problem = describe(e)
-                if problem != said:
-                    log.warning("Database %s cannot be reached (%s): retrying", self.where,
-                                problem)
-                    said = problem
-                await asyncio.sleep(1.0)
+    async def _lease_connection(self) -> Any:
+        if self._lease_conn is None:
+            # an attempt that waits on the row (a holder's group in flight) gives up in time
+            # to be tried again, rather than hold the driver's queue of role changes
+            self._lease_conn = await self._connect(lock_timeout=max(100, self.ttl_ms // 2),
+                                                   statement_timeout=self.ttl_ms)
+        if not self._prepared:
+            await self._prepare_schema(self._lease_conn)
+            self._prepared = True
+        return self._lease_conn
 
     async def _prepare_schema(self, conn: Any) -> None:
         async with conn.transaction():
@@ -151,37 +141,164 @@ class DatabaseJournal:
                 await conn.execute(f"INSERT INTO {self.schema}.pairmq_schema VALUES ($1)",
                                    SCHEMA_VERSION)
 
-    async def _acquire(self, conn: Any) -> None:
+    # ------------------------------------------------------------ the lease
+
+    async def try_acquire(self) -> lease.Granted | lease.Busy:
+        """One attempt (raises what the database raised: the caller retries)."""
+        started = time.monotonic()
+        try:
+            conn = await self._lease_connection()
+            outcome = await lease.try_acquire(conn, self.sql, self.holder, self.ttl_ms)
+        except Exception:
+            await self._drop_lease_connection()
+            raise
+        if isinstance(outcome, lease.Granted):
+            self.epoch = outcome.epoch
+            self.proof = fresh_proof(started, self.ttl_ms / 1000)
+            self.lease_state = "held"
+            log.info("Database lease taken (schema %s, epoch %d, %d ms on the database's "
+                     "clock)", self.schema, self.epoch, self.ttl_ms)
+        else:
+            self.lease_state = f"waiting: held by {outcome.holder}"
+        return outcome
+
+    async def renew(self) -> Proof:
+        """Renew the lease; the proof it gives (NO_PROOF with a reason when it failed)."""
+        started = time.monotonic()
+        try:
+            conn = await self._lease_connection()
+            held = await lease.renew(conn, self.sql, self.holder, self.epoch, self.ttl_ms)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the database went away: the proof lapses by itself
+            await self._drop_lease_connection()
+            return Proof(0.0, f"the database lease could not be renewed: {describe(e)}")
+        if not held:
+            self.proof = NO_PROOF
+            self.lease_state = "lost"
+            return Proof(0.0, "another server holds the database lease now")
+        self.proof = fresh_proof(started, self.ttl_ms / 1000)
+        return self.proof
+
+    async def release(self) -> None:
+        """Give the lease up (the other server need not wait for it to expire)."""
+        if not self.epoch or self.lease_state != "held":
+            return
+        self.proof = NO_PROOF
+        self.lease_state = "released"
+        try:
+            conn = await self._lease_connection()
+            await lease.release(conn, self.sql, self.holder, self.epoch)
+            log.info("Database lease released")
+        except Exception as e:  # it expires by itself
+            log.warning("Database lease not released (%s): it expires in %.1f s",
+                        describe(e), self.ttl_ms / 1000)
+            await self._drop_lease_connection()
+
+    def may_confirm(self) -> bool:
+        return self.proof.valid(time.monotonic())
+
+    # ------------------------------------------------------------ a server alone
+
+    async def take(self, journal_dir: Path) -> Restored:
+        """A server alone, at start: take the lease (waiting while the database cannot be
+        reached or another server holds it), then restore the local copy."""
         said = ""
         while True:
-            started = time.monotonic()
-            outcome = await lease.try_acquire(conn, self.sql, self.holder, self.ttl_ms)
+            try:
+                outcome = await self.try_acquire()
+            except StartupRefused:
+                raise
+            except Exception as e:
+                refusal = _refusal(e)
+                if refusal:
+                    raise StartupRefused(f"database {self.where}: {refusal}") from None
+                problem = f"cannot be reached ({describe(e)})"
+                if problem != said:
+                    log.warning("Database %s %s: retrying", self.where, problem)
+                    said = problem
+                await asyncio.sleep(1.0)
+                continue
             if isinstance(outcome, lease.Granted):
-                self.epoch = outcome.epoch
-                self.proof = fresh_proof(started, self.ttl_ms / 1000)
-                self.lease_state = "held"
-                log.info("Database lease taken (schema %s, epoch %d, %d ms on the "
-                         "database's clock)", self.schema, self.epoch, self.ttl_ms)
-                return
+                break
             if outcome.holder != said:
                 log.warning("Database lease held by %s: waiting for it (%.1f s left unless "
                             "renewed)", outcome.holder, outcome.remaining_ms / 1000)
                 said = outcome.holder
-                self.lease_state = f"waiting: held by {outcome.holder}"
             await asyncio.sleep(min(max(outcome.remaining_ms / 1000, 0.05), self.ttl_ms / 4000))
-
-    # ------------------------------------------------------------ serving
+        return await self.restore_into(journal_dir)
 
     def start(self) -> None:
-        """Serving begins: copy what the journal appends, renew the lease, delete dead rows."""
+        """A server alone begins serving: copy, and renew the lease itself."""
+        self.start_copy()
+        self._tasks.append(asyncio.get_running_loop().create_task(
+            self._keep_lease(), name="database lease"))
+
+    async def _keep_lease(self) -> None:
+        said = ""
+        while True:
+            await asyncio.sleep(self.ttl_ms / 4000)
+            was_valid = self.may_confirm()
+            proof = await self.renew()
+            if self.lease_state == "lost":
+                self._lost("another server took the database lease")
+                return
+            if proof.reason:
+                if proof.reason != said:
+                    log.warning("%s: receipts stop when it lapses, %.1f s after the last "
+                                "renewal", proof.reason, self.ttl_ms / 1000)
+                    said = proof.reason
+                continue
+            if said:
+                log.info("Database lease renewed again")
+                said = ""
+            if not was_valid:
+                self.host.update_confirmed()
+
+    # ------------------------------------------------------------ restore and copy
+
+    async def restore_into(self, journal_dir: Path) -> Restored:
+        """The local copy of the journal made anew from the database (lease held)."""
+        started = time.monotonic()
+        conn = await self._connect()
+        try:
+            self.restored = restored = await restore(conn, self.schema, journal_dir,
+                                                     self.segment_bytes)
+        finally:
+            await conn.close()
+        self.deleted_below = restored.first_seq
+        self._horizon = (0, 0)
+        log.info("Journal restored from the database %s (schema %s): %d records, %.1f MiB, "
+                 "seq %d to %d, in %.2f s", self.where, self.schema, restored.records,
+                 restored.bytes / 1048576, restored.first_seq, restored.last_seq,
+                 time.monotonic() - started)
+        return restored
+
+    def start_copy(self) -> None:
+        """Serving begins (before the first record is appended): copy every record, and
+        delete the rows the journal no longer needs."""
         restored = self.restored
-        assert restored is not None
-        self.copy = JournalCopy(self._connect, self.schema, self.holder, self.epoch,
+        assert restored is not None and self.copy is None
+        self.copy = JournalCopy(self._copy_connection, self.schema, self.holder, self.epoch,
                                 restored.last_seq, self._committed, self._fenced)
         self.copy.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._keep_lease(), name="database lease"),
-                       loop.create_task(self._delete_dead_rows(), name="database horizon")]
+        self._tasks.append(asyncio.get_running_loop().create_task(
+            self._delete_dead_rows(), name="database horizon"))
+
+    async def stop_copy(self, drain_timeout: float) -> None:
+        """Serving ends: what was appended reaches the database (within the timeout)."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+        copy, self.copy = self.copy, None
+        if copy is None:
+            return
+        if drain_timeout > 0 and not await copy.drained(drain_timeout):
+            log.error("%d records did not reach the database within %.0f s of stopping to "
+                      "serve (none of them was confirmed)", copy.waiting, drain_timeout)
+        await copy.close()
+        if self._throttled:
+            self._throttle(False)
 
     def append(self, seq: int, record: bytes) -> None:
         copy = self.copy
@@ -189,9 +306,6 @@ class DatabaseJournal:
             copy.append(seq, record)
             if not self._throttled and copy.pending_bytes > THROTTLE_BYTES:
                 self._throttle(True)
-
-    def may_confirm(self) -> bool:
-        return self.proof.valid(time.monotonic())
 
     @property
     def committed_seq(self) -> int:
@@ -211,74 +325,46 @@ class DatabaseJournal:
         self.host.throttle(paused)
 
     def _fenced(self) -> None:
+        self._lost("another server took the database lease")
+
+    def _lost(self, why: str) -> None:
         self.proof = NO_PROOF
         self.lease_state = "lost"
-        self.host.lease_lost("another server took the database lease")
-
-    async def _keep_lease(self) -> None:
-        every = self.ttl_ms / 4000
-        said = ""
-        while True:
-            await asyncio.sleep(every)
-            started = time.monotonic()
-            try:
-                if self._lease_conn is None:
-                    self._lease_conn = await self._connect()
-                held = await lease.renew(self._lease_conn, self.sql, self.holder, self.epoch,
-                                         self.ttl_ms)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # the database went away: the proof lapses
-                problem = describe(e)
-                if problem != said:
-                    log.warning("Database lease not renewed (%s): receipts stop when it "
-                                "lapses, %.1f s after the last renewal", problem,
-                                self.ttl_ms / 1000)
-                    said = problem
-                await self._drop_lease_connection()
-                continue
-            if not held:
-                self._fenced()
-                log.error("Database lease lost: another server holds it now; this server "
-                          "stops serving")
-                return
-            if said:
-                log.info("Database lease renewed again")
-                said = ""
-            was_valid = self.may_confirm()
-            self.proof = fresh_proof(started, self.ttl_ms / 1000)
-            if not was_valid:
-                self.host.update_confirmed()
+        self.on_lost(why)
 
     async def _delete_dead_rows(self) -> None:
         """Rows below the journal's oldest segment are dead; delete them in short batches
         once every record appended before that segment went is in the database (the
         records compaction moved forward must be there before their old rows go)."""
         conn: Any = None
-        while True:
-            await asyncio.sleep(HORIZON_EVERY_S)
-            store = self.host.store
-            seen, needed = self._horizon
-            oldest = store.oldest_seq
-            if oldest > seen:
-                self._horizon = seen, needed = oldest, store.appended_seq
-            if seen <= self.deleted_below or self.committed_seq < needed:
-                continue
-            try:
-                if conn is None:
-                    conn = await self._connect()
-                while self.deleted_below < seen:
-                    upto = min(seen, self.deleted_below + DELETE_BATCH)
-                    await conn.execute(f"DELETE FROM {self.schema}.journal WHERE seq < $1",
-                                       upto)
-                    self.deleted_below = upto
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # tried again next time
-                log.debug("Deleting dead journal rows failed: %s", describe(e))
-                if conn is not None:
-                    conn.terminate()
-                conn = None
+        try:
+            while True:
+                await asyncio.sleep(HORIZON_EVERY_S)
+                store = self.host.store
+                seen, needed = self._horizon
+                oldest = store.oldest_seq
+                if oldest > seen:
+                    self._horizon = seen, needed = oldest, store.appended_seq
+                if seen <= self.deleted_below or self.committed_seq < needed:
+                    continue
+                try:
+                    if conn is None:
+                        conn = await self._connect()
+                    while self.deleted_below < seen:
+                        upto = min(seen, self.deleted_below + DELETE_BATCH)
+                        await conn.execute(
+                            f"DELETE FROM {self.schema}.journal WHERE seq < $1", upto)
+                        self.deleted_below = upto
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # tried again next time
+                    log.debug("Deleting dead journal rows failed: %s", describe(e))
+                    if conn is not None:
+                        conn.terminate()
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.terminate()
 
     async def _drop_lease_connection(self) -> None:
         conn, self._lease_conn = self._lease_conn, None
@@ -286,26 +372,9 @@ class DatabaseJournal:
             conn.terminate()
 
     async def close(self, drain_timeout: float) -> None:
-        """Stopping: the records appended reach the database (within the timeout), then the
-        lease is released so that the other server need not wait for it to expire."""
-        for task in self._tasks:
-            task.cancel()
-        copy = self.copy
-        if copy is not None:
-            if not await copy.drained(drain_timeout):
-                log.error("%d records did not reach the database within %.0f s of stopping",
-                          copy.waiting, drain_timeout)
-            await copy.close()
-        if self.epoch and self.lease_state == "held":
-            try:
-                conn = self._lease_conn or await self._connect()
-                await lease.release(conn, self.sql, self.holder, self.epoch)
-                await conn.close()
-                self._lease_conn = None
-                log.info("Database lease released")
-            except Exception as e:  # it expires by itself
-                log.warning("Database lease not released (%s): it expires in %.1f s",
-                            describe(e), self.ttl_ms / 1000)
+        """Stopping: the records appended reach the database, then the lease is released."""
+        await self.stop_copy(drain_timeout)
+        await self.release()
         await self._drop_lease_connection()
 
     def status(self) -> dict[str, Any]:
@@ -314,7 +383,7 @@ class DatabaseJournal:
             "url": self.where, "schema": self.schema, "lease": self.lease_state,
             "epoch": self.epoch, "holder": self.holder,
             "lease_valid": self.may_confirm(),
-            "copy": copy.state.value if copy is not None else CopyState.CONNECTING.value,
+            "copy": copy.state.value if copy is not None else "idle",
             "problem": copy.problem if copy is not None else "",
             "committed_seq": self.committed_seq,
             "waiting_records": copy.waiting if copy is not None else 0,
@@ -322,6 +391,45 @@ class DatabaseJournal:
             "groups": copy.groups if copy is not None else 0,
             "deleted_below": self.deleted_below,
         }
+
+
+def _refusal(error: Exception) -> str | None:
+    """What in `error` waiting will not mend (a wrong password, no such database)."""
+    import asyncpg
+    if isinstance(error, asyncpg.InvalidPasswordError | asyncpg.InvalidCatalogNameError
+                  | asyncpg.InvalidAuthorizationSpecificationError):
+        return describe(error)
+    return None
+
+
+class DatabaseLock:
+    """The database lease as a shared-store pair's lock (server/pair/store_locks.py)."""
+
+    def __init__(self, database: DatabaseJournal) -> None:
+        self.database = database
+
+    async def try_acquire(self) -> Acquired | Refused:
+        started = time.monotonic()
+        try:
+            outcome = await self.database.try_acquire()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            return Refused(f"nobody known (the database cannot be used: {describe(e)})")
+        if isinstance(outcome, lease.Busy):
+            return Refused(outcome.holder)
+        # granted only once the previous holder's lease expired on the database's clock,
+        # which its renewals set after their proofs started: no proof of it runs now
+        return Acquired(fresh_proof(started, self.database.ttl_ms / 1000), time.monotonic())
+
+    async def verify(self) -> Proof:
+        return await self.database.renew()
+
+    async def release(self) -> None:
+        await self.database.release()
+
+    def status(self) -> dict[str, Any]:
+        return self.database.status()
 
 
 class DatabaseBacked:
@@ -362,7 +470,8 @@ class DatabaseBacked:
         self.inner.journal_stalled(waited)
 
     async def start(self) -> None:
-        self.database.start()
+        if isinstance(self.inner, NoPair):  # a pair's driver takes the lease itself
+            self.database.start()
         await self.inner.start()
 
     async def stop(self) -> None:

@@ -25,7 +25,7 @@ from pairmq.ha.states import State
 from pairmq.server.pair.ha_link import Link
 from pairmq.server.pair.peer_channel import BackgroundTasks, PeerChannel
 from pairmq.server.pair.policy import SharedStoreHost
-from pairmq.store.sharedlock import NO_PROOF, Proof, SharedLock, fresh_proof, verify
+from pairmq.server.pair.store_locks import Acquired, FileStoreLock, StoreLock
 
 log = logging.getLogger("pairmq.ha")
 trace = logging.getLogger("pairmq.ha.trace")
@@ -37,18 +37,19 @@ READ_AHEAD_BYTES = 8 << 20  # per pass of reading the journal ahead (~0.1 s of 1
 class SharedStorePair:
     """PairPolicy for `[ha] policy = "shared-store"`."""
 
-    def __init__(self, server: SharedStoreHost) -> None:
+    def __init__(self, server: SharedStoreHost, lock: StoreLock | None = None) -> None:
         cfg = server.config
         self.server = server
         self.name: str = cfg.name
         self.secret: str = cfg.secret
         self.heartbeat = cfg.heartbeat_interval_ms / 1000
         self.activation = cfg.activation_interval_ms / 1000
-        self.shared_dir = Path(cfg.shared_dir)
         self.node = m.SharedStoreNode(m.Settings(
             role=cfg.role, heartbeat=self.heartbeat, activation=self.activation,
             allow_failback=cfg.allow_failback, failover_on_shutdown=cfg.failover_on_shutdown))
-        self.lock = SharedLock(self.shared_dir, cfg.name)
+        # the shared directory's lock file, or the database's lease ([store] url)
+        self.lock: StoreLock = lock or FileStoreLock(Path(cfg.shared_dir), cfg.name,
+                                                     self.activation)
         self.stopping = False
         self.tasks = BackgroundTasks()
         self.channel = PeerChannel(
@@ -113,7 +114,7 @@ class SharedStorePair:
         await self.channel.start(dial=self.node.settings.role == "backup")
         log.info("HA channel listening on %s (%s, role %s, shared store %s)",
                  self.server.config.listen, self.name, self.node.settings.role,
-                 self.shared_dir)
+                 self.lock.status().get("dir") or self.lock.status().get("url"))
         self.tasks.spawn(self._role_worker(), "carry out role changes")
         self.tasks.spawn(self._tick_loop(), "tick")
         self.tasks.spawn(self._read_ahead_loop(), "read the journal ahead")
@@ -132,7 +133,7 @@ class SharedStorePair:
         if self._expiry is not None:
             self._expiry.cancel()
         self.channel.close()
-        await asyncio.get_running_loop().run_in_executor(None, self.lock.release)
+        await self.lock.release()
 
     def status(self) -> dict[str, Any]:
         store = self.server.store
@@ -144,7 +145,7 @@ class SharedStorePair:
             "synced_seq": store.synced_seq, "confirmed_seq": self.server.confirmed_seq,
             "peer": {"name": self.peer.name or None, "state": self.peer_state.value,
                      "stomp": self.peer.stomp or None, "epoch": self.peer.epoch},
-            "shared": {"dir": str(self.shared_dir), "lock_held": self.lock.held,
+            "shared": {**self.lock.status(),
                        "proof_ms": max(0, int((self.node.proof.until - now) * 1000)),
                        "holder": self.holder or None,
                        "read_ahead_seq": self.server.read_ahead_seq},
@@ -207,26 +208,21 @@ class SharedStorePair:
                 log.exception("HA step failed")
 
     async def _try_lock(self) -> None:
-        loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        try:
-            acquired = await loop.run_in_executor(None, self.lock.try_acquire)
-        except OSError as e:
-            acquired, self.holder = False, f"nobody known (cannot open the lock file: {e})"
-        if acquired:
+        outcome = await self.lock.try_acquire()
+        if isinstance(outcome, Acquired):
             self.holder = ""
-            self.step(m.LockResult(m.LockOutcome.ACQUIRED, time.monotonic(),
-                                   fresh_proof(started, self.activation)))
+            self.step(m.LockResult(m.LockOutcome.ACQUIRED, time.monotonic(), outcome.proof,
+                                   ready_at=outcome.ready_at))
             self._expire_at(self.node.proof.until)
             return
-        holder = await loop.run_in_executor(None, self.lock.holder)
+        holder = outcome.holder
         if holder.partition(", record")[0] != self.holder.partition(", record")[0]:
             log.info("The shared store's lock is held by %s", holder)
             self.holder = holder
         self.step(m.LockResult(m.LockOutcome.BUSY, time.monotonic(), detail=holder))
 
     async def _release(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.lock.release)
+        await self.lock.release()
 
     async def _become_active(self) -> None:
         async with self._reading:  # after the pass under way, if any: it is reused
@@ -247,12 +243,7 @@ class SharedStorePair:
 
     async def _verify(self) -> None:
         started = time.monotonic()
-        try:
-            seen = await asyncio.get_running_loop().run_in_executor(None, self.lock.observe)
-            proof = NO_PROOF if seen is None else verify(seen, self.lock.token, started,
-                                                         self.activation)
-        except OSError as e:
-            proof = Proof(0.0, f"cannot read the lock file: {e}")
+        proof = await self.lock.verify()
         if proof.reason:
             log.warning("Lock verification failed: %s", proof.reason)
         took = time.monotonic() - started

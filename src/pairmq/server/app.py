@@ -461,14 +461,22 @@ class PairmqServer:
         """Shared store, neither replaying nor serving: read about `limit_bytes` more of the
         shared journal (in a thread) into the store `take_over_journal` will serve; returns
         the bytes read."""
-        if self.database is not None:
-            return 0  # the database's journal is restored in full at the takeover
+        pulled = 0
+        if self.database is not None:  # the local copy first brought forward from it
+            try:
+                pulled, anew = await self.database.pull(self._journal_dir(), limit_bytes)
+            except Exception as e:
+                log.debug("Reading the database's journal ahead failed: %s", e)
+                return 0
+            if anew:
+                self._ahead = None
         if self._ahead is None:
             self._ahead = self._new_store()
         try:
-            return await self.loop.run_in_executor(
+            read = await self.loop.run_in_executor(
                 None, self._ahead.read_ahead, self.config.core_settings().dup_cache_size_for,
                 limit_bytes)
+            return max(read, pulled)
         except (OSError, JournalCorrupt) as e:
             self._ahead = None  # a takeover reads it all, and reports what is wrong
             log.warning("Reading the shared journal ahead failed: %s", e)
@@ -483,7 +491,8 @@ class PairmqServer:
         epoch one above its newest. Returns that epoch."""
         role = self.role
         role.store.close()
-        if self.database is not None:  # lease held: the local copy made anew from it
+        if self.database is not None and not await self.database.catch_up():
+            self._ahead = None  # no copy read ahead: made anew from the database
             await self.database.restore_into(self._journal_dir())
         store, self._ahead = self._ahead or self._new_store(), None
         with gc_paused(freeze=True):
@@ -520,6 +529,7 @@ class PairmqServer:
         await old.store.close_off_loop(self.loop)
         if self.database is not None:  # what the drain wrote reaches the database too
             await self.database.stop_copy(drain_timeout)
+            self.database.forget_local_copy()
         self._switch_role(self._new_role(RoleKind.STANDBY, self._new_broker(),
                                          self._new_store()), why)
 

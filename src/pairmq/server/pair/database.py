@@ -26,7 +26,7 @@ from pairmq.server.pair.policy import NoPair, PairPolicy
 from pairmq.server.pair.store_locks import Acquired, Refused
 from pairmq.store.database import lease
 from pairmq.store.database.copy import JournalCopy, describe
-from pairmq.store.database.restore import Restored, restore
+from pairmq.store.database.restore import Behind, LocalCopy, Restored, restore
 from pairmq.store.database.schema import (
     SCHEMA_VERSION,
     create_statements,
@@ -44,6 +44,7 @@ CONNECT_TIMEOUT_S = 5.0
 HORIZON_EVERY_S = 1.0
 DELETE_BATCH = 5000  # rows deleted per statement: short transactions, never the loop held
 THROTTLE_BYTES, RESUME_BYTES = 64 << 20, 16 << 20  # records waiting for the database
+REFILL_BYTES = 256 << 20  # a backup's local copy past this and twice its fill: made anew
 
 
 class StartupRefused(Exception):
@@ -88,7 +89,9 @@ class DatabaseJournal:
         self.sql = lease.LeaseStatements(self.schema)
         self.epoch = 0
         self.proof: Proof = NO_PROOF
-        self.restored: Restored | None = None
+        self.restored: Restored | None = None  # the local copy the server serves from
+        self.local: LocalCopy | None = None  # a shared-store backup's, pulled forward
+        self._tail_conn: Any = None
         self.copy: JournalCopy | None = None
         self.deleted_below = 0  # rows below this seq are deleted
         self._horizon = (0, 0)  # (a local horizon seen, the appended seq when it was seen)
@@ -262,17 +265,83 @@ class DatabaseJournal:
         started = time.monotonic()
         conn = await self._connect()
         try:
-            self.restored = restored = await restore(conn, self.schema, journal_dir,
-                                                     self.segment_bytes)
+            restored = await restore(conn, self.schema, journal_dir, self.segment_bytes)
         finally:
             await conn.close()
-        self.deleted_below = restored.first_seq
-        self._horizon = (0, 0)
+        self.local = None
+        self._restored(restored)
         log.info("Journal restored from the database %s (schema %s): %d records, %.1f MiB, "
                  "seq %d to %d, in %.2f s", self.where, self.schema, restored.records,
                  restored.bytes / 1048576, restored.first_seq, restored.last_seq,
                  time.monotonic() - started)
         return restored
+
+    def _restored(self, restored: Restored) -> None:
+        self.restored = restored
+        self.deleted_below = restored.first_seq
+        self._horizon = (0, 0)
+
+    async def pull(self, journal_dir: Path, limit_bytes: int) -> tuple[int, bool]:
+        """A shared-store backup: bring the local copy forward by about `limit_bytes` of
+        the rows the active committed. Returns (bytes appended, whether the copy was made
+        anew: whatever read the old one must start again)."""
+        try:
+            return await self._pull(journal_dir, limit_bytes)
+        except Exception:
+            tail, self._tail_conn = self._tail_conn, None
+            if tail is not None:
+                tail.terminate()
+            raise
+
+    async def _pull(self, journal_dir: Path, limit_bytes: int) -> tuple[int, bool]:
+        conn = self._tail_conn
+        if conn is None:
+            conn = self._tail_conn = await self._connect()
+        local = self.local
+        if local is None or local.bytes > max(REFILL_BYTES, 2 * local.filled_bytes):
+            # first, or the copy grew well past what the journal holds (the rows the
+            # active deleted are still here): made anew from one snapshot
+            self.local = local = LocalCopy(journal_dir, self.segment_bytes)
+            await local.fill(conn, self.schema)
+            return local.bytes, True
+        try:
+            return await local.pull(conn, self.schema, limit_bytes), False
+        except Behind as e:
+            log.info("The local copy of the database's journal is made anew: %s", e)
+            self.local = None
+            return 0, True
+
+    async def catch_up(self) -> bool:
+        """Taking over (lease held): the local copy brought up to date. False: there is no
+        usable one (the caller restores in full)."""
+        local = self.local
+        if local is None:
+            return False
+        started = time.monotonic()
+        try:
+            conn = self._tail_conn or await self._connect()
+            self._tail_conn = conn
+            while await local.pull(conn, self.schema, 64 << 20):
+                pass
+        except Exception as e:  # Behind, or the tail's connection broke: restore in full
+            log.info("The journal read ahead cannot be used (%s): restoring it in full",
+                     describe(e))
+            self.local = None
+            tail, self._tail_conn = self._tail_conn, None
+            if tail is not None:
+                tail.terminate()
+            return False
+        local.seal()
+        self._restored(local.restored)
+        log.info("Journal read ahead from the database %s (schema %s): %d records up to "
+                 "seq %d, the tail read in %.2f s", self.where, self.schema, local.records,
+                 local.last_seq, time.monotonic() - started)
+        return True
+
+    def forget_local_copy(self) -> None:
+        """Serving ended: the local copy holds this server's own writes, some of which the
+        database may lack; a backup's copy is made anew from the database."""
+        self.local = None
 
     def start_copy(self) -> None:
         """Serving begins (before the first record is appended): copy every record, and
@@ -376,6 +445,9 @@ class DatabaseJournal:
         await self.stop_copy(drain_timeout)
         await self.release()
         await self._drop_lease_connection()
+        tail, self._tail_conn = self._tail_conn, None
+        if tail is not None:
+            tail.terminate()
 
     def status(self) -> dict[str, Any]:
         copy = self.copy

@@ -56,6 +56,11 @@ class _SegmentFiles:
         self.file.write(header)
         self.size = len(header)
 
+    def flush(self) -> None:
+        """Readers of the files (a backup reading ahead) see every whole record added."""
+        if self.file is not None:
+            self.file.flush()
+
     def _close_file(self) -> None:
         if self.file is not None:
             self.file.flush()
@@ -65,7 +70,8 @@ class _SegmentFiles:
 
     def close(self) -> None:
         self._close_file()
-        fsync_directory(self.directory)
+        if self.directory.exists():
+            fsync_directory(self.directory)
 
 
 def clear(directory: Path) -> None:
@@ -75,21 +81,74 @@ def clear(directory: Path) -> None:
     directory.mkdir(parents=True)
 
 
-async def restore(conn: Any, schema: str, directory: Path, segment_bytes: int) -> Restored:
-    """Write the database's journal into `directory` (emptied first), in one snapshot."""
-    clear(directory)
-    files = _SegmentFiles(directory, segment_bytes)
-    records = size = first = last = 0
-    try:
+class Behind(Exception):
+    """Rows the copy had not read yet were deleted (the journal's horizon passed it): the
+    copy would hold a record without the later ones that ended it, so it is made anew."""
+
+
+class LocalCopy:
+    """A local copy of the database's journal, only ever appended from the database's rows:
+    filled from one snapshot, then (a shared-store backup) pulled forward as the active
+    server commits, so that a takeover reads only the tail (docs/database.md)."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.files = _SegmentFiles(directory, segment_bytes)
+        self.first_seq = self.last_seq = 0
+        self.records = self.bytes = 0
+        self.filled_bytes = 0  # what the snapshot held
+
+    async def fill(self, conn: Any, schema: str) -> Restored:
+        """Empty the directory and write the database's journal into it, from one snapshot."""
+        clear(self.directory)
+        self.files = _SegmentFiles(self.directory, self.segment_bytes)
+        self.first_seq = self.last_seq = self.records = self.bytes = 0
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             cursor = conn.cursor(f"SELECT seq, data FROM {schema}.journal ORDER BY seq",
                                  prefetch=FETCH_ROWS)
             async for seq, data in cursor:
-                files.add(data)
-                records += 1
-                size += len(data)
-                first = first or seq
-                last = seq
-    finally:
-        files.close()
-    return Restored(records, size, first, last)
+                self._add(seq, data)
+        self.files.flush()
+        self.filled_bytes = self.bytes
+        return self.restored
+
+    async def pull(self, conn: Any, schema: str, limit_bytes: int) -> int:
+        """Append the rows committed since the last pull (about `limit_bytes` at most);
+        returns the bytes appended."""
+        got = await conn.fetch(f"SELECT seq, data FROM {schema}.journal WHERE seq > $1 "
+                               "ORDER BY seq LIMIT $2", self.last_seq,
+                               max(1, limit_bytes // 512))
+        if got and self.last_seq and got[0][0] != self.last_seq + 1:
+            raise Behind(f"rows {self.last_seq + 1} to {got[0][0] - 1} were deleted first")
+        size = 0
+        for seq, data in got:
+            self._add(seq, data)
+            size += len(data)
+            if size >= limit_bytes:
+                break
+        self.files.flush()
+        return size
+
+    def _add(self, seq: int, data: bytes) -> None:
+        self.files.add(data)
+        self.records += 1
+        self.bytes += len(data)
+        self.first_seq = self.first_seq or seq
+        self.last_seq = seq
+
+    @property
+    def restored(self) -> Restored:
+        return Restored(self.records, self.bytes, self.first_seq, self.last_seq)
+
+    def seal(self) -> None:
+        """On disk (before serving from it)."""
+        self.files.close()
+
+
+async def restore(conn: Any, schema: str, directory: Path, segment_bytes: int) -> Restored:
+    """Write the database's journal into `directory` (emptied first), in one snapshot."""
+    copy = LocalCopy(directory, segment_bytes)
+    restored = await copy.fill(conn, schema)
+    copy.seal()
+    return restored

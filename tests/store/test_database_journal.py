@@ -10,7 +10,11 @@ import time
 import pytest
 import stomp
 
-from tests.serverproc import ServerProcess
+from pairmq.client.plain import BlockingConnection
+from pairmq.protocol import Frame, serialize
+from tests.serverproc import ServerProcess, free_port
+from tests.support.admin import admin_status, admin_user_flags, metric
+from tests.support.commits import Replies
 from tests.support.database import (
     LEASE_MS,
     ReceiptedProducer,
@@ -156,3 +160,49 @@ def test_no_connection_left_for_the_server_is_said_and_it_starts_once_there_is(
     finally:
         postgres_server.sql("DROP OWNED BY limited CASCADE; DROP ROLE limited",
                             database=database)
+
+
+@pytest.mark.parametrize("policy", ["fail", "block"])
+def test_a_database_away_past_the_lease_refuses_or_holds_per_full_policy(
+        server_factory, policy: str) -> None:
+    admin = f"127.0.0.1:{free_port()}"
+    with PostgresServer() as pg:
+        pg.start()
+        url = pg.create_database("away")
+        server = server_factory(*database_flags(url), "--full-policy", policy,
+                                "--admin", admin, *admin_user_flags())
+        conn = BlockingConnection(*server.address)
+        conn.request(Frame("SEND", {"destination": "/queue/q", "persistent": "true"}, b"0"))
+        assert metric(admin, "pairmq_database_up") == 1
+        pg.stop("fast")
+        try:
+            # within the lease a producer only waits; past it, full_policy decides
+            sent = Replies(conn)
+            conn.sock.sendall(serialize(Frame("SEND", {"destination": "/queue/q",
+                                                       "persistent": "true",
+                                                       "receipt": "away"}, b"1"), "1.2"))
+            status = wait_until(lambda: (s := admin_status(admin)) and
+                                s["journal"]["database"]["copy"] == "down" and s,
+                                "the copy to say the database is away")
+            assert status["journal"]["database"]["problem"]
+            assert metric(admin, "pairmq_database_up") == 0
+            wait_until(lambda: admin_status(admin)["journal"]["full"], "refusing new "
+                       "messages", timeout=LEASE_MS / 1000 + 10)
+            assert server.log_lines("The database does not take the journal")
+            if policy == "fail":
+                conn.sock.sendall(serialize(Frame(
+                    "SEND", {"destination": "/queue/q", "persistent": "true",
+                             "receipt": "refused"}, b"2"), "1.2"))
+                wait_until(lambda: sent.error is not None, "an ERROR to the producer")
+                assert sent.error is not None
+                assert "the database does not take the journal" in \
+                    sent.error.headers.get("message", "")
+            assert "away" not in sent.receipts, "confirmed while the database was away"
+        finally:
+            pg.start()
+        wait_until(lambda: not admin_status(admin)["journal"]["full"], "taking messages again",
+                   timeout=20)
+        if policy == "block":  # held, not lost: confirmed once the database is back
+            assert sent.wait("away", 20) is not None
+        bodies = drain_bodies(server, "/queue/q")
+        assert bodies[:2] == ["0", "1"]

@@ -94,12 +94,14 @@ class Store(Recovering, Compacting, Mirroring):
         writer = self.writer
         if writer is None:
             return False
-        if writer.failure is not None or writer.short_of_space:
+        if writer.failure is not None or writer.short_of_space or self._refused_by:
             return True
         limit = self.settings.max_journal_bytes
         return bool(limit) and writer.total_bytes >= limit
 
     def full_reason(self) -> str:
+        if self._refused_by:
+            return self._refused_by
         writer = self.writer
         if writer is not None and writer.failure is not None:
             return f"journal write failed: {writer.failure.strerror or writer.failure}"
@@ -107,6 +109,12 @@ class Store(Recovering, Compacting, Mirroring):
             return "the disk is full (the journal's reserve is in use)"
         return (f"journal is full ({self.settings.max_journal_bytes} bytes, the configured "
                 "max_journal_bytes)")
+
+    def refuse_new(self, reason: str | None) -> None:
+        """Something past the disk cannot take new messages ([store] url: the database is
+        away): they are refused or held per full_policy, as on a full disk, until None."""
+        self._refused_by = reason
+        self._notify_full()
 
     def on_full_change(self, listener: Callable[[bool], None]) -> None:
         self._full_listeners.append(listener)

@@ -51,6 +51,7 @@ class StoreState:
         self.epoch = 0  # the epoch of the newest record
         self.epochs: list[tuple[int, int]] = []  # (epoch, first seq written in it)
         self._was_full = False
+        self._refused_by: str | None = None  # what outside the disk refuses new messages
         self.hold_compaction = 0  # a backup is reading the segment files: delete nothing
         self.mirror = False  # a backup's journal: records arrive framed from the active
         self._reading: JournalReading | None = None  # a shared-store backup's, read ahead

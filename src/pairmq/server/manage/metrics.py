@@ -101,6 +101,8 @@ class Collector:
             "pairmq_journal_fsync_seconds", "time of each group commit's fdatasync",
             buckets=buckets, sum_value=total)
         yield from self._disk()
+        if server.database is not None:
+            yield from _database_metrics(server.database.status())
         if server.cluster is not None:
             yield from _cluster_metrics(server.cluster.status())
         if server.watch is not None:
@@ -311,3 +313,22 @@ def _cluster_metrics(cluster: dict[str, Any]) -> Iterator[Family]:
             waiting.add_metric([b["member"]], b["waiting"])
     yield from families.values()
     yield waiting
+
+
+def _database_metrics(database: dict[str, Any]) -> Iterator[Metric]:
+    """[store] url: the lease and the copy of the journal in the database."""
+    yield _gauge("pairmq_database_lease_valid", "1 while this server can prove it holds the "
+                 "database lease", 1 if database["lease_valid"] else 0)
+    yield _gauge("pairmq_database_lease_epoch", "the database lease's epoch this server took",
+                 database["epoch"])
+    yield _gauge("pairmq_database_up", "1 while the database takes the journal's groups "
+                 "(0: it is away, or this server is not copying)",
+                 1 if database["copy"] == "copying" else 0)
+    yield _gauge("pairmq_database_waiting_records", "records appended and not yet committed "
+                 "in the database", database["waiting_records"])
+    yield _gauge("pairmq_database_waiting_bytes", "bytes of those records",
+                 database["waiting_bytes"])
+    yield _gauge("pairmq_database_committed_seq", "the last journal record committed in the "
+                 "database", database["committed_seq"])
+    yield _counter("pairmq_database_groups", "group commits made in the database",
+                   database["groups"])

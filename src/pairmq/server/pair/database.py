@@ -44,6 +44,7 @@ CONNECT_TIMEOUT_S = 5.0
 HORIZON_EVERY_S = 1.0
 DELETE_BATCH = 5000  # rows deleted per statement: short transactions, never the loop held
 THROTTLE_BYTES, RESUME_BYTES = 64 << 20, 16 << 20  # records waiting for the database
+OUTAGE_CHECK_S = 0.25
 REFILL_BYTES = 256 << 20  # a backup's local copy past this and twice its fill: made anew
 
 
@@ -351,8 +352,9 @@ class DatabaseJournal:
         self.copy = JournalCopy(self._copy_connection, self.schema, self.holder, self.epoch,
                                 restored.last_seq, self._committed, self._fenced)
         self.copy.start()
-        self._tasks.append(asyncio.get_running_loop().create_task(
-            self._delete_dead_rows(), name="database horizon"))
+        loop = asyncio.get_running_loop()
+        self._tasks += [loop.create_task(self._delete_dead_rows(), name="database horizon"),
+                        loop.create_task(self._watch_outage(), name="database outage")]
 
     async def stop_copy(self, drain_timeout: float) -> None:
         """Serving ends: what was appended reaches the database (within the timeout)."""
@@ -400,6 +402,27 @@ class DatabaseJournal:
         self.proof = NO_PROOF
         self.lease_state = "lost"
         self.on_lost(why)
+
+    async def _watch_outage(self) -> None:
+        """Producers wait while the database is away for up to the lease's length (a
+        restart takes a fraction of a second); past it, new persistent messages are
+        refused or held per [store] full_policy, as on a full disk, until it is back."""
+        refusing = False
+        try:
+            while True:
+                await asyncio.sleep(OUTAGE_CHECK_S)
+                copy = self.copy
+                down = copy is not None and copy.down_since is not None and \
+                    time.monotonic() - copy.down_since > self.ttl_ms / 1000
+                if down != refusing:
+                    refusing = down
+                    assert copy is not None
+                    self.host.store.refuse_new(
+                        f"the database does not take the journal ({copy.problem})"
+                        if down else None)
+        finally:
+            if refusing:
+                self.host.store.refuse_new(None)
 
     async def _delete_dead_rows(self) -> None:
         """Rows below the journal's oldest segment are dead; delete them in short batches

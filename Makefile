@@ -30,6 +30,8 @@ up: $(STAMP) $(if $(filter etcd,$(ARBITER)),etcd-deps)
 BROWSER_DEBS := /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
 ETCD_DEBS := /usr/bin/etcd:etcd-server /usr/bin/etcdctl:etcd-client
 PG_DEBS := /usr/lib/postgresql/15/bin/postgres:postgresql
+# libfaketime: a server whose clock is an hour off (tests/support/database.py)
+FAKETIME_DEBS := /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1:libfaketime
 define install_missing_debs
 	@missing=""; \
 	for program_package in $(1); do \
@@ -43,7 +45,7 @@ define install_missing_debs
 endef
 
 test-deps:
-	$(call install_missing_debs,$(BROWSER_DEBS) $(ETCD_DEBS) $(PG_DEBS))
+	$(call install_missing_debs,$(BROWSER_DEBS) $(ETCD_DEBS) $(PG_DEBS) $(FAKETIME_DEBS))
 
 etcd-deps:
 	$(call install_missing_debs,$(ETCD_DEBS))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import datetime
 
 import pytest
 import stomp
@@ -23,6 +24,7 @@ from tests.support.database import (
     drain_bodies,
     journal_rows,
     rows,
+    shifted_clock,
 )
 from tests.support.postgres import PostgresServer
 from tests.support.servers import restart
@@ -206,3 +208,38 @@ def test_a_database_away_past_the_lease_refuses_or_holds_per_full_policy(
             assert sent.wait("away", 20) is not None
         bodies = drain_bodies(server, "/queue/q")
         assert bodies[:2] == ["0", "1"]
+
+
+def test_clocks_an_hour_off_neither_take_over_early_nor_miss_a_takeover(
+        server_factory, postgres_db: str) -> None:
+    """The lease's expiry is on the database's clock only: a server whose clock is an hour
+    ahead (or behind) waits for a live holder, and takes over from a dead one in time."""
+    holder = server_factory(*database_flags(postgres_db))
+    producer = ReceiptedProducer(holder.address, "/queue/q", tag="a").start()
+    for offset in ("+1h", "-1h"):
+        waiting = server_factory(*database_flags(postgres_db), env=shifted_clock(offset),
+                                 wait_listening=False)
+        wait_until(lambda w=waiting: w.log_lines("Database lease held by"),
+                   f"the server at {offset} to wait for the lease")
+        logged = datetime.strptime(waiting.logs()[:19], "%Y-%m-%d %H:%M:%S")
+        shift = (logged - datetime.now()).total_seconds()
+        assert abs(shift - int(f"{offset[0]}3600")) < 60, f"its clock is {shift:.0f} s off"
+        # three lease lengths: the holder renews, the other waits, receipts go on
+        before = len(producer.receipted)
+        time.sleep(3 * LEASE_MS / 1000)
+        assert not waiting.log_lines("pairmq server", "ready"), \
+            f"the server at {offset} took over from a live holder"
+        assert len(producer.receipted) > before + 50
+        holder.kill()
+        killed = time.monotonic()
+        wait_until(lambda w=waiting: w.log_lines("pairmq server", "ready"),
+                   f"the server at {offset} to take over", timeout=LEASE_MS / 1000 + 10)
+        took = time.monotonic() - killed
+        assert took < LEASE_MS / 1000 + 5, f"took over after {took:.1f} s"
+        sent, receipted = producer.sent, producer.receipted
+        bodies = drain_bodies(waiting, "/queue/q")
+        assert set(receipted) <= set(bodies)
+        assert set(bodies) <= set(sent)
+        holder = waiting
+        producer = ReceiptedProducer(holder.address, "/queue/q", tag=offset[0]).start()
+    producer.stop()

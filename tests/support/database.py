@@ -3,18 +3,35 @@ whose receipts a test compares with what the database let survive."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 import stomp
 
 from tests.serverproc import ServerProcess
 from tests.support.waiting import wait_until
 
 LEASE_MS = 1500  # short, so that takeovers in tests come quickly
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+
+
+def shifted_clock(offset: str) -> dict[str, str]:
+    """The environment of a process whose clocks read `offset` ("+1h", "-1h") off the
+    machine's, through Debian's libfaketime (`make test-deps` installs it): skipped where
+    it is missing, failed in CI, where it must be there."""
+    if not FAKETIME_LIB.exists():
+        reason = f"{FAKETIME_LIB} is missing: make test-deps installs libfaketime"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset,
+            "FAKETIME_NO_CACHE": "1"}
 
 
 def database_flags(url: str, group: str = "dbpair", lease_ms: int = LEASE_MS) -> tuple[str, ...]:

@@ -3,8 +3,11 @@ SIGKILL, SIGSTOP past the lease, and PostgreSQL restarted under load (docs/datab
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import datetime
 
@@ -243,3 +246,42 @@ def test_clocks_an_hour_off_neither_take_over_early_nor_miss_a_takeover(
         holder = waiting
         producer = ReceiptedProducer(holder.address, "/queue/q", tag=offset[0]).start()
     producer.stop()
+
+
+def test_rows_of_consumed_messages_are_deleted_and_journal_check_reads_the_database(
+        server_factory, postgres_db: str) -> None:
+    server = server_factory(*database_flags(postgres_db), "--segment-bytes", "65536")
+    conn = stomp.Connection([server.address], heartbeats=(0, 0))
+    conn.connect(wait=True)
+    for _ in range(3000):
+        conn.send("/queue/churn", "x" * 1024, headers={"persistent": "true"})
+    conn.disconnect(receipt="sent")
+    wait_until(lambda: journal_bytes(postgres_db) >= 3000 * 1024, "the records in the database")
+    written = journal_bytes(postgres_db)
+    assert len(drain_bodies(server, "/queue/churn")) == 3000
+    # the journal's emptied segments go, and their rows after them, in short batches
+    wait_until(lambda: journal_bytes(postgres_db) < written / 3, "dead rows to be deleted",
+               timeout=20)
+    check = check_cli(postgres_db)
+    assert check.returncode == 0, check.stdout + check.stderr
+    report = json.loads(check.stdout)
+    assert report["ok"] and report["rows"] == journal_rows(postgres_db)
+    server.stop()
+    # one byte of one record changed: the check names it
+    rows(postgres_db, "UPDATE pairmq_dbpair.journal SET data = set_byte(data, 30, "
+                      "(get_byte(data, 30) + 1) % 256) WHERE seq = "
+                      "(SELECT max(seq) FROM pairmq_dbpair.journal)")
+    check = check_cli(postgres_db)
+    assert check.returncode == 1
+    assert not json.loads(check.stdout)["ok"]
+
+
+def check_cli(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pairmq", "journal", "check", "--url", url,
+                           "--group", "dbpair", "--json"], capture_output=True, text=True,
+                          timeout=60)
+
+
+def journal_bytes(url: str) -> int:
+    return int(rows(url, "SELECT coalesce(sum(length(data)), 0) FROM pairmq_dbpair.journal")
+               [0][0])

@@ -182,10 +182,22 @@ def journal() -> None:
 
 
 @journal.command("check")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("directory", required=False,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--url", default="", help="check the journal kept in this PostgreSQL database "
+              "([store] url; the password may come from PAIRMQ_STORE_PASSWORD) instead")
+@click.option("--group", default="", help="with --url: the pair's [ha] group (or the server's "
+              "name), which names the schema")
 @json_option
-def journal_check(directory: Path, as_json: bool) -> None:
-    """Check every record of the journal in DIRECTORY (a data_dir or its journal/)."""
+def journal_check(directory: Path | None, url: str, group: str, as_json: bool) -> None:
+    """Check every record of the journal in DIRECTORY (a data_dir or its journal/), or of
+    the one kept in a database (--url, --group)."""
+    if url:
+        from pairmq.cli.database_check import check_database_journal
+
+        sys.exit(check_database_journal(url, group, as_json))
+    if directory is None:
+        raise click.UsageError("give a DIRECTORY, or --url and --group")
     from rich.console import Console
     from rich.progress import Progress
 

@@ -21,7 +21,8 @@ LAYERS = {
     "cli": {"server", "client", "store", "core", "protocol"},
 }
 # server/'s rooms, top to bottom: each imports only rooms before it (and itself)
-SERVER_ROOMS = ["foundations", "guards", "pair", "role", "cluster", "stomp", "manage", "app"]
+SERVER_ROOMS = ["foundations", "guards", "pair", "role", "cluster", "stomp", "manage", "app",
+                "run"]
 SIBLINGS = {("stomp", "manage"), ("manage", "stomp")}
 FOUNDATIONS = {"config", "settings", "tls", "clock", "process", "loop_lag", "arbiter_url",
                "etcd_gateway"}
@@ -79,8 +80,8 @@ def _layer(module: str) -> str | None:
 def _server_room(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 3:
-        return "app" if parts[2] == "app" else "foundations" if parts[2] in FOUNDATIONS \
-            else parts[2]
+        return parts[2] if parts[2] in ("app", "run") else "foundations" \
+            if parts[2] in FOUNDATIONS else parts[2]
     return parts[2]
 
 

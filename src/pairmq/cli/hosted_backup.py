@@ -17,8 +17,8 @@ import signal
 import sys
 from pathlib import Path
 
-from pairmq.server.app import run
 from pairmq.server.config import ServerConfig
+from pairmq.server.run import run
 
 PR_SET_PDEATHSIG = 1
 

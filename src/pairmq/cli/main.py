@@ -71,7 +71,7 @@ def main() -> None:
 @_config_options
 def server(config_path: str | None, users: tuple[str, ...], **values: Any) -> None:
     """Run one pairmq server."""
-    from pairmq.server.app import run
+    from pairmq.server.run import run
 
     run(_load(config_path, values, users))
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import ssl
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -31,16 +28,11 @@ from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
 from pairmq.server.guards.turn_budget import TurnBudget
 from pairmq.server.loop_lag import LoopWatch
-from pairmq.server.pair.database import (
-    DatabaseBacked,
-    DatabaseJournal,
-    DatabaseLock,
-    StartupRefused,
-)
+from pairmq.server.pair.database import DatabaseJournal, StartupRefused
+from pairmq.server.pair.database_pair import DatabaseBacked, DatabaseLock
 from pairmq.server.pair.policy import NoPair, PairPolicy
 from pairmq.server.pair.replication import ReplicationDriver
 from pairmq.server.pair.shared_store import SharedStorePair
-from pairmq.server.process import setup_logging, until_stop_signal
 from pairmq.server.role.leaving import Gate, Leaving
 from pairmq.server.role.role import Role, RoleKind
 from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection
@@ -49,9 +41,6 @@ from pairmq.server.tls import TlsContexts, TlsError
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
     SteppedCollector,
-    collect_oldest_in_steps,
-    collect_young_less_often,
-    freeze_the_start,
     gc_paused,
     report_slow_collections,
 )
@@ -74,10 +63,6 @@ SLOW_GC_S = 0.2  # a collection longer than this is logged: leases run meanwhile
 
 EXPIRY_SWEEP_S = 1.0
 CHANGES_KEPT = 20  # HA state changes /status lists
-# The journal thread needs the GIL back after each write and fdatasync; from a busy event
-# loop that takes up to this long (Python's default is 5 ms, which would add milliseconds
-# to every receipt). Only a thread waiting for the GIL shortens the loop's turn.
-GIL_SWITCH_S = 0.0002
 
 
 class PairmqServer:
@@ -628,45 +613,3 @@ class PairmqServer:
         if self.role.kind is RoleKind.SERVING:
             self.role.disk_usage(self.disk_usage_percent)
 
-
-async def serve(config: ServerConfig) -> None:
-    server = PairmqServer(config)
-    await server.start()
-
-    def reload() -> None:
-        with contextlib.suppress(TlsError):  # logged; the running certificates stay
-            server.reload_tls()
-
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
-    await until_stop_signal(server.finished)
-    await server.stop()
-
-
-def run(config: ServerConfig) -> None:
-    """Run a server in this process until SIGTERM or SIGINT."""
-    setup_logging(config.log_level)
-    sys.setswitchinterval(GIL_SWITCH_S)
-    collect_young_less_often()
-    collect_oldest_in_steps()
-    log.info("Starting pairmq server %s (pid %d, config %s)", config.name, os.getpid(),
-             config.source)
-    if config.admin:
-        # aiohttp's import takes 150-250 ms: before the loop runs, not during the pair's
-        # first heartbeats (start() imports it again, from sys.modules)
-        import pairmq.server.manage.admin  # noqa: F401
-    try:
-        import uvloop
-    except ImportError:
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
-    freeze_the_start()
-    try:
-        runner(serve(config))
-    except (StartupError, JournalCorrupt) as e:
-        log.error("Cannot start: %s", e)
-        sys.exit(3)
-    except OSError as e:  # a file or directory it needs (the journal's, a certificate's)
-        where = f" ({e.filename})" if e.filename else ""
-        log.error("Cannot start: %s%s", e.strerror or e, where)
-        sys.exit(3)

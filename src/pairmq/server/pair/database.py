@@ -1,11 +1,11 @@
-"""[store] url: the journal kept in PostgreSQL, as the server sees it.
+"""[store] url: the journal kept in PostgreSQL, as the server drives it.
 
-`DatabaseJournal` is the thin driver: it connects, takes the fenced lease (waiting while
-another server holds it), restores the local copy of the journal from the database, then
-keeps the lease renewed, copies every appended record (store/database/copy.py) and deletes
-the rows the journal no longer needs. `DatabaseBacked` wraps the server's pair policy so
-that receipts go out only for records the database committed, under a lease this server
-can prove it holds (store/database/lease.py has the safety argument).
+`DatabaseJournal` is the thin driver around store/database/: it connects, takes and renews
+the fenced lease (a server alone waits for it at start; a shared-store pair's driver takes
+it through server/pair/database_pair.py's `DatabaseLock`), restores the local copy of the
+journal from the database, and while this server serves, copies every appended record
+(store/database/copy.py), deletes the rows the journal no longer needs and applies
+full_policy when the database stays away. store/database/lease.py has the safety argument.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from pairmq.ha.states import State
 from pairmq.server.config import ServerConfig
-from pairmq.server.pair.policy import NoPair, PairPolicy
-from pairmq.server.pair.store_locks import Acquired, Refused
 from pairmq.store.database import lease
 from pairmq.store.database.copy import JournalCopy, describe
 from pairmq.store.database.restore import Behind, LocalCopy, Restored, restore
@@ -495,86 +492,3 @@ def _refusal(error: Exception) -> str | None:
                   | asyncpg.InvalidAuthorizationSpecificationError):
         return describe(error)
     return None
-
-
-class DatabaseLock:
-    """The database lease as a shared-store pair's lock (server/pair/store_locks.py)."""
-
-    def __init__(self, database: DatabaseJournal) -> None:
-        self.database = database
-
-    async def try_acquire(self) -> Acquired | Refused:
-        started = time.monotonic()
-        try:
-            outcome = await self.database.try_acquire()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            return Refused(f"nobody known (the database cannot be used: {describe(e)})")
-        if isinstance(outcome, lease.Busy):
-            return Refused(outcome.holder)
-        # granted only once the previous holder's lease expired on the database's clock,
-        # which its renewals set after their proofs started: no proof of it runs now
-        return Acquired(fresh_proof(started, self.database.ttl_ms / 1000), time.monotonic())
-
-    async def verify(self) -> Proof:
-        return await self.database.renew()
-
-    async def release(self) -> None:
-        await self.database.release()
-
-    def status(self) -> dict[str, Any]:
-        return self.database.status()
-
-
-class DatabaseBacked:
-    """A pair policy whose confirmations also wait for the database (PairPolicy)."""
-
-    def __init__(self, inner: PairPolicy, database: DatabaseJournal) -> None:
-        self.inner = inner
-        self.database = database
-
-    @property
-    def state(self) -> State:
-        return self.inner.state
-
-    def active_address(self, tls: bool = False) -> str | None:
-        return self.inner.active_address(tls)
-
-    def handing_over_to(self, tls: bool = False) -> str | None:
-        return self.inner.handing_over_to(tls)
-
-    def topology(self, own: str, tls: bool = False) -> str | None:
-        return self.inner.topology(own, tls)
-
-    def confirmable(self, local: int, current: int) -> int:
-        database = self.database
-        if not database.may_confirm():
-            return current
-        return max(current, min(self.inner.confirmable(local, current),
-                                database.committed_seq))
-
-    def on_append(self, seq: int, record: bytes) -> None:
-        self.database.append(seq, record)
-        self.inner.on_append(seq, record)
-
-    def mirror_synced(self, seq: int) -> None:
-        self.inner.mirror_synced(seq)
-
-    def journal_stalled(self, waited: float | None) -> None:
-        self.inner.journal_stalled(waited)
-
-    async def start(self) -> None:
-        if isinstance(self.inner, NoPair):  # a pair's driver takes the lease itself
-            self.database.start()
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
-
-    def status(self) -> dict[str, Any] | None:
-        return self.inner.status()
-
-    def force(self) -> str | None:
-        return self.inner.force()
-

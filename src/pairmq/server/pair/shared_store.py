@@ -1,8 +1,9 @@
 """The shared-store policy's driver: feeds ha/shared_store.py and carries out its effects.
 
-Heartbeats and failback notices go over the HA channel (server/pair/ha_link.py); lock calls
-run in executor threads (on NFS they can block); role changes are made one after the
-other in order (a release never overtakes the drain before it). Decisions live in
+Heartbeats and failback notices go over the HA channel (server/pair/ha_link.py); the lock is
+the shared directory's lock file or the database's lease (server/pair/store_locks.py);
+role changes are made one after the other in order (a release never overtakes the drain
+before it). Decisions live in
 `SharedStoreNode`; nothing here decides.
 """
 

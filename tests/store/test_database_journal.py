@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 import stomp
@@ -18,6 +20,7 @@ from pairmq.client.plain import BlockingConnection
 from pairmq.protocol import Frame, serialize
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import admin_status, admin_user_flags, metric
+from tests.support.cli import run
 from tests.support.commits import Replies
 from tests.support.database import (
     LEASE_MS,
@@ -29,6 +32,7 @@ from tests.support.database import (
     rows,
     shifted_clock,
 )
+from tests.support.disk import small_disk
 from tests.support.postgres import PostgresServer
 from tests.support.servers import restart
 from tests.support.waiting import wait_until
@@ -59,7 +63,8 @@ def test_postgresql_restarted_mid_load_loses_nothing_and_the_server_carries_on(
     with PostgresServer() as pg:
         pg.start()
         url = pg.create_database("restarted")
-        server = server_factory(*database_flags(url))
+        # block: a recovery longer than the lease holds the producer instead of refusing it
+        server = server_factory(*database_flags(url), "--full-policy", "block")
         producer = ReceiptedProducer(server.address, "/queue/q").start()
         producer.wait_receipts(200)
         pg.restart(mode)
@@ -285,3 +290,43 @@ def check_cli(url: str) -> subprocess.CompletedProcess[str]:
 def journal_bytes(url: str) -> int:
     return int(rows(url, "SELECT coalesce(sum(length(data)), 0) FROM pairmq_dbpair.journal")
                [0][0])
+
+
+def test_the_database_disk_full_is_named_and_the_server_carries_on_once_there_is_room(
+        server_factory, tmp_path) -> None:
+    space = Path(f"/tmp/pairmq-pgspace-{uuid.uuid4().hex[:8]}")  # the postgres user's reach
+    with PostgresServer() as pg, small_disk(space, "12m"):
+        pg.start()
+        os.chown(space, *pg.owner_ids())
+        pg.sql(f"CREATE TABLESPACE small LOCATION '{space}'")
+        pg.sql("CREATE DATABASE full_disk TABLESPACE small")
+        url = pg.url("full_disk")
+        server = server_factory(*database_flags(url))
+        producer = ReceiptedProducer(server.address, "/queue/q").start()
+        wait_until(lambda: server.log_lines("The database does not take the journal",
+                                            "No space left on device"),
+                   "the full disk to be named", timeout=60)
+        stuck = len(producer.receipted)
+        time.sleep(LEASE_MS / 1000 + 1)  # past the lease: refused per full_policy (fail)
+        assert producer.errors and "the database does not take the journal" in \
+            producer.errors[0], producer.errors
+        assert len(producer.receipted) <= stuck + 1, "confirmed what the database refused"
+        producer.stop(settle=0)
+        # another client is still served: non-persistent messages need no journal
+        conn = stomp.Connection([server.address], heartbeats=(0, 0))
+        conn.connect(wait=True)
+        conn.send("/topic/t", "still here")
+        conn.disconnect()
+        assert server.alive()
+        # room again: the records waiting go in, and the server takes messages again
+        assert run("mount", "-o", "remount,size=64m", str(space)).returncode == 0
+        status = wait_until(lambda: server.log_lines("The database takes the journal again"),
+                            "the copy to resume", timeout=30)
+        assert status
+        again = ReceiptedProducer(server.address, "/queue/q", tag="again").start()
+        again.wait_receipts(50)
+        again.stop()
+        server = restart(server, *database_flags(url))
+        bodies = drain_bodies(server, "/queue/q")
+        assert (producer.receipted | again.receipted) <= set(bodies)
+        assert len(bodies) == len(set(bodies))

@@ -170,6 +170,13 @@ class PostgresServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.closed = False
 
+    def owner_ids(self) -> tuple[int, int]:
+        """(uid, gid) the server runs as: a directory it must write (a tablespace's) is
+        given to it."""
+        if self._owner is None:
+            return os.getuid(), os.getgid()
+        return self._owner.pw_uid, self._owner.pw_gid
+
     # ------------------------------------------------------------ addresses
 
     def url(self, database: str = "postgres") -> str:

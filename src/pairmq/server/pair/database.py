@@ -97,6 +97,7 @@ class DatabaseJournal:
         self._lease_conn: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._throttled = False
+        self._refusing = False  # new persistent messages refused: the database is away
         self.lease_state = "not taken"
 
     async def _connect(self, **limits: int) -> Any:
@@ -383,6 +384,8 @@ class DatabaseJournal:
         copy = self.copy
         if self._throttled and copy is not None and copy.pending_bytes < RESUME_BYTES:
             self._throttle(False)
+        if self._refusing:
+            self._check_outage()
         self.host.update_confirmed()
 
     def _throttle(self, paused: bool) -> None:
@@ -404,22 +407,26 @@ class DatabaseJournal:
         """Producers wait while the database is away for up to the lease's length (a
         restart takes a fraction of a second); past it, new persistent messages are
         refused or held per [store] full_policy, as on a full disk, until it is back."""
-        refusing = False
         try:
             while True:
                 await asyncio.sleep(OUTAGE_CHECK_S)
-                copy = self.copy
-                down = copy is not None and copy.down_since is not None and \
-                    time.monotonic() - copy.down_since > self.ttl_ms / 1000
-                if down != refusing:
-                    refusing = down
-                    assert copy is not None
-                    self.host.store.refuse_new(
-                        f"the database does not take the journal ({copy.problem})"
-                        if down else None)
+                self._check_outage()
         finally:
-            if refusing:
+            if self._refusing:
+                self._refusing = False
                 self.host.store.refuse_new(None)
+
+    def _check_outage(self) -> None:
+        """Also called at every commit: the first group in after an outage ends the refusal
+        at once (a producer told to retry is not refused again)."""
+        copy = self.copy
+        down_since = copy.down_since if copy is not None else None
+        down = down_since is not None and time.monotonic() - down_since > self.ttl_ms / 1000
+        if down == self._refusing:
+            return
+        self._refusing = down
+        self.host.store.refuse_new(f"the database does not take the journal ({copy.problem})"
+                                   if down and copy is not None else None)
 
     async def _delete_dead_rows(self) -> None:
         """Rows below the journal's oldest segment are dead; delete them in short batches

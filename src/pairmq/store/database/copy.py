@@ -25,7 +25,7 @@ from pairmq.store.database.lease import LeaseStatements
 log = logging.getLogger("pairmq.store")
 
 GROUP_BYTES = 4 << 20  # at most this much in one transaction
-RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
+RETRY_FIRST_S, RETRY_MAX_S = 0.05, 0.5
 
 
 class CopyState(StrEnum):
@@ -134,6 +134,10 @@ class JournalCopy:
             self.pending_bytes -= len(record)
         if highest > self.committed_seq:
             self._committed(highest)
+        if self.state is CopyState.CONNECTING or not self._pending:
+            self._up()  # else DOWN until a group goes in (the database may refuse it again)
+
+    def _up(self) -> None:
         if self.state is CopyState.DOWN:
             assert self.down_since is not None
             log.info("The database takes the journal again after %.1f s: %d records "
@@ -159,6 +163,8 @@ class JournalCopy:
             self._pending.popleft()
         self.pending_bytes -= size
         self.groups += 1
+        if self.state is not CopyState.COPYING:
+            self._up()
         self._committed(group[-1][0])
 
     def _committed(self, seq: int) -> None:

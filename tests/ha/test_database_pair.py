@@ -11,7 +11,8 @@ import pytest
 
 from tests.ha.pair import Pair
 from tests.ha.under_load import UnderLoad, queue_depth
-from tests.support.database import ReceiptedProducer, drain_bodies, journal_rows
+from tests.support.admin import metric, metric_samples
+from tests.support.database import DATABASE_ONLY, ReceiptedProducer, drain_bodies, journal_rows
 
 LEASE_MS = 1000
 
@@ -49,6 +50,9 @@ def test_kill_9_of_the_active_under_load_the_backup_takes_the_lease_and_serves_e
     assert status is not None
     assert status["journal"]["database"]["lease"] == "held"
     assert status["ha"]["shared"]["schema"] == f"pairmq_{schema(db_pair)}"
+    exported = metric_samples(db_pair.admin_address("backup"))
+    assert set(exported) >= DATABASE_ONLY  # what the alert rules name
+    assert metric(db_pair.admin_address("backup"), "pairmq_database_up") == 1
     # the primary, restarted, fails back through the lease (the backup releases it)
     db_pair.restart("primary")
     db_pair.wait_formed(30, active="primary")

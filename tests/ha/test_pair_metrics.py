@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.ha.pair import Pair
 from tests.support.admin import admin_request, metric_samples, sample_value
+from tests.support.database import DATABASE_ONLY
 from tests.support.waiting import wait_until
 
 
@@ -109,6 +110,7 @@ def test_the_dashboard_and_alerts_use_only_what_the_pair_exports(pair: Pair) -> 
     assert len(alert_exprs) == rules.count("- alert: ") >= 10
     used |= {name for expr in alert_exprs for name in METRIC.findall(expr)}
     used -= ETCD_ONLY  # exported by a pair on etcd: the test below
+    used -= DATABASE_ONLY  # exported by a server with [store] url: test_database_pair.py
 
     client = pair.connect("primary")  # a destination, so that its series exist
     client.send("/queue/dashboard", b"x", headers={"persistent": "true"})

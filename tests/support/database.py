@@ -18,6 +18,8 @@ from tests.serverproc import ServerProcess
 from tests.support.waiting import wait_until
 
 LEASE_MS = 1500  # short, so that takeovers in tests come quickly
+# the series only a server with [store] url exports, which the alert rules name
+DATABASE_ONLY = {"pairmq_database_up"}
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 
 

@@ -64,6 +64,16 @@ def test_the_first_holder_waits_out_any_earlier_proof_then_replays_and_serves() 
     assert n.may_confirm(t) and n.epoch == 7
 
 
+def test_a_lock_that_says_no_earlier_proof_runs_is_replayed_at_once() -> None:
+    """A database lease is granted only once expired, after the old holder's renewals:
+    its `ready_at` is the acquisition itself, and the node does not wait out V(1 + D)."""
+    n = node()
+    n.step(m.Tick(0.0))
+    n.step(m.LockResult(m.LockOutcome.ACQUIRED, 0.01, fresh_proof(0.0, V), ready_at=0.01))
+    assert m.BecomeActive(None) in n.step(m.Tick(0.02))
+    assert n.may_write(0.02)
+
+
 def test_a_busy_lock_with_a_serving_peer_makes_a_passive_backup_that_takes_over_on_loss() -> None:
     n = node("backup")
     n.step(m.Tick(0.0))

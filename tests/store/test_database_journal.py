@@ -18,6 +18,7 @@ import stomp
 
 from pairmq.client.plain import BlockingConnection
 from pairmq.protocol import Frame, serialize
+from tests.integration.rawstomp import connect
 from tests.serverproc import ServerProcess, free_port
 from tests.support.admin import admin_status, admin_user_flags, metric
 from tests.support.cli import run
@@ -35,6 +36,7 @@ from tests.support.database import (
 from tests.support.disk import small_disk
 from tests.support.postgres import PostgresServer
 from tests.support.servers import restart
+from tests.support.streams import append, offsets, read, stream_info, subscribe
 from tests.support.waiting import wait_until
 
 
@@ -330,3 +332,27 @@ def test_the_database_disk_full_is_named_and_the_server_carries_on_once_there_is
         bodies = drain_bodies(server, "/queue/q")
         assert (producer.receipted | again.receipted) <= set(bodies)
         assert len(bodies) == len(set(bodies))
+
+
+def test_a_stream_and_its_retention_come_back_from_the_database(
+        server_factory, postgres_db: str) -> None:
+    flags = (*database_flags(postgres_db), "--max-bytes", str(40 * 1200))
+    server = server_factory(*flags)
+    client, _ = connect(server.address)
+    append(client, "/stream/events", [f"e{i}".ljust(1000, ".") for i in range(100)])
+    first, next_offset = stream_info(client, "/stream/events")
+    client.close()
+    assert next_offset == 100 and 0 < first < 100 - 30  # retention removed the oldest
+    # a clean stop (what retention removed is journaled after the receipts), then a start
+    # from the database alone: the local copy is made anew
+    server = restart(server, *flags, crash=False)
+    assert server.log_lines("Journal restored from the database")
+    client, _ = connect(server.address)
+    assert stream_info(client, "/stream/events") == (first, next_offset)
+    subscribe(client, "/stream/events", str(first))
+    frames = read(client, next_offset - first)
+    assert offsets(frames) == list(range(first, next_offset))
+    assert [f.text.rstrip(".") for f in frames] == [f"e{i}" for i in range(first, next_offset)]
+    append(client, "/stream/events", ["after"])
+    assert stream_info(client, "/stream/events")[1] == next_offset + 1
+    client.close()

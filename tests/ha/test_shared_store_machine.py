@@ -69,9 +69,25 @@ def test_a_lock_that_says_no_earlier_proof_runs_is_replayed_at_once() -> None:
     its `ready_at` is the acquisition itself, and the node does not wait out V(1 + D)."""
     n = node()
     n.step(m.Tick(0.0))
-    n.step(m.LockResult(m.LockOutcome.ACQUIRED, 0.01, fresh_proof(0.0, V), ready_at=0.01))
-    assert m.BecomeActive(None) in n.step(m.Tick(0.02))
+    effects = n.step(m.LockResult(m.LockOutcome.ACQUIRED, 0.01, fresh_proof(0.0, V),
+                                  ready_at=0.01))
+    assert m.BecomeActive(None) in effects  # at once, not at the next tick
     assert n.may_write(0.02)
+
+
+def test_verifications_and_lock_attempts_come_every_heartbeat_from_when_they_start() -> None:
+    """A result that comes back a little after the tick that asked for it does not push
+    the next one past the next tick (which would verify, or try, every other heartbeat)."""
+    n = node()
+    t = serving(n)  # a verification went out at t
+    for k in range(1, 4):
+        n.step(m.LockResult(m.LockOutcome.CHECKED, t + (k - 1) * HB + 0.01,
+                            fresh_proof(t + (k - 1) * HB, V)))
+        assert kinds(n.step(m.Tick(t + k * HB))) == [m.VerifyLock]
+    backup = node("backup")
+    backup.step(m.Tick(0.0))
+    backup.step(m.LockResult(m.LockOutcome.BUSY, 0.01, detail="primary"))
+    assert m.TryLock() in backup.step(m.Tick(HB))
 
 
 def test_a_busy_lock_with_a_serving_peer_makes_a_passive_backup_that_takes_over_on_loss() -> None:
@@ -152,8 +168,7 @@ def test_failback_hands_the_lock_over_after_the_drain_and_the_primary_skips_the_
         on_the_wire(effects).index((ch.FAILBACK, {"phase": "go"}))
     assert backup.state is State.PASSIVE and not backup.may_confirm(backup.now)
     assert m.TryLock() in primary.step(m.FailbackMessage(FailbackStep.GO))
-    acquired(primary, 5.0)
-    assert m.BecomeActive(None) in primary.step(m.Tick(5.0))
+    assert m.BecomeActive(None) in acquired(primary, 5.0)  # at once, not a tick later
 
 
 def test_a_clean_stop_without_failover_holds_the_backup_back_until_forced() -> None:

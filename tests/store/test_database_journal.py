@@ -29,9 +29,11 @@ from tests.support.database import (
     assert_once_in_order,
     database_flags,
     drain_bodies,
+    forge_record_after,
     journal_rows,
     rows,
     shifted_clock,
+    wipe_local_copy,
 )
 from tests.support.disk import small_disk
 from tests.support.postgres import PostgresServer
@@ -40,8 +42,9 @@ from tests.support.streams import append, offsets, read, stream_info, subscribe
 from tests.support.waiting import wait_until
 
 
+@pytest.mark.parametrize("local_copy", ["kept", "wiped"])
 def test_kill_9_mid_load_every_receipted_message_comes_back_once_and_in_order(
-        server_factory, postgres_db: str) -> None:
+        server_factory, postgres_db: str, local_copy: str) -> None:
     server = server_factory(*database_flags(postgres_db))
     producers = [ReceiptedProducer(server.address, "/queue/orders", tag).start()
                  for tag in ("a", "b")]
@@ -50,13 +53,44 @@ def test_kill_9_mid_load_every_receipted_message_comes_back_once_and_in_order(
     server.kill()
     receipted = set().union(*(p.receipted for p in producers))
     sent = [body for p in producers for body in p.sent]
-    # the local copy is wiped: what comes back comes from the database alone
+    if local_copy == "wiped":  # what comes back comes from the database alone
+        wipe_local_copy(server)
     server = restart(server, *database_flags(postgres_db))
-    assert server.log_lines("Journal restored from the database")
+    restored = server.log_lines("Journal restored from the database")
+    # kept: the local journal is the database's up to what it saw committed, compared
+    # after that, cut past the database's last row; only the rest is read from it
+    assert ("the local journal kept up to seq" in restored[-1]) == (local_copy == "kept")
     assert "pairmq-test-secret" not in server.logs(), "the password was logged"
     bodies = drain_bodies(server, "/queue/orders")
     assert_once_in_order(bodies, receipted, sent)
     assert len(receipted) >= 600
+
+
+def test_a_local_journal_that_the_database_does_not_hold_is_cut_where_they_differ(
+        server_factory, postgres_db: str) -> None:
+    """A server's local journal ends with a record the database never committed, and
+    another server numbered that record anew in the database: the first server, started
+    again, keeps its journal up to there, cuts the rest and takes the database's rows."""
+    first = server_factory(*database_flags(postgres_db), name="first")
+    producer = ReceiptedProducer(first.address, "/queue/q", tag="first").start()
+    producer.wait_receipts(200)
+    producer.stop()
+    first.stop()
+    last = int(rows(postgres_db, "SELECT max(seq) FROM pairmq_dbpair.journal")[0][0])
+    second = server_factory(*database_flags(postgres_db), name="second")
+    other = ReceiptedProducer(second.address, "/queue/q", tag="second").start()
+    other.wait_receipts(200)
+    other.stop()
+    second.stop()
+    # the record the database holds at last + 1 is the second server's; the first's local
+    # journal gets another one there (a group it wrote, never committed, before it died)
+    forge_record_after(first.data_dir / "journal", last)
+    first = first.start_again(*database_flags(postgres_db))
+    restored = first.log_lines("Journal restored from the database")[-1]
+    assert f"the local journal kept up to seq {last} (1 of its records compared)" in restored
+    bodies = drain_bodies(first, "/queue/q")
+    assert_once_in_order(bodies, producer.receipted | other.receipted,
+                         producer.sent + other.sent)
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
@@ -82,6 +116,8 @@ def test_postgresql_restarted_mid_load_loses_nothing_and_the_server_carries_on(
             "Database lease renewed again" in logs
         # No false receipt: every receipted message is in the database, which a restart
         # from it (the local copy wiped) shows.
+        server.kill()
+        wipe_local_copy(server)
         server = restart(server, *database_flags(url))
         bodies = drain_bodies(server, "/queue/q")
         assert_once_in_order(bodies, producer.receipted, producer.sent)
@@ -113,8 +149,8 @@ def test_a_server_paused_past_its_lease_writes_no_row_and_confirms_nothing(
     producer.stop(settle=0)
     late = producer.receipted - receipts_before
     assert not late, f"the old server confirmed {len(late)} messages after losing its lease"
-    assert first.log_lines("another server holds the lease now") or \
-        first.log_lines("Database lease lost")
+    assert first.log_lines("Database lease lost") or \
+        first.log_lines("another server holds the lease now")
     bodies = drain_bodies(waiting, "/queue/q")
     assert_once_in_order(bodies, producer.receipted | new.receipted,
                          producer.sent + new.sent)
@@ -167,7 +203,7 @@ def test_no_connection_left_for_the_server_is_said_and_it_starts_once_there_is(
         conn.connect(wait=True)
         conn.send("/queue/q", "x", headers={"persistent": "true", "receipt": "r"})
         conn.disconnect()
-        assert journal_rows(url) >= 1
+        wait_until(lambda: journal_rows(url) >= 1, "the message's record in the database")
         server.stop()
     finally:
         postgres_server.sql("DROP OWNED BY limited CASCADE; DROP ROLE limited",

@@ -4,6 +4,7 @@ whose receipts a test compares with what the database let survive."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,8 @@ import psycopg
 import pytest
 import stomp
 
+from pairmq.store.records import RECORD_HEADER, frame_record
+from pairmq.store.segments import list_segments, read_records, segment_header, segment_name
 from tests.serverproc import ServerProcess
 from tests.support.waiting import wait_until
 
@@ -40,6 +43,26 @@ def database_flags(url: str, group: str = "dbpair", lease_ms: int = LEASE_MS) ->
     """The flags of a server whose journal is in the database at `url`, in the schema of
     `group` (two servers with one group share the journal and its lease)."""
     return ("--url", url, "--group", group, "--lease-timeout-ms", str(lease_ms))
+
+
+def wipe_local_copy(server: ServerProcess) -> None:
+    """Remove a stopped server's local copy of the journal: its next start reads the
+    database alone."""
+    shutil.rmtree(server.data_dir / "journal", ignore_errors=True)
+
+
+def forge_record_after(journal: Path, seq: int) -> None:
+    """Append to a stopped server's local journal, as record seq + 1, a copy of its record
+    seq (a valid record the database does not hold at that number), in a segment of its
+    own after the others."""
+    segments = list_segments(journal)
+    last_id = segments[-1][0]
+    found = [r for i, p in segments for r in read_records(p, i, seq, seq)]
+    assert found, f"record {seq} is not in {journal}"
+    _, _, _, epoch, kind = RECORD_HEADER.unpack_from(found[0])
+    payload = found[0][RECORD_HEADER.size:]
+    path = journal / segment_name(last_id + 1)
+    path.write_bytes(segment_header(last_id + 1) + frame_record(seq + 1, epoch, payload, kind))
 
 
 def rows(url: str, query: str) -> list[tuple[Any, ...]]:

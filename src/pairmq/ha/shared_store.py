@@ -214,6 +214,7 @@ class SharedStoreNode:
     proof: Proof = NO_PROOF
     epoch: int = 0
     next_try: float = 0.0  # SEEKING: next lock attempt
+    tried_at: float = 0.0  # when the last lock attempt went out
     ready_at: float = 0.0  # WAITING_OUT: when the previous holder's proof has surely ended
     verify_due: float = 0.0
     verifying: bool = False  # a VerifyLock is out (one at a time)
@@ -315,7 +316,7 @@ class SharedStoreNode:
         now = self.now
         if self.phase is Phase.STARTING:
             self._enter(Phase.FIRST_LOCK, "trying the lock")
-            self._out.append(TryLock())
+            self._lock_attempt()
             return
         if self.phase in SERVING and not self.proof.valid(now):
             reason = self.proof.reason or "no verification succeeded in time"
@@ -343,10 +344,17 @@ class SharedStoreNode:
     def _verify_now(self) -> None:
         if not self.verifying:
             self.verifying = True
+            # the next one a heartbeat after this one *starts*: counted from its result,
+            # a tick a moment early would skip it, verifying every other heartbeat only
+            self.verify_due = self.now + self.settings.heartbeat
             self._out.append(VerifyLock())
 
     def _try_lock(self, why: str, phase: Phase = Phase.LOCKING) -> None:
         self._enter(phase, why)
+        self._lock_attempt()
+
+    def _lock_attempt(self) -> None:
+        self.tried_at = self.now  # the next one a heartbeat after this starts (as above)
         self._out.append(TryLock())
 
     def _lock_result(self, result: LockResult) -> None:
@@ -359,7 +367,6 @@ class SharedStoreNode:
                 self._lose(f"cannot prove it holds the lock: {result.proof.reason}")
                 return
             self.proof = Proof(max(self.proof.until, result.proof.until))
-            self.verify_due = result.now + s.heartbeat
             if self.phase is Phase.PROVING:
                 if self._proof_lasts(result.now):
                     self._serve(f"journal replayed and the lock verified; epoch {self.epoch}")
@@ -372,15 +379,18 @@ class SharedStoreNode:
             return
         if result.outcome is LockOutcome.ACQUIRED:
             self.proof = result.proof
-            self.verify_due = result.now + s.heartbeat
+            self.verify_due = self.tried_at + s.heartbeat
             self.verifying = False
             handed_over = self.phase is Phase.TAKING_OVER  # the holder released it itself
             self.ready_at = result.now if handed_over else \
                 result.ready_at if result.ready_at is not None else \
                 wait_out(result.now, s.activation)
             self._enter(Phase.WAITING_OUT, "acquired the lock of the shared store")
+            if result.now >= self.ready_at:  # nothing to wait out: replay now, not a tick on
+                self._enter(Phase.RECOVERING, "holding the lock: replaying the journal")
+                self._out.append(BecomeActive(None))
             return
-        self.next_try = result.now + s.heartbeat
+        self.next_try = self.tried_at + s.heartbeat
         if _serving(self.peer):
             self._enter(Phase.BACKUP, f"{self._peer_name()} holds the lock and serves")
         else:

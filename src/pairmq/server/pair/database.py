@@ -24,6 +24,7 @@ from pairmq.server.config import ServerConfig
 from pairmq.store.database import lease
 from pairmq.store.database.copy import JournalCopy, describe
 from pairmq.store.database.restore import Behind, LocalCopy, Restored, restore
+from pairmq.store.database.resume import write_committed
 from pairmq.store.database.schema import (
     SCHEMA_VERSION,
     create_statements,
@@ -31,7 +32,7 @@ from pairmq.store.database.schema import (
     schema_name,
     version_problem,
 )
-from pairmq.store.sharedlock import NO_PROOF, Proof, fresh_proof
+from pairmq.store.sharedlock import JOURNAL_NAME, NO_PROOF, Proof, fresh_proof
 from pairmq.store.store import Store
 
 log = logging.getLogger("pairmq.store")
@@ -43,6 +44,7 @@ DELETE_BATCH = 5000  # rows deleted per statement: short transactions, never the
 THROTTLE_BYTES, RESUME_BYTES = 64 << 20, 16 << 20  # records waiting for the database
 OUTAGE_CHECK_S = 0.25
 REFILL_BYTES = 256 << 20  # a backup's local copy past this and twice its fill: made anew
+NOTE_COMMITTED_S = 0.2  # how often the last committed seq is written down while serving
 
 
 class StartupRefused(Exception):
@@ -80,6 +82,7 @@ class DatabaseJournal:
         self.schema = schema_name(config.group or config.name)
         self.ttl_ms = config.lease_timeout_ms
         self.segment_bytes = config.segment_bytes
+        self.journal_dir = Path(config.data_dir) / JOURNAL_NAME  # the local copy
         self.host = host
         self.on_lost = on_lost
         self.holder = f"{config.name} (pid {os.getpid()} on {socket.gethostname()}, " \
@@ -98,6 +101,7 @@ class DatabaseJournal:
         self._tasks: list[asyncio.Task[None]] = []
         self._throttled = False
         self._refusing = False  # new persistent messages refused: the database is away
+        self._note_committed_at = 0.0
         self.lease_state = "not taken"
 
     async def _connect(self, **limits: int) -> Any:
@@ -120,9 +124,12 @@ class DatabaseJournal:
     async def _lease_connection(self) -> Any:
         if self._lease_conn is None:
             # an attempt that waits on the row (a holder's group in flight) gives up in time
-            # to be tried again, rather than hold the driver's queue of role changes
-            self._lease_conn = await self._connect(lock_timeout=max(100, self.ttl_ms // 2),
-                                                   statement_timeout=self.ttl_ms)
+            # to be tried again, rather than hold the driver's queue of role changes; and a
+            # server paused between a renewal's statement and its end holds no row for long
+            ttl = self.ttl_ms
+            self._lease_conn = await self._connect(
+                lock_timeout=max(100, ttl // 2), statement_timeout=ttl,
+                idle_in_transaction_session_timeout=max(100, ttl // 4))
         if not self._prepared:
             await self._prepare_schema(self._lease_conn)
             self._prepared = True
@@ -222,6 +229,10 @@ class DatabaseJournal:
                 await asyncio.sleep(1.0)
                 continue
             if isinstance(outcome, lease.Granted):
+                # renewed from now on: a long restore must not let it lapse (another
+                # server waiting would take it, and this one would find out only later)
+                self._tasks.append(asyncio.get_running_loop().create_task(
+                    self._keep_lease(), name="database lease"))
                 break
             if outcome.holder != said:
                 log.warning("Database lease held by %s: waiting for it (%.1f s left unless "
@@ -231,10 +242,8 @@ class DatabaseJournal:
         return await self.restore_into(journal_dir)
 
     def start(self) -> None:
-        """A server alone begins serving: copy, and renew the lease itself."""
+        """A server alone begins serving (its lease renewed since `take`): copy."""
         self.start_copy()
-        self._tasks.append(asyncio.get_running_loop().create_task(
-            self._keep_lease(), name="database lease"))
 
     async def _keep_lease(self) -> None:
         said = ""
@@ -243,6 +252,8 @@ class DatabaseJournal:
             was_valid = self.may_confirm()
             proof = await self.renew()
             if self.lease_state == "lost":
+                log.error("Database lease lost: another server holds it now (epoch above "
+                          "%d); this server writes and confirms nothing more", self.epoch)
                 self._lost("another server took the database lease")
                 return
             if proof.reason:
@@ -269,10 +280,11 @@ class DatabaseJournal:
             await conn.close()
         self.local = None
         self._restored(restored)
-        log.info("Journal restored from the database %s (schema %s): %d records, %.1f MiB, "
-                 "seq %d to %d, in %.2f s", self.where, self.schema, restored.records,
-                 restored.bytes / 1048576, restored.first_seq, restored.last_seq,
-                 time.monotonic() - started)
+        kept = f"the local journal kept up to seq {restored.kept} ({restored.compared} of " \
+            "its records compared), then " if restored.kept else ""
+        log.info("Journal restored from the database %s (schema %s): %s%d records, %.1f MiB, "
+                 "up to seq %d, in %.2f s", self.where, self.schema, kept, restored.records,
+                 restored.bytes / 1048576, restored.last_seq, time.monotonic() - started)
         return restored
 
     def _restored(self, restored: Restored) -> None:
@@ -297,9 +309,14 @@ class DatabaseJournal:
         if conn is None:
             conn = self._tail_conn = await self._connect()
         local = self.local
-        if local is None or local.bytes > max(REFILL_BYTES, 2 * local.filled_bytes):
-            # first, or the copy grew well past what the journal holds (the rows the
-            # active deleted are still here): made anew from one snapshot
+        if local is None:  # first: what the directory holds kept as far as it is the
+            self.local = local = LocalCopy(journal_dir, self.segment_bytes)  # database's
+            if await local.resume(conn, self.schema) is None:
+                await local.fill(conn, self.schema)
+            return local.bytes, True
+        if local.bytes > max(REFILL_BYTES, 2 * local.filled_bytes):
+            # the copy grew well past what the journal holds (the rows the active deleted
+            # are still here): made anew from one snapshot
             self.local = local = LocalCopy(journal_dir, self.segment_bytes)
             await local.fill(conn, self.schema)
             return local.bytes, True
@@ -330,7 +347,7 @@ class DatabaseJournal:
             if tail is not None:
                 tail.terminate()
             return False
-        local.seal()
+        await local.seal()
         self._restored(local.restored)
         log.info("Journal read ahead from the database %s (schema %s): %d records up to "
                  "seq %d, the tail read in %.2f s", self.where, self.schema, local.records,
@@ -366,6 +383,7 @@ class DatabaseJournal:
             log.error("%d records did not reach the database within %.0f s of stopping to "
                       "serve (none of them was confirmed)", copy.waiting, drain_timeout)
         await copy.close()
+        write_committed(self.journal_dir, copy.committed_seq)
         if self._throttled:
             self._throttle(False)
 
@@ -380,7 +398,11 @@ class DatabaseJournal:
     def committed_seq(self) -> int:
         return self.copy.committed_seq if self.copy is not None else 0
 
-    def _committed(self, _seq: int) -> None:
+    def _committed(self, seq: int) -> None:
+        now = time.monotonic()
+        if now >= self._note_committed_at:  # a later start keeps the journal up to here
+            self._note_committed_at = now + NOTE_COMMITTED_S
+            write_committed(self.journal_dir, seq)
         copy = self.copy
         if self._throttled and copy is not None and copy.pending_bytes < RESUME_BYTES:
             self._throttle(False)

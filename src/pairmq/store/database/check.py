@@ -57,6 +57,6 @@ async def check_database(conn: Any, schema: str, segment_bytes: int = 64 << 20
     with tempfile.TemporaryDirectory(prefix="pairmq-check-") as where:
         copy = LocalCopy(Path(where) / "journal", segment_bytes)
         await copy.fill(conn, schema)
-        copy.seal()
+        await copy.seal()
         report.journal = check_journal(Path(where) / "journal")
     return report

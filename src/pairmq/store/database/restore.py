@@ -1,51 +1,65 @@
 """A local copy of the database's journal: its rows written out as segment files, which the
 server then recovers from as from its own journal (store/recovery.py).
 
-With `[store] url` the database holds the journal; DATA_DIR/journal is a copy of it, made
-anew by `restore` whenever the server takes the lease, and kept by the server's own writer
-while it serves (every record is appended there and copied into the database). Reading
-bodies back, paging, streams, compaction and summaries therefore work on the copy exactly as
-on a file journal.
+With `[store] url` the database holds the journal; DATA_DIR/journal is a copy of it, kept
+across restarts as far as it is the database's (store/database/resume.py) and otherwise
+made anew whenever the server takes the lease, and kept by the server's own writer while it
+serves (every record is appended there and copied into the database). Reading bodies back,
+paging, streams, compaction and summaries therefore work on the copy exactly as on a file
+journal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pairmq.store.database import resume
 from pairmq.store.records import SEGMENT_HEADER
 from pairmq.store.segments import fsync_directory, segment_header, segment_name
 
-FETCH_ROWS = 2000
+# Rows are whole records (a group of messages, often tens of KiB): fetched a few at a time,
+# else a fetch holds hundreds of MiB that the process keeps after the restore
+FETCH_ROWS = 64
+BATCH_BYTES = 4 << 20  # rows written to the files per call of the thread
+PULL_BYTES = 16 << 20
+MAX_COMPARED = 100_000  # records past `committed` compared one by one; more: made anew
 
 
 @dataclass(frozen=True)
 class Restored:
-    records: int
+    records: int  # written into the copy from the database
     bytes: int
     first_seq: int
     last_seq: int
+    kept: int = 0  # resumed: the local journal kept up to this seq
+    compared: int = 0  # ... after comparing this many of its records with the database's
 
 
 class _SegmentFiles:
-    """Writes framed records into numbered segment files, rolling at `segment_bytes`."""
+    """Writes framed records into numbered segment files, rolling at `segment_bytes`
+    (called in a thread: writes and fdatasync never hold the event loop)."""
 
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, after_segment: int = 0) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
-        self.segment_id = 0
+        self.segment_id = after_segment
         self.size = 0
         self.file: Any = None
 
-    def add(self, record: bytes) -> None:
-        if self.file is None or (self.size + len(record) > self.segment_bytes
-                                 and self.size > SEGMENT_HEADER.size):
-            self._roll()
-        self.file.write(record)
-        self.size += len(record)
+    def add_all(self, records: list[bytes]) -> None:
+        for record in records:
+            if self.file is None or (self.size + len(record) > self.segment_bytes
+                                     and self.size > SEGMENT_HEADER.size):
+                self._roll()
+            self.file.write(record)
+            self.size += len(record)
+        if self.file is not None:  # readers (a backup reading ahead) see whole records
+            self.file.flush()
 
     def _roll(self) -> None:
         self._close_file()
@@ -55,11 +69,6 @@ class _SegmentFiles:
         header = segment_header(self.segment_id)
         self.file.write(header)
         self.size = len(header)
-
-    def flush(self) -> None:
-        """Readers of the files (a backup reading ahead) see every whole record added."""
-        if self.file is not None:
-            self.file.flush()
 
     def _close_file(self) -> None:
         if self.file is not None:
@@ -87,9 +96,10 @@ class Behind(Exception):
 
 
 class LocalCopy:
-    """A local copy of the database's journal, only ever appended from the database's rows:
-    filled from one snapshot, then (a shared-store backup) pulled forward as the active
-    server commits, so that a takeover reads only the tail (docs/database.md)."""
+    """A local copy of the database's journal: filled from one snapshot, or the journal
+    already there kept as far as it is the database's (store/database/resume.py), then
+    pulled forward as rows are committed (a shared-store backup), so that a takeover or a
+    restart reads only the tail (docs/database.md). File work runs in a thread."""
 
     def __init__(self, directory: Path, segment_bytes: int) -> None:
         self.directory = directory
@@ -97,20 +107,68 @@ class LocalCopy:
         self.files = _SegmentFiles(directory, segment_bytes)
         self.first_seq = self.last_seq = 0
         self.records = self.bytes = 0
-        self.filled_bytes = 0  # what the snapshot held
+        self.filled_bytes = 0  # what the snapshot held, or the journal kept
+        self.kept = self.compared = 0  # resumed: records kept, of which compared
+
+    async def _in_thread(self, job: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, job, *args)
 
     async def fill(self, conn: Any, schema: str) -> Restored:
         """Empty the directory and write the database's journal into it, from one snapshot."""
-        clear(self.directory)
+        await self._in_thread(clear, self.directory)
         self.files = _SegmentFiles(self.directory, self.segment_bytes)
         self.first_seq = self.last_seq = self.records = self.bytes = 0
+        self.kept = self.compared = 0
         async with conn.transaction(isolation="repeatable_read", readonly=True):
-            cursor = conn.cursor(f"SELECT seq, data FROM {schema}.journal ORDER BY seq",
-                                 prefetch=FETCH_ROWS)
-            async for seq, data in cursor:
-                self._add(seq, data)
-        self.files.flush()
+            batch: list[bytes] = []
+            size = 0
+            async for seq, data in conn.cursor(
+                    f"SELECT seq, data FROM {schema}.journal ORDER BY seq", prefetch=FETCH_ROWS):
+                batch.append(data)
+                size += len(data)
+                self._count(seq, data)
+                if size >= BATCH_BYTES:
+                    await self._in_thread(self.files.add_all, batch)
+                    batch, size = [], 0
+            await self._in_thread(self.files.add_all, batch)
         self.filled_bytes = self.bytes
+        return self.restored
+
+    async def resume(self, conn: Any, schema: str) -> Restored | None:
+        """Keep the journal already in the directory as far as it is the database's, then
+        pull the rest; None: nothing can be kept (the caller fills the copy anew)."""
+        local = await self._in_thread(resume.survey, self.directory)
+        if local is None or not local.last_seq:
+            return None
+        low, high = await conn.fetchrow(f"SELECT min(seq), max(seq) FROM {schema}.journal")
+        if high is None:
+            return None
+        committed = min(resume.read_committed(self.directory), local.last_seq)
+        upto = min(local.last_seq, high)
+        if committed + 1 < low or upto - committed > MAX_COMPARED:
+            return None  # the rows to compare with are gone, or too many to compare
+        cut = local.last_seq + 1 if local.last_seq <= high else high + 1
+        if committed < upto:
+            mine = await self._in_thread(resume.records_between, self.directory,
+                                         committed + 1, upto)
+            theirs = await conn.fetch(f"SELECT seq, data FROM {schema}.journal WHERE seq "
+                                      "BETWEEN $1 AND $2 ORDER BY seq", committed + 1, upto)
+            self.compared = len(theirs)
+            for seq, data in theirs:
+                if mine.get(seq) != data:
+                    cut = seq
+                    break
+        if cut <= local.last_seq:
+            await self._in_thread(resume.cut_from, self.directory, cut)
+        kept = min(local.last_seq, cut - 1)
+        if kept + 1 < low:
+            return None  # the rows after what is kept were deleted: it would miss them
+        self.files = _SegmentFiles(self.directory, self.segment_bytes, local.last_segment)
+        self.first_seq, self.last_seq, self.kept = low, kept, kept
+        self.records = self.bytes = 0
+        self.filled_bytes = local.bytes
+        while await self.pull(conn, schema, PULL_BYTES):
+            pass
         return self.restored
 
     async def pull(self, conn: Any, schema: str, limit_bytes: int) -> int:
@@ -121,17 +179,18 @@ class LocalCopy:
                                max(1, limit_bytes // 512))
         if got and self.last_seq and got[0][0] != self.last_seq + 1:
             raise Behind(f"rows {self.last_seq + 1} to {got[0][0] - 1} were deleted first")
+        batch: list[bytes] = []
         size = 0
         for seq, data in got:
-            self._add(seq, data)
+            batch.append(data)
+            self._count(seq, data)
             size += len(data)
             if size >= limit_bytes:
                 break
-        self.files.flush()
+        await self._in_thread(self.files.add_all, batch)
         return size
 
-    def _add(self, seq: int, data: bytes) -> None:
-        self.files.add(data)
+    def _count(self, seq: int, data: bytes) -> None:
         self.records += 1
         self.bytes += len(data)
         self.first_seq = self.first_seq or seq
@@ -139,16 +198,21 @@ class LocalCopy:
 
     @property
     def restored(self) -> Restored:
-        return Restored(self.records, self.bytes, self.first_seq, self.last_seq)
+        return Restored(self.records, self.bytes, self.first_seq, self.last_seq, self.kept,
+                        self.compared)
 
-    def seal(self) -> None:
-        """On disk (before serving from it)."""
-        self.files.close()
+    async def seal(self) -> None:
+        """On disk (before serving from it), and what is the database's written down."""
+        await self._in_thread(self.files.close)
+        await self._in_thread(resume.write_committed, self.directory, self.last_seq)
 
 
 async def restore(conn: Any, schema: str, directory: Path, segment_bytes: int) -> Restored:
-    """Write the database's journal into `directory` (emptied first), in one snapshot."""
+    """The local copy in `directory`: the journal there kept as far as it is the
+    database's and the rest pulled, or (nothing to keep) made anew from one snapshot."""
     copy = LocalCopy(directory, segment_bytes)
-    restored = await copy.fill(conn, schema)
-    copy.seal()
+    restored = await copy.resume(conn, schema)
+    if restored is None:
+        restored = await copy.fill(conn, schema)
+    await copy.seal()
     return restored

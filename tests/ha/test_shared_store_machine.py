@@ -75,6 +75,17 @@ def test_a_lock_that_says_no_earlier_proof_runs_is_replayed_at_once() -> None:
     assert n.may_write(0.02)
 
 
+def test_a_lock_that_says_when_its_holder_expires_is_tried_again_then() -> None:
+    backup = node("backup")
+    backup.step(m.Tick(0.0))
+    backup.step(m.LockResult(m.LockOutcome.BUSY, 0.01, detail="primary", retry_at=0.03))
+    assert backup.next_try == 0.03
+    tried = 0.03 - 0.001
+    assert m.TryLock() in backup.step(m.Tick(tried))  # a timer a moment early
+    backup.step(m.LockResult(m.LockOutcome.BUSY, 0.04, detail="primary", retry_at=9.0))
+    assert backup.next_try == tried + HB  # never later than a heartbeat on
+
+
 def test_verifications_and_lock_attempts_come_every_heartbeat_from_when_they_start() -> None:
     """A result that comes back a little after the tick that asked for it does not push
     the next one past the next tick (which would verify, or try, every other heartbeat)."""

@@ -58,6 +58,8 @@ from pairmq.ha.phases import IllegalTransition
 from pairmq.ha.states import State
 from pairmq.store.sharedlock import NO_PROOF, Proof, wait_out
 
+TIMER_SLACK_S = 0.005  # a timer may fire this much before its time (uvloop's ms clock)
+
 
 class Phase(StrEnum):
     """Where the server is; each maps to one reported State (REPORTED)."""
@@ -159,6 +161,9 @@ class LockResult:
     # ACQUIRED: when every proof of the previous holder has surely ended, if the lock
     # knows (a database lease is granted only once expired: at once); None: wait it out
     ready_at: float | None = None
+    # BUSY: when the holder's hold ends unless renewed, if the lock knows (a database
+    # lease's expiry): the next attempt then, if sooner than a heartbeat on
+    retry_at: float | None = None
 
 
 Input = Tick | PeerConnected | Heartbeat | PeerLost | LockResult | Recovered | FailbackMessage \
@@ -324,16 +329,22 @@ class SharedStoreNode:
             return
         # Holding the lock but neither serving nor confirming yet (waiting out, replaying,
         # proving): an expired proof only means verifying again before serving.
-        if self.phase is Phase.WAITING_OUT and now >= self.ready_at:
+        if self.phase is Phase.WAITING_OUT and self._due(self.ready_at):
             self._enter(Phase.RECOVERING, "holding the lock: replaying the journal")
             self._out.append(BecomeActive(None))
-        if self.phase in HOLDING and now >= self.verify_due:
+        if self.phase in HOLDING and self._due(self.verify_due):
             self._verify_now()
-        elif self.phase is Phase.SEEKING and now >= self.next_try and not _serving(self.peer):
+        elif self.phase is Phase.SEEKING and self._due(self.next_try) and \
+                not _serving(self.peer):
             self._try_lock("the lock may be free")
         elif self.phase is Phase.DEFERRING and now >= self.deferred_until:
             self._enter(Phase.SEEKING, "the peer did not take the lock over")
         self._heartbeat()
+
+    def _due(self, at: float) -> bool:
+        """`at` has come, give or take a timer firing a moment early (it would otherwise
+        wait for the next tick, a heartbeat later)."""
+        return self.now >= at - TIMER_SLACK_S
 
     def _proof_lasts(self, now: float) -> bool:
         """Enough proof left to start serving on: until the next verification is due and
@@ -391,6 +402,8 @@ class SharedStoreNode:
                 self._out.append(BecomeActive(None))
             return
         self.next_try = self.tried_at + s.heartbeat
+        if result.retry_at is not None:  # the driver ticks then (server/pair/shared_store.py)
+            self.next_try = min(self.next_try, max(result.retry_at, result.now))
         if _serving(self.peer):
             self._enter(Phase.BACKUP, f"{self._peer_name()} holds the lock and serves")
         else:

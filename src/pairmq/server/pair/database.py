@@ -102,6 +102,7 @@ class DatabaseJournal:
         self._throttled = False
         self._refusing = False  # new persistent messages refused: the database is away
         self._note_committed_at = 0.0
+        self._noting: asyncio.Future[None] | None = None  # writing it down, in a thread
         self.lease_state = "not taken"
 
     async def _connect(self, **limits: int) -> Any:
@@ -383,7 +384,10 @@ class DatabaseJournal:
             log.error("%d records did not reach the database within %.0f s of stopping to "
                       "serve (none of them was confirmed)", copy.waiting, drain_timeout)
         await copy.close()
-        write_committed(self.journal_dir, copy.committed_seq)
+        if self._noting is not None:
+            await self._noting
+        await asyncio.get_running_loop().run_in_executor(
+            None, write_committed, self.journal_dir, copy.committed_seq)
         if self._throttled:
             self._throttle(False)
 
@@ -400,9 +404,12 @@ class DatabaseJournal:
 
     def _committed(self, seq: int) -> None:
         now = time.monotonic()
-        if now >= self._note_committed_at:  # a later start keeps the journal up to here
+        if now >= self._note_committed_at and (self._noting is None or self._noting.done()):
+            # a later start keeps the journal up to here; in a thread (a rename waits for
+            # the disk: 180 ms on a loaded one), one at a time
             self._note_committed_at = now + NOTE_COMMITTED_S
-            write_committed(self.journal_dir, seq)
+            self._noting = asyncio.get_running_loop().run_in_executor(
+                None, write_committed, self.journal_dir, seq)
         copy = self.copy
         if self._throttled and copy is not None and copy.pending_bytes < RESUME_BYTES:
             self._throttle(False)

@@ -31,8 +31,8 @@ class DatabaseLock:
             raise
         except Exception as e:
             return Refused(f"nobody known (the database cannot be used: {describe(e)})")
-        if isinstance(outcome, lease.Busy):
-            return Refused(outcome.holder)
+        if isinstance(outcome, lease.Busy):  # tried again as it expires (a backup's wait)
+            return Refused(outcome.holder, time.monotonic() + outcome.remaining_ms / 1000)
         # granted only once the previous holder's lease expired on the database's clock,
         # which its renewals set after their proofs started: no proof of it runs now
         return Acquired(fresh_proof(started, self.database.ttl_ms / 1000), time.monotonic())

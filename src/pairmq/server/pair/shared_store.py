@@ -220,7 +220,11 @@ class SharedStorePair:
         if holder.partition(", record")[0] != self.holder.partition(", record")[0]:
             log.info("The shared store's lock is held by %s", holder)
             self.holder = holder
-        self.step(m.LockResult(m.LockOutcome.BUSY, time.monotonic(), detail=holder))
+        self.step(m.LockResult(m.LockOutcome.BUSY, time.monotonic(), detail=holder,
+                               retry_at=outcome.retry_at))
+        if outcome.retry_at is not None and self.node.next_try < self.node.tried_at + \
+                self.heartbeat:  # the next attempt as the holder's lease ends, not a tick on
+            self._tick_at(self.node.next_try)
 
     async def _release(self) -> None:
         await self.lock.release()
@@ -255,6 +259,10 @@ class SharedStorePair:
                         "%.2f s)", took, self.activation)
         self.step(m.LockResult(m.LockOutcome.CHECKED, time.monotonic(), proof))
         self._expire_at(self.node.proof.until)
+
+    def _tick_at(self, at: float) -> None:
+        """One tick at `at` (besides the heartbeat's)."""
+        asyncio.get_running_loop().call_later(max(0.0, at - time.monotonic()), self._tick)
 
     def _expire_at(self, until: float) -> None:
         """A tick at the very moment the proof runs out: the state changes then, not at the

@@ -27,6 +27,7 @@ class Acquired:
 @dataclass(frozen=True)
 class Refused:
     holder: str  # who holds it, or why it could not be tried
+    retry_at: float | None = None  # monotonic: when the holder's hold ends unless renewed
 
 
 class StoreLock(Protocol):

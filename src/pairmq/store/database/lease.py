@@ -12,8 +12,9 @@ Why no row is ever written by two servers' epochs at once:
    database's clock (or the row is already this holder's), and it raises the epoch. Row
    locks serialise it with every other statement on the row.
 2. Every write transaction of the journal (store/database/copy.py) first reads the lease
-   row `FOR SHARE` and goes on only if it still holds this server's holder and epoch. A
-   successor's taking UPDATE waits for that share lock, so it comes either before the
+   row `FOR SHARE` and goes on only if it still holds this server's holder and epoch (a
+   small group is one INSERT whose rows are joined with that read: no lease row, no row
+   written). A successor's taking UPDATE waits for that share lock, so it comes either before the
    transaction's read (which then sees the new epoch and rolls back) or after its COMMIT
    (and the successor reads the journal only after taking the lease, so it sees the rows).
    A server paused or cut off past its lease therefore writes no row once it is taken:
@@ -59,6 +60,10 @@ class LeaseStatements:
         # the first statement of every journal write transaction (point 2 above)
         self.fence = (f"SELECT epoch FROM {table} WHERE id = 1 AND holder = $1 AND epoch = $2 "
                       "FOR SHARE")
+        # ... or the first part of a single INSERT statement, its holder and epoch $3, $4:
+        # no row (another holder) joins no row, and the INSERT writes none
+        self.fence_in_statement = (f"SELECT epoch FROM {table} WHERE id = 1 AND holder = $3 "
+                                   "AND epoch = $4 FOR SHARE")
 
 
 async def try_acquire(conn: Any, sql: LeaseStatements, holder: str, ttl_ms: int

@@ -114,12 +114,18 @@ class Pair:
 
     def __init__(self, workdir: Path, *, heartbeat_ms: int = 500, activation_ms: int = 2000,
                  backup_ack: str = "fsync", extra: tuple[str, ...] = (),
-                 policy: str = "replication", etcd: str = "", group: str = "") -> None:
+                 policy: str = "replication", etcd: str = "", group: str = "",
+                 database: str = "", lease_ms: int = 0) -> None:
         self.workdir = workdir
         self.etcd = etcd  # etcd://... as the arbiter instead of a witness process
         self.group = group or f"bench-{uuid.uuid4().hex[:12]}"
         self.policy = policy  # "replication", or "shared-store": one journal in workdir/shared
         self.shared_dir = workdir / "shared"
+        # shared-store with a postgresql://... URL: the journal and the lock (a lease of
+        # `lease_ms`, default the activation interval) in the schema pairmq_<group> of that
+        # database instead of workdir/shared; each server's data dir holds a local copy
+        self.database = database
+        self.lease_ms = lease_ms or activation_ms
         self.heartbeat_ms = heartbeat_ms
         self.activation_ms = activation_ms
         self.backup_ack = backup_ack
@@ -156,7 +162,10 @@ class Pair:
                  "--heartbeat-interval-ms", str(self.heartbeat_ms),
                  "--activation-interval-ms", str(self.activation_ms),
                  "--admin", self.admin[role], *admin_user_flags(), *self.extra]
-        if self.policy == "shared-store":
+        if self.policy == "shared-store" and self.database:
+            flags += ["--url", self.database, "--group", self.group,
+                      "--lease-timeout-ms", str(self.lease_ms)]
+        elif self.policy == "shared-store":
             self.shared_dir.mkdir(parents=True, exist_ok=True)
             flags += ["--shared-dir", str(self.shared_dir)]  # the lock decides: no witness
         elif self.etcd:

@@ -12,6 +12,7 @@ import pytest
 from tests.ha.pair import Pair
 from tests.ha.under_load import UnderLoad, queue_depth
 from tests.support.admin import metric, metric_samples
+from tests.support.cli import run_pairmq
 from tests.support.database import DATABASE_ONLY, ReceiptedProducer, drain_bodies, journal_rows
 
 LEASE_MS = 1000
@@ -50,6 +51,11 @@ def test_kill_9_of_the_active_under_load_the_backup_takes_the_lease_and_serves_e
     assert status is not None
     assert status["journal"]["database"]["lease"] == "held"
     assert status["ha"]["shared"]["schema"] == f"pairmq_{schema(db_pair)}"
+    shown = run_pairmq("status", "--admin", db_pair.admin_address("backup"))
+    assert shown.returncode == 0, shown.stderr
+    assert "Database: postgresql://pairmq:***@" in shown.stdout
+    assert "pairmq-test-secret" not in shown.stdout
+    assert "held (epoch 2)" in shown.stdout and "copying" in shown.stdout
     exported = metric_samples(db_pair.admin_address("backup"))
     assert set(exported) >= DATABASE_ONLY  # what the alert rules name
     assert metric(db_pair.admin_address("backup"), "pairmq_database_up") == 1

@@ -82,9 +82,10 @@ class ReceiptedProducer:
     confirmed, `sent` every body written."""
 
     def __init__(self, address: tuple[str, int], destination: str, tag: str = "p",
-                 pause_every: int = 20) -> None:
+                 pause_every: int = 20, pad: int = 0) -> None:
         self.destination = destination
         self.tag = tag
+        self.pad = pad  # bytes of "." after each body (drain_bodies takes them off)
         self.pause_every = pause_every
         self.sent: list[str] = []
         self.receipted: set[str] = set()
@@ -115,8 +116,8 @@ class ReceiptedProducer:
         try:
             while not self._stop.is_set():
                 text = f"{self.tag}-{k}"
-                self.conn.send(self.destination, text, headers={"persistent": "true",
-                                                                "receipt": text})
+                self.conn.send(self.destination, text + "." * self.pad,
+                               headers={"persistent": "true", "receipt": text})
                 self.sent.append(text)
                 k += 1
                 if k % self.pause_every == 0:
@@ -143,13 +144,14 @@ class ReceiptedProducer:
 
 def drain_bodies(server: ServerProcess, destination: str, idle: float = 1.5,
                  timeout: float = 60.0) -> list[str]:
-    """Every message of `destination`, in the order they came (stomp.py, ack auto)."""
+    """Every message of `destination`, in the order they came (stomp.py, ack auto), without
+    the trailing dots a ReceiptedProducer pads bodies with."""
     bodies: list[str] = []
     last = [time.monotonic()]
 
     class Listener(stomp.ConnectionListener):
         def on_message(self, frame: Any) -> None:
-            bodies.append(frame.body)
+            bodies.append(frame.body.rstrip("."))  # a ReceiptedProducer's padding off
             last[0] = time.monotonic()
 
     conn = stomp.Connection([server.address], heartbeats=(0, 0))

@@ -17,11 +17,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
 
 from pairmq.cli.admin import (
     AdminRefused,
@@ -253,6 +254,31 @@ def _status_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _database_view(rows: list[dict[str, Any]]) -> Group | None:
+    """[store] url: each server's lease and copy of the journal in the database (the
+    servers' words escaped: never read as Rich markup). None when no server has one."""
+    servers = [(info, info["journal"]["database"]) for info in rows
+               if not info.get("unreachable") and info["journal"].get("database")]
+    if not servers:
+        return None
+    table = Table(title="The journal in the database")
+    for column in ("server", "lease", "copy", "committed", "waiting"):
+        table.add_column(column, justify="right" if column in ("committed", "waiting")
+                         else "left")
+    for info, db in servers:
+        lease = f"held (epoch {db['epoch']})" if db["lease"] == "held" else \
+            f"waiting: held by {escape(db['held_by'] or '?')}" if db["lease"] == "waiting" \
+            else escape(db["lease"])
+        copy = db["copy"] if not db["problem"] else f"{db['copy']}: {db['problem']}"
+        colour = "green" if db["copy"] == "copying" else "dim" if db["copy"] == "idle" \
+            else "red"
+        table.add_row(escape(info["name"]), lease, f"[{colour}]{escape(copy)}[/{colour}]",
+                      f"{db['committed_seq']:,}", f"{db['waiting_records']:,} records")
+    where = {db["url"] for _, db in servers}
+    return Group(table, Text(f"Database: {', '.join(sorted(where))} "
+                             f"(schema {servers[0][1]['schema']})"))
+
+
 def _arbiter_text(arbiter: dict[str, Any] | None) -> str:
     """The arbiter's kind and health: `pairmq witness`, or etcd's members reachable."""
     if not arbiter or not arbiter.get("address"):
@@ -439,6 +465,9 @@ def status(admin: tuple[str, ...], as_json: bool, watch: bool, interval: float,
     elif rows:
         console = _console()
         console.print(_status_table(rows))
+        database = _database_view(rows)
+        if database is not None:
+            console.print(database)
         cluster = _cluster_view(rows)
         if cluster is not None:
             console.print(_cluster_table(cluster))

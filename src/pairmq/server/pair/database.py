@@ -17,6 +17,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +46,14 @@ THROTTLE_BYTES, RESUME_BYTES = 64 << 20, 16 << 20  # records waiting for the dat
 OUTAGE_CHECK_S = 0.25
 REFILL_BYTES = 256 << 20  # a backup's local copy past this and twice its fill: made anew
 NOTE_COMMITTED_S = 0.2  # how often the last committed seq is written down while serving
+
+
+class LeaseState(StrEnum):
+    NOT_TAKEN = "not taken"
+    WAITING = "waiting"  # another server holds it (`held_by`)
+    HELD = "held"
+    LOST = "lost"  # another server took it: nothing more is written or confirmed
+    RELEASED = "released"
 
 
 class StartupRefused(Exception):
@@ -103,7 +112,8 @@ class DatabaseJournal:
         self._refusing = False  # new persistent messages refused: the database is away
         self._note_committed_at = 0.0
         self._noting: asyncio.Future[None] | None = None  # writing it down, in a thread
-        self.lease_state = "not taken"
+        self.lease_state = LeaseState.NOT_TAKEN
+        self.held_by = ""  # WAITING: who holds it, as the database said
 
     async def _connect(self, **limits: int) -> Any:
         """A connection; `limits` are PostgreSQL's own time limits for its session (ms)."""
@@ -165,11 +175,11 @@ class DatabaseJournal:
         if isinstance(outcome, lease.Granted):
             self.epoch = outcome.epoch
             self.proof = fresh_proof(started, self.ttl_ms / 1000)
-            self.lease_state = "held"
+            self.lease_state = LeaseState.HELD
             log.info("Database lease taken (schema %s, epoch %d, %d ms on the database's "
                      "clock)", self.schema, self.epoch, self.ttl_ms)
         else:
-            self.lease_state = f"waiting: held by {outcome.holder}"
+            self.lease_state, self.held_by = LeaseState.WAITING, outcome.holder
         return outcome
 
     async def renew(self) -> Proof:
@@ -185,17 +195,17 @@ class DatabaseJournal:
             return Proof(0.0, f"the database lease could not be renewed: {describe(e)}")
         if not held:
             self.proof = NO_PROOF
-            self.lease_state = "lost"
+            self.lease_state = LeaseState.LOST
             return Proof(0.0, "another server holds the database lease now")
         self.proof = fresh_proof(started, self.ttl_ms / 1000)
         return self.proof
 
     async def release(self) -> None:
         """Give the lease up (the other server need not wait for it to expire)."""
-        if not self.epoch or self.lease_state != "held":
+        if self.lease_state is not LeaseState.HELD:
             return
         self.proof = NO_PROOF
-        self.lease_state = "released"
+        self.lease_state = LeaseState.RELEASED
         try:
             conn = await self._lease_connection()
             await lease.release(conn, self.sql, self.holder, self.epoch)
@@ -252,7 +262,7 @@ class DatabaseJournal:
             await asyncio.sleep(self.ttl_ms / 4000)
             was_valid = self.may_confirm()
             proof = await self.renew()
-            if self.lease_state == "lost":
+            if self.lease_state is LeaseState.LOST:
                 log.error("Database lease lost: another server holds it now (epoch above "
                           "%d); this server writes and confirms nothing more", self.epoch)
                 self._lost("another server took the database lease")
@@ -429,7 +439,7 @@ class DatabaseJournal:
 
     def _lost(self, why: str) -> None:
         self.proof = NO_PROOF
-        self.lease_state = "lost"
+        self.lease_state = LeaseState.LOST
         self.on_lost(why)
 
     async def _watch_outage(self) -> None:
@@ -508,7 +518,8 @@ class DatabaseJournal:
     def status(self) -> dict[str, Any]:
         copy = self.copy
         return {
-            "url": self.where, "schema": self.schema, "lease": self.lease_state,
+            "url": self.where, "schema": self.schema, "lease": self.lease_state.value,
+            "held_by": self.held_by or None,
             "epoch": self.epoch, "holder": self.holder,
             "lease_valid": self.may_confirm(),
             "copy": copy.state.value if copy is not None else "idle",

@@ -130,8 +130,15 @@ class JournalCopy:
 
     async def _reconnect(self) -> None:
         conn = await self._connect()
-        # What a lost connection committed is in the table: never write it twice.
-        highest = await conn.fetchval(f"SELECT max(seq) FROM {self._table}") or 0
+        # What a lost connection committed is in the table: never write it twice. Read
+        # under the fence: rows past ours would be a successor's, not what we committed.
+        ours, highest = await conn.fetchrow(
+            f"SELECT ({self._sql.fence}), (SELECT max(seq) FROM {self._table})",
+            self.holder, self.epoch)
+        if ours is None:
+            conn.terminate()
+            raise Fenced
+        highest = highest or 0
         self._conn = conn
         while self._pending and self._pending[0][0] <= highest:
             _, record = self._pending.popleft()

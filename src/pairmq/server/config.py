@@ -376,7 +376,8 @@ def _check_ha(v: ServerConfig, source: str) -> None:
 
 
 def _check_database(v: ServerConfig, source: str) -> None:
-    """[store] url: a server alone keeps its journal in the database (docs/database.md)."""
+    """[store] url: a server alone, or a shared-store pair, keeps its journal in the database
+    (docs/database.md)."""
     where = f"{source}: [store]"
     if not v.url:
         if v.password_file:

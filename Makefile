@@ -66,7 +66,7 @@ test: $(STAMP) test-deps
 	$(PYTEST_STEP) -m "heavy and not long" || [ $$? -eq 5 ]
 
 # The campaigns CI leaves out to stay under 25 minutes (tests marked `long`): flapping
-# partitions, ten failovers and failbacks, 4,400 more simulator seeds (4,100 with etcd), a
+# partitions, ten failovers and failbacks, 4,700 more simulator seeds (4,200 with etcd), a
 # late backup syncing 100,000 messages, 300 MiB paged drained from the backup, 300 MiB
 # without a consumer across a restart, a pair's backlog and its read back, the Spark write
 # killed mid-way twice more. About 9 minutes.

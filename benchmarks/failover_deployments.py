@@ -87,29 +87,7 @@ class TwoServers:
         # can then lapse mid-load. The template is prepared with a 10 s interval; every
         # measured run uses the setting's intervals.
         pair = self._pair(self.template, activation_ms=max(self.activation_ms, 10_000))
-        try:
-            pair.start_pair(timeout=120)
-            if retained:
-                primary = pair.servers["primary"]
-                load = run_load(primary.host, primary.port, 2, 0, retained, size=size,
-                                destination=QUEUE, timeout=3600)
-                if load.errors or load.confirmed != retained:
-                    raise BenchError(f"loading the queue failed: confirmed {load.confirmed} "
-                                     f"of {retained}: {load.errors}")
-            pair.wait("backup", pair.ready_to_take_over, 120, "ready to take over")
-        finally:
-            # The backup first: stopping the active would not make it take over
-            # (failover_on_shutdown is off), but it would leave it behind.
-            problems = []
-            for role in ("backup", "primary"):
-                server = pair.servers.get(role)
-                if server is not None and server.alive():
-                    code = server.stop()
-                    if code not in (0, None):
-                        problems.append(f"the {role} exited with code {code}")
-            problems += pair.stop()
-        if problems:
-            raise BenchError(f"preparing the journal: {problems}")
+        load_then_stop(pair, retained, size, ready_timeout=120, stop_timeout=10)
         for log in self.template.glob("*.log"):
             log.unlink()
 
@@ -254,27 +232,7 @@ class DatabasePair(TwoServers):
         # As TwoServers: a 10 s interval (and lease) while loading, against long GC pauses.
         pair = self._database_pair(self.template, self.template_db,
                                    max(self.activation_ms, 10_000))
-        try:
-            pair.start_pair(timeout=120)
-            if retained:
-                primary = pair.servers["primary"]
-                load = run_load(primary.host, primary.port, 2, 0, retained, size=size,
-                                destination=QUEUE, timeout=3600)
-                if load.errors or load.confirmed != retained:
-                    raise BenchError(f"loading the queue failed: confirmed {load.confirmed} "
-                                     f"of {retained}: {load.errors}")
-            pair.wait("backup", pair.ready_to_take_over, 600, "ready to take over")
-        finally:
-            problems = []
-            for role in ("backup", "primary"):  # the active last: it releases the lease
-                server = pair.servers.get(role)
-                if server is not None and server.alive():
-                    code = server.stop(timeout=60)
-                    if code not in (0, None):
-                        problems.append(f"the {role} exited with code {code}")
-            problems += pair.stop()
-        if problems:
-            raise BenchError(f"preparing the journal: {problems}")
+        load_then_stop(pair, retained, size, ready_timeout=600, stop_timeout=60)
         held = self.postgres.sql(f"SELECT count(*) FROM pairmq_{self.GROUP}.journal",
                                  database=self.template_db).strip()
         print(f"template database {self.template_db}: {held} journal rows, "
@@ -362,3 +320,32 @@ class DatabasePair(TwoServers):
             self.postgres.drop_database(self.template_db)
         except PostgresError as e:  # only disk space is at stake: the server goes at the end
             print(f"could not drop {self.template_db}: {e}", file=sys.stderr)
+
+
+def load_then_stop(pair: Pair, retained: int, size: int, ready_timeout: float,
+                   stop_timeout: float) -> None:
+    """A template's journal: the pair started, `retained` messages loaded through its
+    active (each confirmed), the backup ready; then both stopped, the backup first
+    (stopping the active would not make it take over, but would leave it behind; a
+    database pair's active releases the lease as it stops)."""
+    try:
+        pair.start_pair(timeout=120)
+        if retained:
+            primary = pair.servers["primary"]
+            load = run_load(primary.host, primary.port, 2, 0, retained, size=size,
+                            destination=QUEUE, timeout=3600)
+            if load.errors or load.confirmed != retained:
+                raise BenchError(f"loading the queue failed: confirmed {load.confirmed} "
+                                 f"of {retained}: {load.errors}")
+        pair.wait("backup", pair.ready_to_take_over, ready_timeout, "ready to take over")
+    finally:
+        problems = []
+        for role in ("backup", "primary"):
+            server = pair.servers.get(role)
+            if server is not None and server.alive():
+                code = server.stop(timeout=stop_timeout)
+                if code not in (0, None):
+                    problems.append(f"the {role} exited with code {code}")
+        problems += pair.stop()
+    if problems:
+        raise BenchError(f"preparing the journal: {problems}")

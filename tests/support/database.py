@@ -3,7 +3,6 @@ whose receipts a test compares with what the database let survive."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import time
@@ -12,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 import stomp
 
 from pairmq.store.records import RECORD_HEADER, frame_record
 from pairmq.store.segments import list_segments, read_records, segment_header, segment_name
 from tests.serverproc import ServerProcess
+from tests.support.requirements import require
 from tests.support.waiting import wait_until
 
 LEASE_MS = 1500  # short, so that takeovers in tests come quickly
@@ -30,11 +29,8 @@ def shifted_clock(offset: str) -> dict[str, str]:
     """The environment of a process whose clocks read `offset` ("+1h", "-1h") off the
     machine's, through Debian's libfaketime (`make test-deps` installs it): skipped where
     it is missing, failed in CI, where it must be there."""
-    if not FAKETIME_LIB.exists():
-        reason = f"{FAKETIME_LIB} is missing: make test-deps installs libfaketime"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require(None if FAKETIME_LIB.exists() else
+            f"{FAKETIME_LIB} is missing: make test-deps installs libfaketime")
     return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset,
             "FAKETIME_NO_CACHE": "1"}
 

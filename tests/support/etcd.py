@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any
 
 from tests.serverproc import free_port
+from tests.support.requirements import require
 
 ETCD = "/usr/bin/etcd"
 HOST = "127.0.0.1"
@@ -71,16 +72,8 @@ def missing() -> str | None:
 
 
 def require_etcd() -> None:
-    """Skip the test where etcd is missing, but fail it in CI: `make test` installs etcd
-    there (`make test-deps`), so a missing one is a broken setup, not a reason to skip."""
-    import pytest  # only tests call this; benchmarks may use the cluster without pytest
-
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    """Skip the test where etcd is missing (fail it in CI: tests/support/requirements.py)."""
+    require(missing())
 
 
 class EtcdError(Exception):

@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Literal
 
 from tests.serverproc import free_port
+from tests.support.requirements import require
 
 PG_LIB = Path("/usr/lib/postgresql")  # Debian's: one bin/ per major version
 HOST = "127.0.0.1"
@@ -115,16 +116,8 @@ def missing() -> str | None:
 
 
 def require_postgres() -> None:
-    """Skip the test where PostgreSQL is missing, but fail it in CI: `make test` installs it
-    there (`make test-deps`), so a missing one is a broken setup, not a reason to skip."""
-    import pytest  # only tests call this; benchmarks may use the server without pytest
-
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    """Skip the test where PostgreSQL is missing (fail it in CI: tests/support/requirements.py)."""
+    require(missing())
 
 
 def quote_ident(name: str) -> str:

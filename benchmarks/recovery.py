@@ -352,7 +352,7 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
         elif int(found.group(1)) != args.messages:
             errors.append(f"recovered {found.group(1)} messages, {args.messages} were journaled")
         if check:
-            result = drain(server, args.messages, args.size, base["build"] == "api",
+            result = drain(server, args.messages, args.size, base["build"] in ("api", "reused"),
                            args.timeout, base.get("build_producers", 1))
             record.update(result)
             if result["drain_error"]:
@@ -421,6 +421,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="how long a recovering server may take to listen")
     ap.add_argument("--workdir", default=None, help="where the data directory goes")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--reuse", default=None, metavar="WORKDIR",
+                    help="start on the journal a --keep run left in WORKDIR (--messages as "
+                         "it was built; add --no-check to keep it for the next run)")
     args = ap.parse_args(argv)
     try:
         args.paging_values = [parse_size(v) for v in args.paging.split(",") if v.strip()]
@@ -437,13 +440,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="pairmq-recovery-", dir=args.workdir))
+    workdir = Path(args.reuse) if args.reuse else \
+        Path(tempfile.mkdtemp(prefix="pairmq-recovery-", dir=args.workdir))
     journal = workdir / f"data-{SERVER_NAME}" / "journal"
     failed = False
     try:
         print(f"building {args.messages} messages of {args.size} bytes ({args.build}) in "
               f"{journal}", file=sys.stderr, flush=True)
-        if args.build == "api":
+        if args.reuse:
+            base = {"build": "reused", "build_s": 0.0}
+        elif args.build == "api":
             base = build_with_api(journal, args.messages, args.size, args.segment_bytes)
         else:
             base = build_with_server(workdir, args)
@@ -463,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED: {e}", file=sys.stderr, flush=True)
         failed = True
     finally:
-        if failed or args.keep:
+        if failed or args.keep or args.reuse:
             print(f"data and logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)

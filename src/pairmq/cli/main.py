@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,6 @@ from pairmq.cli.admin import (
     echo_json,
     json_option,
 )
-from pairmq.cli.ops import COMMANDS as OPERATOR_COMMANDS
-from pairmq.cli.users import role_group, security_group, user_group
 from pairmq.server.config import ConfigError, ServerConfig, load_config
 from pairmq.server.settings import KEYS
 
@@ -57,7 +56,34 @@ def _load(config_path: str | None, values: dict[str, Any], users: tuple[str, ...
         sys.exit(2)
 
 
-@click.group()
+# Commands whose modules load Rich or the client, imported when they are run (or listed by
+# --help): `pairmq server` starts without them (start-up time, docs/benchmarks.md).
+LAZY_COMMANDS = {
+    **{name: f"pairmq.cli.ops:{name}"
+       for name in ("destinations", "connections", "browse", "purge", "move", "status")},
+    "user": "pairmq.cli.users:user_group",
+    "role": "pairmq.cli.users:role_group",
+    "security": "pairmq.cli.users:security_group",
+}
+
+
+class LazyGroup(click.Group):
+    """click's pattern for subcommands loaded on use (its docs: "Lazily Loading
+    Subcommands")."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="pairmq")
 def main() -> None:
     """pairmq: a highly available STOMP message broker."""
@@ -201,7 +227,7 @@ def journal_check(directory: Path | None, url: str, group: str, as_json: bool) -
     from rich.console import Console
     from rich.progress import Progress
 
-    from pairmq.store.check import check_journal
+    from pairmq.store.check import check_journal, describe_summaries, summaries_as_json
 
     # a bar on a terminal (a large journal takes a while); nothing through a pipe
     with Progress(console=Console(stderr=True), transient=True,
@@ -215,7 +241,8 @@ def journal_check(directory: Path | None, url: str, group: str, as_json: bool) -
                    "segments": [{"file": scan.path.name, "records": scan.records,
                                  "first_seq": scan.first_seq, "last_seq": scan.last_seq,
                                  "bytes": scan.size, "problem": scan.problem,
-                                 "valid_end": scan.valid_end} for scan in report.scans]})
+                                 "valid_end": scan.valid_end} for scan in report.scans],
+                   "summaries": summaries_as_json(report)})
         if not report.ok:
             sys.exit(1)
         return
@@ -226,6 +253,8 @@ def journal_check(directory: Path | None, url: str, group: str, as_json: bool) -
                    f"{scan.last_seq}, {scan.size} bytes: {state}")
     if not report.scans:
         click.echo(f"{report.directory}: no journal segments")
+    for line in describe_summaries(report):  # a cache a start checks: never damage
+        click.echo(line)
     if report.damage is None:
         click.echo("journal is intact")
     elif report.torn_tail_only:
@@ -240,14 +269,15 @@ def journal_check(directory: Path | None, url: str, group: str, as_json: bool) -
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
 def journal_repair(directory: Path, yes: bool) -> None:
-    """Cut the journal at its first damage; what follows is moved aside, not deleted."""
+    """Cut the journal at its first damage; what follows is moved aside, not deleted.
+    Segment summaries that do not match their segments are removed."""
     from pairmq.store.check import check_journal, repair_journal
 
     report = check_journal(directory)
-    if report.damage is None:
+    if report.damage is None and not report.summaries:
         click.echo("nothing to repair: every segment checks out")
         return
-    if not yes:
+    if report.damage is not None and not yes:
         click.confirm(f"Cut {report.damage.path.name} at offset {report.damage.valid_end} and "
                       "move later segments aside? Messages recorded after that point will be "
                       "lost", abort=True)
@@ -320,13 +350,6 @@ def receive(url: str, login: str | None, passcode: str | None, count: int, timeo
         raise click.ClickException(str(e)) from None
     finally:
         client.close(timeout=5)
-
-
-for command in OPERATOR_COMMANDS:  # destinations, connections, browse, purge, move, status
-    main.add_command(command)
-main.add_command(user_group)
-main.add_command(role_group)
-main.add_command(security_group)
 
 
 if __name__ == "__main__":

@@ -481,4 +481,3 @@ def status(admin: tuple[str, ...], as_json: bool, watch: bool, interval: float,
         sys.exit(1)
 
 
-COMMANDS = (destinations, connections, browse, purge, move, status)

@@ -10,8 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from pairmq.core import Broker
 from pairmq.core.permissions import unchecked_roles
@@ -19,7 +18,6 @@ from pairmq.core.replay import Replay
 from pairmq.core.scale_down import ScaleDownPhase
 from pairmq.ha.states import State
 from pairmq.server.clock import now_ms
-from pairmq.server.cluster.node import ClusterNode, member_url
 from pairmq.server.config import ServerConfig, User
 from pairmq.server.guards import Guards
 from pairmq.server.guards.auth import ADMIN_ROLE, MONITOR_ROLE
@@ -28,15 +26,10 @@ from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
 from pairmq.server.guards.turn_budget import TurnBudget
 from pairmq.server.loop_lag import LoopWatch
-from pairmq.server.pair.database import DatabaseJournal, StartupRefused
-from pairmq.server.pair.database_pair import DatabaseBacked, DatabaseLock
 from pairmq.server.pair.policy import NoPair, PairPolicy
-from pairmq.server.pair.replication import ReplicationDriver
-from pairmq.server.pair.shared_store import SharedStorePair
 from pairmq.server.role.leaving import Gate, Leaving
 from pairmq.server.role.role import Role, RoleKind
 from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection
-from pairmq.server.stomp.websocket import WebSocketListener
 from pairmq.server.tls import TlsContexts, TlsError
 from pairmq.store.gcpause import (
     FULL_EVERY_S,
@@ -49,6 +42,13 @@ from pairmq.store.recovery import RecoveryReport
 from pairmq.store.sharedlock import JOURNAL_NAME, SharedLock, is_shared_store
 from pairmq.store.stall import Disk
 from pairmq.store.store import Store
+
+if TYPE_CHECKING:  # loaded only where their feature is on (below): a start imports less
+    from aiohttp.web import AppRunner
+
+    from pairmq.server.cluster.node import ClusterNode
+    from pairmq.server.pair.database import DatabaseJournal
+    from pairmq.server.stomp.websocket import WebSocketListener
 
 DRAIN_TIMEOUT_S = 10.0
 
@@ -80,7 +80,7 @@ class PairmqServer:
         self._sweeper: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.port = config.stomp_port
-        self._admin: web.AppRunner | None = None
+        self._admin: AppRunner | None = None
         self.watch: LoopWatch | None = None  # the event loop's lag (server/loop_lag.py)
         self.disk_usage_percent: float | None = None  # the data directory's, last sampled
         # the last changes of this server's HA state, with their reasons (the console's)
@@ -97,25 +97,45 @@ class PairmqServer:
         self._ahead: Store | None = None  # shared store: the journal read ahead of a takeover
         # [store] url: the journal is kept in PostgreSQL (server/pair/database.py); a server
         # alone stops when another takes its lease, a pair's driver steps down by itself
-        self.database = DatabaseJournal(
-            config, self, self.lease_lost if config.policy == "none" else log.warning) \
-            if config.url else None
-        self.pair: PairPolicy
-        if config.policy in ("replication", "colocated"):  # colocated: a replicating live
-            self.pair = ReplicationDriver(self)
-        elif config.policy == "shared-store":
-            self.pair = SharedStorePair(self, DatabaseLock(self.database)
-                                        if self.database is not None else None)
-        else:
-            self.pair = NoPair(self._serve_alone)
-        if self.database is not None:
-            self.pair = DatabaseBacked(self.pair, self.database)
+        self.database: DatabaseJournal | None = None
+        if config.url:
+            from pairmq.server.pair.database import DatabaseJournal
+
+            self.database = DatabaseJournal(
+                config, self, self.lease_lost if config.policy == "none" else log.warning)
+        self.pair = self._pair_policy()
         # [cluster]: bridges to the other members while this server serves (docs/cluster.md)
-        self.cluster = ClusterNode(config, lambda: self.role, self._member_url,
-                                   self.next_conn_id, self._backup_linked) \
-            if config.cluster_name else None
+        self.cluster: ClusterNode | None = None
+        if config.cluster_name:
+            from pairmq.server.cluster.node import ClusterNode
+
+            self.cluster = ClusterNode(config, lambda: self.role, self._member_url,
+                                       self.next_conn_id, self._backup_linked)
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())
         self.finished = asyncio.Event()  # the server stops by itself (a backup scaled down)
+
+    def _pair_policy(self) -> PairPolicy:
+        """[ha] policy's driver. Each is imported here, when chosen: a start loads only
+        its own (start-up time, docs/benchmarks.md)."""
+        policy = self.config.policy
+        pair: PairPolicy
+        if policy in ("replication", "colocated"):  # colocated: a replicating live
+            from pairmq.server.pair.replication import ReplicationDriver
+
+            pair = ReplicationDriver(self)
+        elif policy == "shared-store":
+            from pairmq.server.pair.database_pair import DatabaseLock
+            from pairmq.server.pair.shared_store import SharedStorePair
+
+            pair = SharedStorePair(self, DatabaseLock(self.database)
+                                   if self.database is not None else None)
+        else:
+            pair = NoPair(self._serve_alone)
+        if self.database is not None:
+            from pairmq.server.pair.database_pair import DatabaseBacked
+
+            pair = DatabaseBacked(pair, self.database)
+        return pair
 
     def _new_broker(self) -> Broker:
         boot = format(time.time_ns() // 1000, "x")
@@ -142,10 +162,16 @@ class PairmqServer:
                     self.cluster.connected_headers if self.cluster is not None else None)
 
     def _member_url(self) -> str:
+        from pairmq.server.cluster.node import member_url
+
         return member_url(self.pair.topology(self.client_address), self.client_address)
 
     def _backup_linked(self) -> bool:
         """A colocated live: its backup's HA channel is up."""
+        if self.config.policy not in ("replication", "colocated"):
+            return False
+        from pairmq.server.pair.replication import ReplicationDriver
+
         return isinstance(self.pair, ReplicationDriver) and self.pair.link is not None
 
     def _switch_role(self, role: Role, why: str) -> None:
@@ -279,6 +305,8 @@ class PairmqServer:
             "A garbage collection (generation %s) paused the server for %.2f s", generation,
             took))
         if self.database is not None and not self._shared:  # the local copy of its journal
+            from pairmq.server.pair.database import StartupRefused
+
             try:
                 await self.database.take(self._journal_dir())
             except StartupRefused as e:
@@ -300,6 +328,8 @@ class PairmqServer:
             listening.append(f"STOMP over TLS on {self._bound(self._tls_server)}")
         if self.config.stomp_ws:
             tls = self.tls.listener("stomp") if self.tls and self.config.stomp_ws_tls else None
+            from pairmq.server.stomp.websocket import WebSocketListener
+
             self.websocket = WebSocketListener(self.config, self._accept, tls)
             await self.websocket.start(self.config.stomp_ws)
             listening.append(f"STOMP over WebSocket on {self.websocket.url}")

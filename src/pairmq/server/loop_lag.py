@@ -25,10 +25,12 @@ import re
 import tempfile
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from prometheus_client import Histogram
-from prometheus_client.metrics_core import Metric
+if TYPE_CHECKING:  # prometheus_client loads with the management port, not at every start
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("pairmq.server")
 
@@ -39,19 +41,35 @@ BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _FRAMES = 3  # pairmq frames named in a report
 
 
+class Buckets:
+    """A histogram's counts, as Prometheus keeps them (each bucket counts the values up to
+    its bound), turned into its metric only when /metrics asks."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)  # the last: over every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(BUCKETS, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(upper bound, values up to it) per bucket, +Inf last."""
+        running, out = 0, []
+        for bound, count in zip([*map(str, BUCKETS), "+Inf"], self.counts, strict=True):
+            running += count
+            out.append((bound, running))
+        return out
+
+
 class LoopWatch:
     """The loop's lag and the garbage collector's pauses, measured and reported."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.lag = Histogram("pairmq_event_loop_lag_seconds",
-                             "how late the event loop ran a timer due every 50 ms: the wait "
-                             "every callback saw then", buckets=BUCKETS, registry=None)
-        self.gc_pause = Histogram("pairmq_gc_pause_seconds",
-                                  "pauses of the whole process by the garbage collector",
-                                  labelnames=["generation"], buckets=BUCKETS, registry=None)
-        for generation in range(3):  # every series from the start, at 0, as Prometheus asks
-            self.gc_pause.labels(str(generation))
+        self.lag = Buckets()  # pairmq_event_loop_lag_seconds
+        # pairmq_gc_pause_seconds by generation: every series from the start, at 0
+        self.gc_pause = {str(generation): Buckets() for generation in range(3)}
         self.longest = 0.0  # seconds, since start
         self._due = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -83,8 +101,19 @@ class LoopWatch:
 
     def metrics(self) -> Iterator[Metric]:
         """The two histograms, for the management port's collector."""
-        yield from self.lag.collect()
-        yield from self.gc_pause.collect()
+        from prometheus_client.core import HistogramMetricFamily
+
+        lag = HistogramMetricFamily(
+            "pairmq_event_loop_lag_seconds", "how late the event loop ran a timer due every "
+            "50 ms: the wait every callback saw then", buckets=self.lag.cumulative(),
+            sum_value=self.lag.total)
+        yield lag
+        gc_pause = HistogramMetricFamily(
+            "pairmq_gc_pause_seconds", "pauses of the whole process by the garbage collector",
+            labels=["generation"])
+        for generation, pauses in self.gc_pause.items():
+            gc_pause.add_metric([generation], pauses.cumulative(), pauses.total)
+        yield gc_pause
 
     # ------------------------------------------------------------ on the loop
 
@@ -133,7 +162,9 @@ class LoopWatch:
             return
         took = time.perf_counter() - self._gc_started
         generation = info.get("generation", 0)
-        self.gc_pause.labels(str(generation)).observe(took)
+        pauses = self.gc_pause.get(str(generation))
+        if pauses is not None:
+            pauses.observe(took)
         self._gc = (time.monotonic(), took, generation)
 
 

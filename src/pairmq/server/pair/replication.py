@@ -30,7 +30,6 @@ from pairmq.ha.pump import EffectPump
 from pairmq.ha.replication import ReplicationMachine
 from pairmq.ha.states import State
 from pairmq.ha.syncplan import plan_sync
-from pairmq.server.pair.etcd_arbiter import EtcdArbiter
 from pairmq.server.pair.ha_link import Link, peer_tls
 from pairmq.server.pair.peer_channel import BackgroundTasks, PeerChannel
 from pairmq.server.pair.policy import PairHost
@@ -552,6 +551,8 @@ def _arbiter(server: PairHost, heartbeat: float, activation: float) -> Arbiter:
     if cluster is None:
         return WitnessClient(cfg.witness, cfg.secret, cfg.name, heartbeat, activation,
                              lambda: peer_tls(server, "peer_client"))
+    from pairmq.server.pair.etcd_arbiter import EtcdArbiter  # aiohttp: only for etcd
+
     context = etcd_tls_context(*cfg.etcd_tls_files) if cluster.tls else None
     return EtcdArbiter(cluster, cfg.group, cfg.secret, heartbeat, activation,
                        lambda: context)

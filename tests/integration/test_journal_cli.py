@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pairmq.store.summary import decode_summary, encode_summary
 from tests.integration.rawstomp import RawStomp, unique
 from tests.serverproc import ServerProcess
 from tests.support.cli import run, run_pairmq
@@ -221,3 +222,63 @@ def test_damage_in_an_older_segment_keeps_what_precedes_it_and_moves_the_rest_as
     srv = restart(srv, *flags)
     client, _ = raw_client(srv)
     assert consume_all(client, queue) == big[:victim]
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def test_check_reports_summaries_that_do_not_match_and_repair_removes_them(server_factory,
+                                                                          raw_client):
+    """A segment summary (store/summary.py) is a cache: one whose checksum holds but whose
+    entries are not its records', or a `.tmp` a crash left, is a problem of the summary
+    (the journal is intact: exit 0); `pairmq journal repair` removes them, asking nothing
+    (no message is lost)."""
+    flags = ("--segment-bytes", "65536")
+    srv = server_factory(*flags)
+    queue = f"/queue/{unique('summaries')}"
+    producer, _ = raw_client(srv)
+    big = [b"big-%03d-" % i + b"=" * 1000 for i in range(180)]
+    for payload in big:
+        producer.request("SEND", {"destination": queue, **P}, payload)
+    kill(srv)
+    journal = srv.data_dir / "journal"
+    summaries = sorted(journal.glob("journal-*.sum"))
+    assert len(summaries) >= 2, sorted(journal.iterdir())
+    intact = run_pairmq("journal", "check", str(srv.data_dir))
+    assert intact.returncode == 0, intact.stdout + intact.stderr
+    assert f"segment summaries: {len(summaries)} match their segments\n" in intact.stdout
+
+    lying, cut = summaries[:2]
+    summary = decode_summary(lying.read_bytes())
+    next(item for item in summary.items if len(item.offsets) > 1).offsets[1] += 8
+    lying.write_bytes(encode_summary(summary))  # its checksum holds: only the check sees it
+    leftover = cut.with_name(cut.name + ".tmp")
+    leftover.write_bytes(cut.read_bytes()[:40])  # a kill -9 while the writer wrote it
+    cut.unlink()
+
+    checked = run_pairmq("journal", "check", str(srv.data_dir))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert any(line.startswith(f"{lying.name}: the summary of segment ") and "entries' offsets"
+               in line and line.endswith("SUMMARY NOT USED") for line in lines), checked.stdout
+    assert any(line.startswith(f"{leftover.name}: ") and "was being written" in line
+               for line in lines), checked.stdout
+    assert f"{len(summaries) - 2} match their segments, 2 do not" in checked.stdout
+    assert "journal is intact" in checked.stdout
+    scripted = json.loads(run_pairmq("journal", "check", str(srv.data_dir), "--json").stdout)
+    assert scripted["ok"] is True and scripted["summaries"]["matching"] == len(summaries) - 2
+    assert sorted(p["file"] for p in scripted["summaries"]["problems"]) == sorted(
+        [lying.name, leftover.name])
+
+    repaired = run_pairmq("journal", "repair", str(srv.data_dir))  # no question: nothing lost
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert f"removed {lying.name}: " in repaired.stdout
+    assert f"removed {leftover.name}: " in repaired.stdout
+    assert not lying.exists() and not leftover.exists()
+    again = run_pairmq("journal", "check", str(srv.data_dir))
+    assert f"segment summaries: {len(summaries) - 2} match their segments\n" in again.stdout
+    assert "nothing to repair" in run_pairmq("journal", "repair", str(srv.data_dir)).stdout
+
+    srv = restart(srv, *flags)
+    client, _ = raw_client(srv)
+    assert consume_all(client, queue) == big

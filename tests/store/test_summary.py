@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pairmq.core import Broker, CoreSettings
+from pairmq.core import Broker
 from pairmq.core.replay import Replay
-from pairmq.core.settings import Retention
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.records import (
     ADD_SIZE_OVER_ENTRY,
@@ -23,61 +22,16 @@ from pairmq.store.records import (
     decode_lone_add,
     encode_add,
 )
-from pairmq.store.recovery import RecoveryReport
-from pairmq.store.settings import StoreSettings
-from pairmq.store.store import Store
 from pairmq.store.summary import decode_summary
-from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
-from tests.store.test_mirror import LIMIT, Backup, workload
-from tests.support.journal import broker_snapshot, streams_snapshot
-
-CORE = CoreSettings(dup_cache_size=50, max_size_bytes=LIMIT,
-                    stream_retention=Retention(max_bytes=400_000))
-SETTINGS = {"segment_bytes": 32 * 1024, "paging_bytes": 20_000, "compact_ratio": 0.9,
-            "paged_beyond": CORE.paged_beyond}
-
-
-async def open_store(directory: Path) -> tuple[Broker, Store]:
-    store = Store(directory, StoreSettings(**SETTINGS))
-    replay, _ = store.recover(50)
-    broker = Broker(CORE, id_prefix="ID:t-")
-    broker.restore(replay)
-    store.start(broker, asyncio.get_running_loop())
-    return broker, store
-
-
-async def more_traffic(broker: Broker, store: Store) -> None:
-    """After `workload`: records of many new messages each (a batch; half of them with
-    dup-ids, past the cache's 50), a stream with its retention and a consumer group, and
-    new messages for a durable topic subscription."""
-    broker.open_session(9, "1.2", client_id="s")
-    broker.subscribe(9, "t", "/topic/many", NOW, durable_name="one")
-    broker.subscribe(9, "u", "/topic/many", NOW, durable_name="two")
-    broker.unsubscribe(9, "t", NOW)
-    broker.unsubscribe(9, "u", NOW)
-    persist(broker, store)
-    for i in range(3000):
-        if i % 500 == 250:  # a record of new messages for several destinations
-            broker.send(9, "/queue/batch", PERSISTENT, b"mixed", NOW)
-            broker.send(9, "/topic/many", PERSISTENT, b"mixed", NOW)
-            persist(broker, store)
-        headers = {**PERSISTENT, "dup-id": f"b{i}"} if i < 1500 else PERSISTENT
-        broker.send(9, "/queue/batch", headers, b"%06d" % i + b"b" * 300, NOW)
-        if i % 50 == 49:  # records of 50 messages (as a batch SEND writes them), each kind
-            persist(broker, store)
-            for k in range(i - 49, i + 1):
-                broker.send(9, "/stream/s", {}, b"%06d" % k + b"s" * 200, NOW + k)
-            persist(broker, store)
-            for k in range(i - 49, i + 1, 3):
-                broker.send(9, "/topic/many", PERSISTENT, b"%06d" % k + b"t" * 200, NOW)
-            persist(broker, store)
-        if i % 1000 == 999:
-            broker.send(9, "/stream/s", {"x-stream-group": "g",
-                                         "x-stream-commit-offset": str(i)}, b"", NOW)
-            persist(broker, store)
-            await synced(store)
-    persist(broker, store)
-    await synced(store)
+from tests.store.test_journal import close, run, synced
+from tests.store.test_mirror import Backup, workload
+from tests.support.summaries import (
+    CORE,
+    more_traffic,
+    open_store,
+    recovered,
+    without_summaries,
+)
 
 
 def filled(directory: Path) -> None:
@@ -88,22 +42,6 @@ def filled(directory: Path) -> None:
         await close(store)
 
     run(fill())
-
-
-def recovered(directory: Path) -> tuple[dict, RecoveryReport]:
-    async def go() -> tuple[dict, RecoveryReport]:
-        store = Store(directory, StoreSettings(**SETTINGS))
-        replay, report = store.recover(50)
-        broker = Broker(CORE, id_prefix="ID:r-")
-        broker.restore(replay)
-        store.start(broker, asyncio.get_running_loop())
-        snapshot = broker_snapshot(broker, store)
-        snapshot["streams"] = streams_snapshot(broker, store)
-        snapshot["epochs"], snapshot["last_seq"] = store.epochs, store.appended_seq
-        await close(store)
-        return snapshot, report
-
-    return asyncio.run(go())
 
 
 @pytest.fixture
@@ -121,11 +59,6 @@ def bulk_runs(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(Replay, "paged_run", counted)
     return taken
-
-
-def without_summaries(directory: Path) -> None:
-    for path in directory.glob("journal-*.sum"):
-        path.unlink()
 
 
 def test_a_start_through_summaries_rebuilds_what_reading_every_record_does(tmp_path,

@@ -25,7 +25,7 @@ from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
 from pairmq.store.records import RECORD_HEADER, DecodedEntry, decode_entries
 from pairmq.store.segments import list_segments
 from pairmq.store.store_state import KEY_OVERHEAD, StoreState
-from pairmq.store.summary import Added, SummaryBuilder, remove_all_summaries
+from pairmq.store.summary import SummaryBuilder, remove_all_summaries, summarise_entries
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
@@ -66,7 +66,7 @@ class Mirroring(StoreState):
         end = offset + len(payload)
         if lone is None:
             entries = decode_entries(payload, load_bodies=False)
-            self._summarise(entries, seq, epoch, segment_id, offset, end)
+            summarise_entries(self.summaries, entries, seq, epoch, segment_id, offset, end)
             self._follow(entries, payload, seq, info, offset)
             return
         # The common record, one message added: its headers stay packed, as recovery
@@ -88,29 +88,6 @@ class Mirroring(StoreState):
         assert broker is not None
         broker.take_records()
         broker.take_events()
-
-    def _summarise(self, entries: list[DecodedEntry], seq: int, epoch: int, segment_id: int,
-                   offset: int, end: int) -> None:
-        """Tell the summary builder what the record holds (as `Store.persist` does)."""
-        added: list[Added] = []
-        producers: list[tuple[str, str, int, int, int]] = []
-        dups: list[tuple[str, str]] = []
-        for entry in entries:
-            if entry[0] == disk.ADD and not entry[1].deliveries:
-                e = entry[1]
-                start, length = disk.add_span(e.body_offset, e.body_length, e.meta_length)
-                added.append((e.destination, e.queues, start, length, e.order, e.headers))
-            elif entry[0] == disk.PRODUCER:
-                producers.append(entry[1:])
-            elif entry[0] == disk.DUP:
-                dups.append((entry[1], entry[2]))
-            else:
-                self.summaries.opaque(seq, epoch, segment_id, offset, end)
-                return
-        if added:
-            self.summaries.adds(seq, epoch, segment_id, offset, end, added, producers, dups)
-        else:
-            self.summaries.opaque(seq, epoch, segment_id, offset, end)
 
     def _follow(self, entries: list[DecodedEntry], payload: memoryview, seq: int,
                 info: SegmentInfo, offset: int) -> None:
@@ -252,9 +229,9 @@ class Mirroring(StoreState):
         if self.writer is not None:
             self.writer.close()
         self._close_read_fds()
+        remove_all_summaries(self.directory)  # first: no summary outlives its segment
         for _, path in list_segments(self.directory):
             path.unlink()
-        remove_all_summaries(self.directory)
         self._segments = []
         self._last_seq = first_seq - 1
         self.epoch = 0

@@ -41,7 +41,14 @@ from pairmq.store.records import (
     decode_entries,
 )
 from pairmq.store.segments import Visitor, list_segments, scan_segment
-from pairmq.store.summary import ADDS, Item, SegmentSummary, read_summary, remove_summary
+from pairmq.store.summary import (
+    ADDS,
+    Item,
+    SegmentSummary,
+    read_summary,
+    remove_summary,
+    stray_summaries,
+)
 from pairmq.store.writer import LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
@@ -82,6 +89,7 @@ class JournalReading:
         self.segments: dict[int, SegmentRead] = {}
         self.bytes_read = 0  # by the last pass
         self.summarised = 0  # segments read through their summaries (store/summary.py)
+        self._unused: dict[int, str] = {}  # segment id -> why its summary was not used
 
     def advance(self, final: bool, limit_bytes: int = 0) -> bool:
         """Read what was appended since the last call (reading ahead: about `limit_bytes`,
@@ -102,7 +110,9 @@ class JournalReading:
                 return self._lost(f"segment {segment_id} appeared behind the reading")
             follows = self.ahead and self.records > 0
             if known is None and self.rebuild:
-                summary = read_summary(self.directory, segment_id, path)
+                kept = read_summary(self.directory, segment_id, path)
+                summary = kept.summary
+                # (a summary that matches a segment that does not follow: the scan says so)
                 if summary is not None and summary.first_seq > self.last_seq \
                         and (not follows or summary.first_seq == self.last_seq + 1):
                     self._apply_summary(summary, segment_id, path)
@@ -111,8 +121,10 @@ class JournalReading:
                                                             summary.last_seq)
                     self.summarised += 1
                     continue
-                if final:
-                    remove_summary(self.directory, segment_id)  # none, or it does not match
+                if kept.problem is not None:
+                    self._unused[segment_id] = kept.problem
+                    if final:
+                        self._drop_summary(segment_id, kept.problem)
             visit = self._visitor(segment_id, path)
             left = limit_bytes - self.bytes_read if limit_bytes and not final else 0
             start = known.valid_end if known else 0
@@ -153,7 +165,32 @@ class JournalReading:
                     f"{scan.problem}. Nothing was changed; inspect it with "
                     f"`pairmq journal check {self.directory}` and cut the damage "
                     f"explicitly with `pairmq journal repair {self.directory}`")
+        if final and self.rebuild:
+            self._drop_unused_summaries()
         return True
+
+    def _drop_summary(self, segment_id: int, problem: str) -> None:
+        """Say why a segment's summary is not used, and delete it (a start, the journal its
+        own: never while reading ahead)."""
+        self._unused.pop(segment_id, None)
+        log.warning("The summary of journal segment %d %s: reading that segment record by "
+                    "record, and removing the summary", segment_id, problem)
+        remove_summary(self.directory, segment_id)
+
+    def _drop_unused_summaries(self) -> None:
+        """The end of a start: the summaries reading ahead found unusable (unless they are
+        now), then a `.tmp` a crash left, a summary whose segment is gone."""
+        for segment_id in sorted(self._unused):
+            if segment_id in self.segments:
+                problem = read_summary(self.directory, segment_id,
+                                       self.segments[segment_id].path).problem
+                if problem is not None:
+                    self._drop_summary(segment_id, problem)
+        self._unused.clear()
+        for segment_id, path, problem in stray_summaries(self.directory, self.segments):
+            log.warning("The summary of journal segment %d %s: removing it", segment_id,
+                        problem)
+            path.unlink(missing_ok=True)
 
     def _apply_summary(self, summary: SegmentSummary, segment_id: int, path: Path) -> None:
         """A sealed segment through its summary: runs of new messages straight into their

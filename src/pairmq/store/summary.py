@@ -21,37 +21,72 @@ Why this is safe:
 - A summary is a cache, never the truth: the segment is. It is written only for a
   segment the server wrote from its first record, once the segment is sealed and its
   records are on disk (the writer thread writes it after their `fdatasync`), under a
-  temporary name then renamed. A start uses it only if its checksum holds and it
-  matches the file: the same size, and the first and last records' headers (sequence
-  number, epoch, length) where it says they are. Otherwise the segment is read as
-  before, and a mismatched summary deleted.
+  temporary name then renamed: a crash leaves the whole summary or a `.tmp` (which a
+  start removes), never a part of one under the real name (after a power loss an
+  unsynced summary may read back empty or as garbage: its checksum says so).
+- A start uses it only if its checksum holds, it holds together (its items follow one
+  another from the segment's first record to its end, bytes and sequence numbers
+  without a gap) and it matches the file (`summary_mismatch`): the same size; at every
+  item's start a record header with the item's first sequence number and epoch; at the
+  offset of the last record one with the last sequence number and epoch, whose length
+  reaches the end of the file. One `pread` per item and one more: a run of n new
+  messages is one item. Otherwise the segment is read record by record as before, and
+  the start logs why and deletes the summary.
+- Why those headers suffice against a summary of an earlier content of the same segment
+  id (the journal cut, the segment written again, the old summary left beside it): a
+  record is named by its (sequence number, epoch). The writer numbers records
+  consecutively and every server that becomes active in a pair starts a new epoch, so
+  records written again after a cut carry a later epoch (at least the last record's
+  header no longer matches) or lie elsewhere (an item's start no longer holds its
+  record). What is left is the same (sequence number, epoch) written twice with other
+  bytes at exactly the same item boundaries: only a server alone, which keeps its epoch,
+  writing again over a journal cut by hand, and only if the old summary outlived the
+  cut. So the journal's own cuts and deletions remove a summary *before* they change its
+  segment (the writer's deletions, a backup's full resync, `pairmq journal repair`, the
+  database copy's cut): a crash between the two leaves a segment without a summary,
+  never the reverse. A start removes a summary whose segment is gone (so that a later
+  segment of the same id never meets it), and the writer the summary of a segment it
+  goes on writing into (the newest, when the one after it was lost). These checks need
+  nothing a summary did not hold already: SUMMARY_VERSION stays 2.
 - An ADDS item is applied only where replaying its records one by one would have put
   every message into the paged log (`Replay.paged_run` checks it, or replays them).
-- Sealed segments never change; a segment deleted (compaction, a backup's horizon, a
-  wipe) loses its summary with it, and `pairmq journal repair` drops those of the
-  segments it cuts or moves aside.
 
-What a summarised segment gives up: its records' checksums are not verified at start
-(a paged message's entry is checked when it is read back, and `pairmq journal check`
-reads every record), as Artemis does not read its page files at start either.
+What a start does not check, and why: the records' checksums (the summary would need one
+per record and the start a read of every header, which is what the summary saves: a
+paged message's entry is checked when it is read back), and that a run's entries are its
+records' (the same: that needs every record). A summary whose checksum holds and whose
+item boundaries match is believed; `pairmq journal check` reads every record and
+compares every item with them (store/summary_check.py), and `pairmq journal repair`
+removes a summary that does not match. Artemis does not read its page files at start
+either.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.stream_log import OFFSET_HEADER
-from pairmq.store.records import ADD_SIZE_OVER_ENTRY, RECORD_HEADER, SEGMENT_HEADER
+from pairmq.store.records import (
+    ADD,
+    ADD_SIZE_OVER_ENTRY,
+    DUP,
+    PRODUCER,
+    RECORD_HEADER,
+    SEGMENT_HEADER,
+    DecodedEntry,
+    add_span,
+)
 
 log = logging.getLogger("pairmq.store")
 
@@ -171,6 +206,17 @@ class SummaryBuilder:
             self._first_seq = 0
         return self._whole
 
+    def resume(self, segment_id: int) -> None:
+        """Summarise `segment_id` from its next record as if from its first, with nothing
+        seen before (`pairmq journal check` rebuilds an item from its records)."""
+        self._segment, self._whole, self._first_seq = segment_id, True, 0
+        self._items, self._top_order = [], 0
+
+    @property
+    def items(self) -> list[Item]:
+        """The items of the segment summarised now, so far."""
+        return self._items
+
     def seal(self) -> None:
         """The current segment is complete (the writer moved on): summarise it."""
         if self._whole and self._items:
@@ -259,6 +305,32 @@ class SummaryBuilder:
             item.producers[(p_destination, producer)] = (p_epoch, p_seq, seen)
         item.dups.extend(dup_id for _d, dup_id in dups)
         self._noted(seq, start, payload_end)
+
+
+def summarise_entries(builder: SummaryBuilder, entries: list[DecodedEntry], seq: int,
+                      epoch: int, segment_id: int, payload_at: int, payload_end: int) -> None:
+    """Tell `builder` what a record read back holds (a backup's mirrored records, `pairmq
+    journal check`), as `Store.persist` tells it of the records it writes: new messages
+    (never delivered), their producers and dup-ids only, or anything else."""
+    added: list[Added] = []
+    producers: list[tuple[str, str, int, int, int]] = []
+    dups: list[tuple[str, str]] = []
+    for entry in entries:
+        if entry[0] == ADD and not entry[1].deliveries:
+            e = entry[1]
+            start, length = add_span(e.body_offset, e.body_length, e.meta_length)
+            added.append((e.destination, e.queues, start, length, e.order, e.headers))
+        elif entry[0] == PRODUCER:
+            producers.append(entry[1:])
+        elif entry[0] == DUP:
+            dups.append((entry[1], entry[2]))
+        else:
+            builder.opaque(seq, epoch, segment_id, payload_at, payload_end)
+            return
+    if added:
+        builder.adds(seq, epoch, segment_id, payload_at, payload_end, added, producers, dups)
+    else:
+        builder.opaque(seq, epoch, segment_id, payload_at, payload_end)
 
 
 # ------------------------------------------------------------------ the file
@@ -369,36 +441,129 @@ def decode_summary(data: bytes) -> SegmentSummary:
     return SegmentSummary(segment_id, first_seq, last_seq, size, last_start, items)
 
 
-def read_summary(directory: Path, segment_id: int, segment: Path) -> SegmentSummary | None:
+Header = tuple[int, int, int, int, int]  # a record's header: length, crc, seq, epoch, kind
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRead:
+    """What `read_summary` found: the summary to use, or why the one beside the segment is
+    not used (both None: the segment has no summary, as one the server did not write from
+    its first record)."""
+
+    summary: SegmentSummary | None = None
+    problem: str | None = None  # completes "The summary of journal segment N ..."
+
+
+def read_summary(directory: Path, segment_id: int, segment: Path) -> SummaryRead:
     """The segment's summary when there is one and it matches the segment file (module
-    docstring); None otherwise (read the segment record by record)."""
+    docstring), else why not: then read the segment record by record."""
     try:
         data = summary_path(directory, segment_id).read_bytes()
     except FileNotFoundError:
-        return None
+        return SummaryRead()
     try:
         summary = decode_summary(data)
-    except (ValueError, struct.error, UnicodeDecodeError):
-        return None
-    if summary.segment_id != segment_id or not summary.items:
-        return None
+    except (ValueError, struct.error, UnicodeDecodeError) as e:
+        return SummaryRead(problem=f"does not decode ({e})")
     try:
         with open(segment, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size != summary.size:
-                return None
-            first = os.pread(f.fileno(), RECORD_HEADER.size, SEGMENT_HEADER.size)
-            last = os.pread(f.fileno(), RECORD_HEADER.size, summary.last_start)
+            fd = f.fileno()
+
+            def header_at(offset: int) -> Header | None:
+                raw = os.pread(fd, RECORD_HEADER.size, offset)
+                return RECORD_HEADER.unpack(raw) if len(raw) == RECORD_HEADER.size else None
+
+            problem = summary_mismatch(summary, segment_id, os.fstat(fd).st_size, header_at)
     except FileNotFoundError:
-        return None
-    if len(first) != RECORD_HEADER.size or len(last) != RECORD_HEADER.size:
-        return None
-    head, tail = summary.items[0], summary.items[-1]
-    _l, _c, first_seq, first_epoch, _k = RECORD_HEADER.unpack(first)
-    length, _c, last_seq, last_epoch, _k = RECORD_HEADER.unpack(last)
-    if (first_seq, first_epoch) != (summary.first_seq, head.epoch) \
-            or (last_seq, last_epoch) != (summary.last_seq, tail.epoch) \
-            or summary.last_start + RECORD_HEADER.size + length != size \
-            or head.start != SEGMENT_HEADER.size:
-        return None
-    return summary
+        return SummaryRead(problem="has no segment any more")
+    return SummaryRead(problem=problem) if problem else SummaryRead(summary)
+
+
+def summary_mismatch(summary: SegmentSummary, segment_id: int, size: int,
+                     header_at: Callable[[int], Header | None]) -> str | None:
+    """Why `summary` does not describe segment `segment_id` of `size` bytes, whose record
+    headers `header_at(offset)` reads (None where there is none); None: it does. One
+    header per item, and the last record's (module docstring)."""
+    if summary.segment_id != segment_id:
+        return f"is the summary of segment {summary.segment_id}"
+    incoherent = summary_incoherence(summary)
+    if incoherent:
+        return f"does not hold together ({incoherent})"
+    if size != summary.size:
+        return f"does not match it (size {size} != {summary.size})"
+    for index, item in enumerate(summary.items):
+        header = header_at(item.start)
+        if header is None or header[2:4] != (item.first_seq, item.epoch):
+            return (f"does not match it (item {index}: {_named(header)} at offset "
+                    f"{item.start}, not seq {item.first_seq} of epoch {item.epoch})")
+    tail = summary.items[-1]
+    header = header_at(summary.last_start)
+    if header is None or header[2:4] != (summary.last_seq, tail.epoch) \
+            or summary.last_start + RECORD_HEADER.size + header[0] != size:
+        return (f"does not match it (the last record: {_named(header)} at offset "
+                f"{summary.last_start}, not seq {summary.last_seq} of epoch {tail.epoch} "
+                f"to the end)")
+    return None
+
+
+def _named(header: Header | None) -> str:
+    if header is None:
+        return "no record"
+    return f"seq {header[2]} of epoch {header[3]} ({header[0]} bytes)"
+
+
+def summary_incoherence(summary: SegmentSummary) -> str | None:
+    """What in a decoded summary contradicts itself (None: nothing): its items must cover
+    the segment from its first record to its end, each following the one before in bytes
+    and sequence numbers (the writer numbers records consecutively), and an ADDS item's
+    entries lie inside it. Pure: the file is not read."""
+    items = summary.items
+    if not items:
+        return "no items"
+    at, seq = SEGMENT_HEADER.size, summary.first_seq
+    for index, item in enumerate(items):
+        if item.start != at or item.first_seq != seq:
+            return (f"item {index} starts at offset {item.start} with seq {item.first_seq}, "
+                    f"not {at} with {seq}")
+        if item.end <= item.start or item.last_seq < item.first_seq \
+                or item.records != item.last_seq - item.first_seq + 1:
+            return (f"item {index} spans bytes {item.start}-{item.end} and seqs "
+                    f"{item.first_seq}-{item.last_seq} in {item.records} records")
+        if item.kind == ADDS and (
+                len(item.orders) < item.records
+                or min(item.offsets) < item.start + RECORD_HEADER.size
+                or max(item.offsets) >= item.end
+                or max(item.lengths) > item.end - item.start):
+            return f"the entries of item {index} do not lie inside it"
+        at, seq = item.end, item.last_seq + 1
+    if at != summary.size or seq != summary.last_seq + 1 \
+            or not items[-1].start <= summary.last_start < summary.size:
+        return (f"its items end at offset {at} with seq {seq - 1}, its head says "
+                f"{summary.size} with {summary.last_seq} (last record at "
+                f"{summary.last_start})")
+    return None
+
+
+STRAY_SUMMARY = re.compile(r"^journal-(\d{8})\.sum(\.tmp)?$")
+
+
+def stray_summaries(directory: Path, segment_ids: Container[int]
+                    ) -> list[tuple[int, Path, str]]:
+    """Summary files no start can use: a `.tmp` a crash left while it was being written,
+    and summaries of segments that are gone (their deletion was cut short): (segment id,
+    file, why), for a start to remove once the journal is its own (the writer of another
+    server may be writing a `.tmp` while a backup reads ahead)."""
+    found: list[tuple[int, Path, str]] = []
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.iterdir()):
+        matched = STRAY_SUMMARY.match(path.name)
+        if matched is None:
+            continue
+        segment_id = int(matched.group(1))
+        if matched.group(2):
+            found.append((segment_id, path, f"was being written when the server stopped "
+                                            f"({path.name} left)"))
+        elif segment_id not in segment_ids:
+            found.append((segment_id, path, "has no segment any more"))
+    return found

@@ -303,6 +303,9 @@ class JournalWriter:
             fd = self._fds.get(segment_id)
             if fd is None:
                 created = True
+                # The segment a start goes on with may have a summary (its next one was
+                # lost): it describes the segment no more once it grows (store/summary.py).
+                remove_summary(self.directory, segment_id)
                 fd = self._fd(segment_id)
                 # After a failed attempt the file may hold a partial write: cut it back.
                 durable = self._durable_size(segment_id)
@@ -324,11 +327,11 @@ class JournalWriter:
             fd = self._fds.pop(segment_id, None)
             if fd is not None:
                 os.close(fd)
+            remove_summary(self.directory, segment_id)  # first: none outlives its segment
             try:
                 os.unlink(self.directory / segment_name(segment_id))
             except FileNotFoundError:
                 pass
-            remove_summary(self.directory, segment_id)
         if unlinks:
             fsync_directory(self.directory)
         if not self._reserve_made:

@@ -63,8 +63,8 @@ def survey(directory: Path) -> LocalJournal | None:
         if scan.problem is not None:
             if not scan.at_tail:
                 return None
+            remove_summary(directory, segment_id)  # before its segment changes
             os.truncate(path, scan.valid_end)
-            remove_summary(directory, segment_id)
         if scan.records:
             return LocalJournal(scan.last_seq, found[-1][0], size)
     return LocalJournal(0, found[-1][0], size)
@@ -94,11 +94,11 @@ def cut_from(directory: Path, seq: int) -> None:
         if scan.records and scan.first_seq < seq:
             at = _offset_of(segment_id, path, seq)
             if at is not None:
+                remove_summary(directory, segment_id)  # before its segment changes
                 os.truncate(path, at)
-                remove_summary(directory, segment_id)
             return
-        path.unlink()
         remove_summary(directory, segment_id)
+        path.unlink()
 
 
 def _offset_of(segment_id: int, path: Path, seq: int) -> int | None:

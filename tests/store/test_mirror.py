@@ -31,9 +31,9 @@ SETTINGS = {"segment_bytes": 32 * 1024, "paging_bytes": 20_000, "compact_ratio":
 class Backup:
     """A mirror store in its own directory, fed the active's framed records."""
 
-    def __init__(self, directory: Path, dup_cache_size: int) -> None:
+    def __init__(self, directory: Path, dup_cache_size: int, **changed: int) -> None:
         self.settings = core(dup_cache_size)
-        self.store = Store(directory, StoreSettings(**SETTINGS))
+        self.store = Store(directory, StoreSettings(**{**SETTINGS, **changed}))
         replay, _ = self.store.recover(dup_cache_size)
         self.broker = Broker(self.settings, id_prefix="ID:b-")
         self.broker.restore(replay)

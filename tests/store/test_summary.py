@@ -132,8 +132,10 @@ def test_a_summary_that_does_not_match_its_segment_is_not_used(tmp_path):
         "a start deletes the summaries it could not use"
 
 
-def test_a_segment_grown_after_its_summary_is_read_record_by_record(tmp_path):
-    """The summary says how long its segment is, and which records begin and end it."""
+def test_a_segment_grown_after_its_summary_is_read_on_from_where_it_ends(tmp_path):
+    """The summary says where the records it covers end (a prefix of the segment, for
+    the segment being written): what follows is read record by record, and garbage
+    there, in a segment that is not the newest, is damage."""
     filled(tmp_path)
     reference, _ = recovered(tmp_path)
     segment = sorted(tmp_path.glob("journal-*.seg"))[3]
@@ -142,7 +144,7 @@ def test_a_segment_grown_after_its_summary_is_read_record_by_record(tmp_path):
     grown = segment.read_bytes() + b"\0" * 64
     segment.write_bytes(grown)  # (zeros past the end: would be a torn tail if newest)
     with pytest.raises(JournalCorrupt):
-        recovered(tmp_path)  # read record by record: damage in an older segment
+        recovered(tmp_path)  # read on after the summary: damage in an older segment
     segment.write_bytes(grown[:-64])
     summary.write_bytes(held)
     assert recovered(tmp_path)[0] == reference

@@ -5,6 +5,8 @@ process tests/support/summary_writer.py runs (and kills)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from pairmq.store.recovery import RecoveryReport
 from pairmq.store.segments import list_segments, scan_segment
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from pairmq.store.summary import SegmentSummary, encode_summary
+from pairmq.store.summary import SegmentSummary, decode_summary, encode_summary
 from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
 from tests.store.test_mirror import LIMIT
 from tests.support.journal import broker_snapshot, streams_snapshot
@@ -126,19 +128,20 @@ def mixed_journal(directory: Path, rounds: int, **changed: int) -> None:
 def recovered(directory: Path) -> tuple[dict, RecoveryReport]:
     """What a start rebuilds from the journal in `directory` (it may cut a torn tail and
     remove summaries it does not use, as a start does)."""
-    async def go() -> tuple[dict, RecoveryReport]:
-        store = Store(directory, settings())
-        replay, report = store.recover(50)
-        broker = Broker(CORE, id_prefix="ID:r-")
-        broker.restore(replay)
-        store.start(broker, asyncio.get_running_loop())
-        snapshot = broker_snapshot(broker, store)
-        snapshot["streams"] = streams_snapshot(broker, store)
-        snapshot["epochs"], snapshot["last_seq"] = store.epochs, store.appended_seq
-        await close(store)
-        return snapshot, report
+    return asyncio.run(started_from(Store(directory, settings())))
 
-    return asyncio.run(go())
+
+async def started_from(store: Store) -> tuple[dict, RecoveryReport]:
+    """What a start of `store` rebuilds (after any reading ahead), its writer closed."""
+    replay, report = store.recover(50)
+    broker = Broker(CORE, id_prefix="ID:r-")
+    broker.restore(replay)
+    store.start(broker, asyncio.get_running_loop())
+    snapshot = broker_snapshot(broker, store)
+    snapshot["streams"] = streams_snapshot(broker, store)
+    snapshot["epochs"], snapshot["last_seq"] = store.epochs, store.appended_seq
+    await close(store)
+    return snapshot, report
 
 
 def without_summaries(directory: Path) -> None:
@@ -187,3 +190,43 @@ def sealed_with_summaries(directory: Path) -> list[Path]:
     """The segments that have a summary beside them, oldest first."""
     return [path for _, path in list_segments(directory)
             if path.with_suffix(".sum").exists()]
+
+
+def covered(segment: Path) -> int:
+    """How many bytes of `segment` the summary beside it covers (prefix summaries: less
+    than the file)."""
+    return decode_summary(segment.with_suffix(".sum").read_bytes()).size
+
+
+SAID = re.compile(r"The summary of journal segment (\d+) ")
+
+
+def started(directory: Path, caplog) -> tuple[dict, RecoveryReport, dict[int, list[str]]]:
+    """A start on `directory`: what it recovered, and its warnings about summaries by
+    segment id."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pairmq.store"):
+        snapshot, report = recovered(directory)
+    return snapshot, report, summary_warnings(caplog)
+
+
+def summary_warnings(caplog) -> dict[int, list[str]]:
+    """The warnings about summaries `caplog` holds, by segment id."""
+    said: dict[int, list[str]] = {}
+    for record in caplog.records:
+        found = SAID.match(record.getMessage())
+        if found:
+            assert record.levelno == logging.WARNING
+            said.setdefault(int(found.group(1)), []).append(record.getMessage())
+    return said
+
+
+def fresh(source: Path, target: Path) -> Path:
+    """A copy of a journal directory at `target` (anything there before removed)."""
+    shutil.rmtree(target, ignore_errors=True)
+    return copied(source, target)
+
+
+def summaries_of(directory: Path) -> dict[int, bytes]:
+    return {int(path.name[8:16]): path.read_bytes()
+            for path in sorted(directory.glob("journal-*.sum"))}

@@ -25,7 +25,8 @@ from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
 from pairmq.store.records import RECORD_HEADER, DecodedEntry, decode_entries
 from pairmq.store.segments import list_segments
 from pairmq.store.store_state import KEY_OVERHEAD, StoreState
-from pairmq.store.summary import SummaryBuilder, remove_all_summaries, summarise_entries
+from pairmq.store.summary import remove_all_summaries
+from pairmq.store.summary_builder import SummaryBuilder, summarise_entries
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
@@ -242,7 +243,9 @@ class Mirroring(StoreState):
         self.paged = PagedBytes()
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
                                     first_seq - 1, [], loop, self.settings.stall_timeout_s)
-        self.summaries = SummaryBuilder(self.writer.write_summary)
+        self.summaries = SummaryBuilder(self.writer.write_summary,
+                                        self.settings.partial_summary_bytes,
+                                        self.settings.summary_records_per_item)
         broker = self.broker
         if broker is not None:
             broker.follow_reset()

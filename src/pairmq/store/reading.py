@@ -45,6 +45,7 @@ from pairmq.store.summary import (
     ADDS,
     Item,
     SegmentSummary,
+    keep_summary_within,
     read_summary,
     remove_summary,
     stray_summaries,
@@ -89,6 +90,7 @@ class JournalReading:
         self.segments: dict[int, SegmentRead] = {}
         self.bytes_read = 0  # by the last pass
         self.summarised = 0  # segments read through their summaries (store/summary.py)
+        self.summarised_bytes = 0  # ... the bytes those covered (the rest read record by record)
         self._unused: dict[int, str] = {}  # segment id -> why its summary was not used
 
     def advance(self, final: bool, limit_bytes: int = 0) -> bool:
@@ -116,12 +118,15 @@ class JournalReading:
                 if summary is not None and summary.first_seq > self.last_seq \
                         and (not follows or summary.first_seq == self.last_seq + 1):
                     self._apply_summary(summary, segment_id, path)
-                    self.segments[segment_id] = SegmentRead(path, summary.size,
-                                                            summary.first_seq,
-                                                            summary.last_seq)
+                    # Read up to where it ends; what follows (records appended after a
+                    # prefix summary, a torn end) is read below as if read before.
+                    known = SegmentRead(path, summary.size, summary.first_seq,
+                                        summary.last_seq)
+                    self.segments[segment_id] = known
                     self.summarised += 1
-                    continue
-                if kept.problem is not None:
+                    self.summarised_bytes += summary.size
+                    follows = self.ahead
+                elif kept.problem is not None:
                     self._unused[segment_id] = kept.problem
                     if final:
                         self._drop_summary(segment_id, kept.problem)
@@ -193,8 +198,9 @@ class JournalReading:
             path.unlink(missing_ok=True)
 
     def _apply_summary(self, summary: SegmentSummary, segment_id: int, path: Path) -> None:
-        """A sealed segment through its summary: runs of new messages straight into their
-        paged logs, any other record read as `advance` reads it."""
+        """The bytes a summary covers (all of a sealed segment, a prefix of the newest):
+        runs of new messages straight into their paged logs, any other record read as
+        `advance` reads it."""
         visit = self._visitor(segment_id, path)
         for item in summary.items:
             if item.kind == ADDS and self._take(item, segment_id):
@@ -253,6 +259,7 @@ class JournalReading:
             log.warning("Journal segment %s held only a torn header: removed it "
                         "(%d bytes dropped)", path.name, dropped)
             return
+        keep_summary_within(self.directory, segment_id, valid_end)
         os.truncate(path, valid_end)
         log.warning("Journal segment %s ended with a torn write (%s): dropped %d "
                     "bytes at offset %d", path.name, problem, dropped, valid_end)

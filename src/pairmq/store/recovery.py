@@ -36,6 +36,8 @@ class RecoveryReport:
     in_memory: int = 0  # messages whose bodies were loaded
     in_logs: int = 0  # messages kept only in the journal (paged logs, store/pages.py)
     summarised: int = 0  # segments read through their summaries (store/summary.py)
+    summarised_bytes: int = 0  # the bytes those covered (all of a sealed segment's)
+    journal_bytes: int = 0  # every segment's, once read
 
     def describe(self) -> str:
         return (f"Recovered {self.messages} messages in {self.queues} queues"
@@ -51,7 +53,9 @@ class RecoveryReport:
                    "when delivered"
                    + (f"; {self.in_logs} messages only in the journal, in paged logs"
                       if self.in_logs else "") + ")"
-                   if self.paged or self.in_logs else ""))
+                   if self.paged or self.in_logs else "")
+                + (f" ({self.summarised_bytes} of the {self.journal_bytes} journal bytes "
+                   "read through summaries)" if self.summarised else ""))
 
 
 class Recovering(StoreState):
@@ -86,7 +90,10 @@ class Recovering(StoreState):
         report = RecoveryReport(segments=len(self._segments), records=reading.records,
                                 read_ahead=reading.read_ahead,
                                 torn_bytes=reading.torn_bytes,
-                                summarised=reading.summarised)
+                                summarised=reading.summarised,
+                                summarised_bytes=reading.summarised_bytes,
+                                journal_bytes=sum(s.valid_end
+                                                  for s in reading.segments.values()))
         report.durables = len(replay.durables)
         report.destinations = len(replay.destinations)
         report.queues = len(set(replay.queues).union(

@@ -51,7 +51,7 @@ from pairmq.store.records import (
 from pairmq.store.recovery import Recovering
 from pairmq.store.stall import StallView
 from pairmq.store.store_state import KEY_OVERHEAD
-from pairmq.store.summary import Added, SummaryBuilder
+from pairmq.store.summary_builder import Added, SummaryBuilder
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
@@ -78,7 +78,9 @@ class Store(Recovering, Compacting, Mirroring):
         self.writer = JournalWriter(self.directory, self.settings.segment_bytes,
                                     self._last_seq, self._segments, loop,
                                     self.settings.stall_timeout_s)
-        self.summaries = SummaryBuilder(self.writer.write_summary)
+        self.summaries = SummaryBuilder(self.writer.write_summary,
+                                        self.settings.partial_summary_bytes,
+                                        self.settings.summary_records_per_item)
         if self._accounted is not broker:
             self.account(broker)
         self._listen()

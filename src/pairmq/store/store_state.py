@@ -26,7 +26,7 @@ from pairmq.store.pages import PagedEntries
 from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import JournalReading
 from pairmq.store.settings import StoreSettings
-from pairmq.store.summary import SummaryBuilder
+from pairmq.store.summary_builder import SummaryBuilder
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 KEY_OVERHEAD = 64  # bytes a destination/durable/dup/epoch record takes, for live-byte estimates

@@ -1,6 +1,7 @@
-"""Segment summaries: what a start needs of a sealed segment, as arrays, so that it does
-not decode every record of a backlog it keeps on disk anyway (docs/durability.md,
-"Segment summaries").
+"""Segment summaries: what a start needs of a segment, as arrays, so that it does not
+decode every record of a backlog it keeps on disk anyway (docs/durability.md, "Segment
+summaries"). This module is the file and its checks; store/summary_builder.py builds them
+as records are appended.
 
 A start reads every record back, about 6 µs each in Python: 60 s for ten million waiting
 messages, of which all but the first few hundred thousand only become entries of a paged
@@ -9,29 +10,36 @@ segment, its records in order as *items*:
 
 - ADDS: consecutive records that only add new messages to one destination (the same
   queues for each; their producers' sequences and dup-ids too), as arrays of where each
-  entry lies,
-  its order and size (a stream's: its offsets and append times too). A start appends
-  them to the paged log in one call (`Replay.paged_run`) when the destination pages
-  already, which is the case for all but its first few segments; otherwise it reads
+  entry lies, its order and size (a stream's: its offsets and append times too). A start
+  appends them to the paged log in one call (`Replay.paged_run`) when the destination
+  pages already, which is the case for all but its first few segments; otherwise it reads
   those records as it always did.
 - OPAQUE: any other records (acknowledgements, subscriptions, compaction copies...): a
   byte range the start reads record by record.
 
+A summary covers a *prefix* of its segment: every record from the first up to the one
+ending at `size`. A sealed segment's covers all of it; the segment still being written
+gets one every PARTIAL_SUMMARY_BYTES it grows (store/summary_builder.py), covering every
+record appended so far, replaced by the next and by the sealed one. A start reads the
+covered bytes through the summary and the rest of the segment (records appended since,
+a torn end) record by record from `size` on, as it reads a segment without one.
+
 Why this is safe:
 - A summary is a cache, never the truth: the segment is. It is written only for a
-  segment the server wrote from its first record, once the segment is sealed and its
-  records are on disk (the writer thread writes it after their `fdatasync`), under a
-  temporary name then renamed: a crash leaves the whole summary or a `.tmp` (which a
-  start removes), never a part of one under the real name (after a power loss an
-  unsynced summary may read back empty or as garbage: its checksum says so).
+  segment the server wrote from its first record, after every record it covers is on
+  disk (the writer thread writes it after the `fdatasync` of the group holding its last
+  record), under a temporary name then renamed: a crash leaves a whole summary (the
+  previous one, or the new one) or a `.tmp` (which a start removes), never a part of one
+  under the real name (after a power loss an unsynced summary may read back empty or as
+  garbage: its checksum says so).
 - A start uses it only if its checksum holds, it holds together (its items follow one
-  another from the segment's first record to its end, bytes and sequence numbers
-  without a gap) and it matches the file (`summary_mismatch`): the same size; at every
-  item's start a record header with the item's first sequence number and epoch; at the
-  offset of the last record one with the last sequence number and epoch, whose length
-  reaches the end of the file. One `pread` per item and one more: a run of n new
-  messages is one item. Otherwise the segment is read record by record as before, and
-  the start logs why and deletes the summary.
+  another from the segment's first record to `size`, bytes and sequence numbers without
+  a gap) and it matches the file (`summary_mismatch`): the file is at least `size` long;
+  at every item's start a record header with the item's first sequence number and
+  epoch; at the offset of the last record one with the last sequence number and epoch,
+  whose length ends exactly at `size` (a record boundary of the file). One `pread` per
+  item and one more: a run of n new messages is one item. Otherwise the segment is read
+  record by record as before, and the start logs why and deletes the summary.
 - Why those headers suffice against a summary of an earlier content of the same segment
   id (the journal cut, the segment written again, the old summary left beside it): a
   record is named by its (sequence number, epoch). The writer numbers records
@@ -41,13 +49,18 @@ Why this is safe:
   record). What is left is the same (sequence number, epoch) written twice with other
   bytes at exactly the same item boundaries: only a server alone, which keeps its epoch,
   writing again over a journal cut by hand, and only if the old summary outlived the
-  cut. So the journal's own cuts and deletions remove a summary *before* they change its
-  segment (the writer's deletions, a backup's full resync, `pairmq journal repair`, the
-  database copy's cut): a crash between the two leaves a segment without a summary,
-  never the reverse. A start removes a summary whose segment is gone (so that a later
-  segment of the same id never meets it), and the writer the summary of a segment it
-  goes on writing into (the newest, when the one after it was lost). These checks need
-  nothing a summary did not hold already: SUMMARY_VERSION stays 2.
+  cut. So the journal's own cuts and deletions remove a summary *before* they change the
+  bytes it covers (the writer's deletions, a backup's full resync, `pairmq journal
+  repair`, the database copy's cut, a start cutting a torn end, the writer cutting a
+  failed write back: `keep_summary_within`): a crash between the two leaves a segment
+  without a summary, never the reverse. A start removes a summary whose segment is gone
+  (so that a later segment of the same id never meets it). Records appended after
+  `size` change nothing it covers: a segment a later start goes on writing into (the
+  newest; or the one before, when the newest was lost) keeps its summary, which covers
+  what was there, and the next start reads the rest record by record. These checks
+  need nothing a summary did not hold already: SUMMARY_VERSION stays 2 (a pairmq that
+  knows only sealed summaries requires `size` to be the file's, so it reads a segment
+  with a prefix summary record by record, and removes it).
 - An ADDS item is applied only where replaying its records one by one would have put
   every message into the paged log (`Replay.paged_run` checks it, or replays them).
 
@@ -70,23 +83,13 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pairmq.core.destinations import STREAM_PREFIX
-from pairmq.core.stream_log import OFFSET_HEADER
-from pairmq.store.records import (
-    ADD,
-    ADD_SIZE_OVER_ENTRY,
-    DUP,
-    PRODUCER,
-    RECORD_HEADER,
-    SEGMENT_HEADER,
-    DecodedEntry,
-    add_span,
-)
+from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER
 
 log = logging.getLogger("pairmq.store")
 
@@ -120,18 +123,33 @@ def remove_summary(directory: Path, segment_id: int) -> None:
         pass
 
 
-def write_summary_file(directory: Path, segment_id: int, data: bytes) -> None:
-    """Under a temporary name, then renamed (the writer thread, after the segment's
-    records are on disk). No fsync: a summary lost in a crash is only not used."""
-    path = summary_path(directory, segment_id)
-    temporary = path.with_name(path.name + ".tmp")
+def summary_covers(directory: Path, segment_id: int) -> int | None:
+    """How many bytes of its segment the summary beside it covers, as its head says
+    (unchecked); None: there is none, or no head to read."""
     try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError as e:
-        log.warning("Could not write the summary of journal segment %d (%s): a start reads "
-                    "that segment record by record", segment_id, e)
-        temporary.unlink(missing_ok=True)
+        with open(summary_path(directory, segment_id), "rb") as f:
+            head = f.read(_HEAD.size)
+    except FileNotFoundError:
+        return None
+    if len(head) < _HEAD.size:
+        return None
+    magic, version, _, _, _, _, size, _, _ = _HEAD.unpack(head)
+    return size if magic == SUMMARY_MAGIC and version == SUMMARY_VERSION else None
+
+
+def keep_summary_within(directory: Path, segment_id: int, at: int) -> None:
+    """The segment is about to be cut to `at` bytes: remove its summary unless it covers
+    no more than those (it still describes them then: module docstring)."""
+    covers = summary_covers(directory, segment_id)
+    if covers is None or covers > at:
+        remove_summary(directory, segment_id)
+
+
+def cut_segment(directory: Path, segment_id: int, path: Path, at: int) -> None:
+    """Truncate a segment to `at` bytes, its summary removed first unless it covers no
+    more than those."""
+    keep_summary_within(directory, segment_id, at)
+    os.truncate(path, at)
 
 
 def remove_all_summaries(directory: Path) -> None:
@@ -169,168 +187,9 @@ class SegmentSummary:
     segment_id: int
     first_seq: int
     last_seq: int
-    size: int  # the segment file's size: every record's bytes
-    last_start: int  # where its last record's header lies
+    size: int  # where the last record it covers ends (a sealed segment's: the file's size)
+    last_start: int  # where that record's header lies
     items: list[Item]
-
-
-# ------------------------------------------------------------------ building
-
-
-Added = tuple[str, list[str], int, int, int, Mapping[str, str]]
-"""One message a record adds: destination, queue keys, its entry's offset in the
-record's payload and length, its order, its headers (a stream's offset and time)."""
-
-
-class SummaryBuilder:
-    """Fed every record appended to the journal, in order; hands a sealed segment's
-    summary to `seal(segment id, bytes)` (the writer writes it once the segment is on
-    disk)."""
-
-    def __init__(self, seal: Callable[[int, bytes], None]) -> None:
-        self._seal = seal
-        self._segment = 0
-        self._whole = False  # saw the segment from its first record
-        self._items: list[Item] = []
-        self._first_seq = 0
-        self._last_seq = 0
-        self._size = 0
-        self._last_start = 0
-        self._top_order = 0  # the newest order added: an older one is a compaction copy
-
-    def _enter(self, segment_id: int, start: int) -> bool:
-        if segment_id != self._segment:
-            self.seal()
-            self._segment = segment_id
-            self._whole = start == SEGMENT_HEADER.size
-            self._first_seq = 0
-        return self._whole
-
-    def resume(self, segment_id: int) -> None:
-        """Summarise `segment_id` from its next record as if from its first, with nothing
-        seen before (`pairmq journal check` rebuilds an item from its records)."""
-        self._segment, self._whole, self._first_seq = segment_id, True, 0
-        self._items, self._top_order = [], 0
-
-    @property
-    def items(self) -> list[Item]:
-        """The items of the segment summarised now, so far."""
-        return self._items
-
-    def seal(self) -> None:
-        """The current segment is complete (the writer moved on): summarise it."""
-        if self._whole and self._items:
-            summary = SegmentSummary(self._segment, self._first_seq, self._last_seq,
-                                     self._size, self._last_start, self._items)
-            self._seal(self._segment, encode_summary(summary))
-        self._whole = False
-        self._items = []
-
-    def _noted(self, seq: int, start: int, end: int) -> None:
-        if not self._first_seq:
-            self._first_seq = seq
-        self._last_seq = seq
-        self._last_start = start
-        self._size = end
-
-    def opaque(self, seq: int, epoch: int, segment_id: int, payload_at: int,
-               payload_end: int) -> None:
-        """A record the start must read."""
-        start = payload_at - RECORD_HEADER.size
-        if not self._enter(segment_id, start):
-            return
-        items = self._items
-        last = items[-1] if items else None
-        if last is not None and last.kind == OPAQUE and last.epoch == epoch \
-                and last.end == start:
-            last.last_seq = seq
-            last.records += 1
-            last.end = payload_end
-        else:
-            items.append(Item(OPAQUE, epoch, seq, seq, 1, start, payload_end))
-        self._noted(seq, start, payload_end)
-
-    def adds(self, seq: int, epoch: int, segment_id: int, payload_at: int,
-             payload_end: int, added: list[Added],
-             producers: list[tuple[str, str, int, int, int]],
-             dups: list[tuple[str, str]]) -> None:
-        """A record of new messages (and their producers' sequences and dup-ids) and
-        nothing else."""
-        start = payload_at - RECORD_HEADER.size
-        if not self._enter(segment_id, start):
-            return
-        destination, queue_keys = added[0][0], added[0][1]
-        stream = destination.startswith(STREAM_PREFIX)
-        if any(d != destination for d, _ in dups):
-            self.opaque(seq, epoch, segment_id, payload_at, payload_end)
-            return
-        top = self._top_order
-        offsets: list[int] = []
-        for entry in added:
-            if entry[0] != destination or entry[1] != queue_keys or entry[4] <= top:
-                self._top_order = max(top, max(e[4] for e in added))
-                self.opaque(seq, epoch, segment_id, payload_at, payload_end)
-                return
-            top = entry[4]
-            if stream:
-                try:
-                    offsets.append(int(entry[5][OFFSET_HEADER]))
-                except (KeyError, ValueError):
-                    self.opaque(seq, epoch, segment_id, payload_at, payload_end)
-                    return
-        self._top_order = top
-        if stream and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
-            self.opaque(seq, epoch, segment_id, payload_at, payload_end)
-            return
-        keys = tuple(queue_keys)
-        items = self._items
-        item = items[-1] if items else None
-        if item is None or item.kind != ADDS or item.epoch != epoch or item.end != start \
-                or item.destination != destination or item.queue_keys != keys \
-                or (stream and item.stream_first + len(item.orders) != offsets[0]):
-            item = Item(ADDS, epoch, seq, seq, 0, start, payload_end, destination, keys,
-                        stream_first=offsets[0] if stream else -1)
-            items.append(item)
-        item.last_seq = seq
-        item.records += 1
-        item.end = payload_end
-        for _d, _k, at, length, order, headers in added:
-            item.offsets.append(payload_at + at)
-            item.lengths.append(length)
-            item.orders.append(order)
-            item.sizes.append(length + ADD_SIZE_OVER_ENTRY)
-            if stream:
-                item.stamps.append(int(headers.get("timestamp", "0")))
-        for p_destination, producer, p_epoch, p_seq, seen in producers:
-            item.producers[(p_destination, producer)] = (p_epoch, p_seq, seen)
-        item.dups.extend(dup_id for _d, dup_id in dups)
-        self._noted(seq, start, payload_end)
-
-
-def summarise_entries(builder: SummaryBuilder, entries: list[DecodedEntry], seq: int,
-                      epoch: int, segment_id: int, payload_at: int, payload_end: int) -> None:
-    """Tell `builder` what a record read back holds (a backup's mirrored records, `pairmq
-    journal check`), as `Store.persist` tells it of the records it writes: new messages
-    (never delivered), their producers and dup-ids only, or anything else."""
-    added: list[Added] = []
-    producers: list[tuple[str, str, int, int, int]] = []
-    dups: list[tuple[str, str]] = []
-    for entry in entries:
-        if entry[0] == ADD and not entry[1].deliveries:
-            e = entry[1]
-            start, length = add_span(e.body_offset, e.body_length, e.meta_length)
-            added.append((e.destination, e.queues, start, length, e.order, e.headers))
-        elif entry[0] == PRODUCER:
-            producers.append(entry[1:])
-        elif entry[0] == DUP:
-            dups.append((entry[1], entry[2]))
-        else:
-            builder.opaque(seq, epoch, segment_id, payload_at, payload_end)
-            return
-    if added:
-        builder.adds(seq, epoch, segment_id, payload_at, payload_end, added, producers, dups)
-    else:
-        builder.opaque(seq, epoch, segment_id, payload_at, payload_end)
 
 
 # ------------------------------------------------------------------ the file
@@ -341,37 +200,84 @@ def _string(value: str) -> bytes:
     return _U32.pack(len(raw)) + raw
 
 
-def _raw(values: array[int]) -> bytes:
-    if _SWAP:
-        values = array(values.typecode, values)
-        values.byteswap()
+def encode_strings(values: Iterable[str]) -> bytes:
+    """Strings one after the other, each after its length (dup-ids)."""
+    return b"".join([_string(value) for value in values])
+
+
+def array_bytes(values: array[int]) -> bytes:
+    """An array as a summary stores it (little-endian)."""
+    if not _SWAP:
+        return values.tobytes()
+    values = array(values.typecode, values)
+    values.byteswap()
     return values.tobytes()
 
 
-def encode_summary(summary: SegmentSummary) -> bytes:
-    parts = [_HEAD.pack(SUMMARY_MAGIC, SUMMARY_VERSION, 0, summary.segment_id,
-                        summary.first_seq, summary.last_seq, summary.size,
-                        summary.last_start, len(summary.items))]
-    for item in summary.items:
-        parts.append(_ITEM.pack(item.kind, item.epoch, item.first_seq, item.last_seq,
-                                item.records, item.start, item.end))
-        if item.kind != ADDS:
-            continue
-        parts.append(_string(item.destination))
-        parts.append(_U32.pack(len(item.queue_keys)))
-        parts.extend(_string(key) for key in item.queue_keys)
-        parts.append(_RUN.pack(len(item.orders), len(item.producers), len(item.dups),
-                               item.stream_first))
-        parts.extend(_raw(a) for a in (item.offsets, item.lengths, item.orders, item.sizes))
-        if item.stream_first >= 0:
-            parts.append(_raw(item.stamps))
-        for (destination, producer), numbers in item.producers.items():
-            parts.append(_string(destination))
-            parts.append(_string(producer))
-            parts.append(_PRODUCER.pack(*numbers))
-        parts.extend(_string(dup_id) for dup_id in item.dups)
-    body = b"".join(parts)
+def encode_head(segment_id: int, first_seq: int, last_seq: int, size: int,
+                last_start: int, items: int) -> bytes:
+    return _HEAD.pack(SUMMARY_MAGIC, SUMMARY_VERSION, 0, segment_id, first_seq, last_seq,
+                      size, last_start, items)
+
+
+@lru_cache(maxsize=256)
+def _destination_bytes(destination: str, queue_keys: tuple[str, ...]) -> bytes:
+    return b"".join([_string(destination), _U32.pack(len(queue_keys)),
+                     *[_string(key) for key in queue_keys]])
+
+
+def item_head(item: Item, entries: int = -1, producers: int = -1, dups: int = -1) -> bytes:
+    """An item's encoding up to its arrays (all of an OPAQUE item's), with those counts
+    (-1: the item's own)."""
+    fixed = _ITEM.pack(item.kind, item.epoch, item.first_seq, item.last_seq, item.records,
+                       item.start, item.end)
+    if item.kind != ADDS:
+        return fixed
+    return fixed + _destination_bytes(item.destination, item.queue_keys) + _RUN.pack(
+        len(item.orders) if entries < 0 else entries,
+        len(item.producers) if producers < 0 else producers,
+        len(item.dups) if dups < 0 else dups, item.stream_first)
+
+
+def item_arrays(item: Item) -> tuple[array[int], ...]:
+    """An ADDS item's arrays, in the order they are stored."""
+    if item.stream_first >= 0:
+        return item.offsets, item.lengths, item.orders, item.sizes, item.stamps
+    return item.offsets, item.lengths, item.orders, item.sizes
+
+
+def encode_producers(producers: Mapping[tuple[str, str], tuple[int, int, int]]) -> bytes:
+    return b"".join([_string(destination) + _string(producer) + _PRODUCER.pack(*numbers)
+                     for (destination, producer), numbers in producers.items()])
+
+
+def encode_item(item: Item) -> bytes:
+    """(Once per item, tens of thousands of them in a segment of small runs.)"""
+    if item.kind != ADDS:
+        return item_head(item)
+    parts = [item_head(item), *map(array_bytes, item_arrays(item))]
+    if item.producers:
+        parts.append(encode_producers(item.producers))
+    if item.dups:
+        parts.append(encode_strings(item.dups))
+    return b"".join(parts)
+
+
+def encode_items(items: Iterable[Item]) -> bytes:
+    return b"".join(map(encode_item, items))
+
+
+def sealed_bytes(body: bytes) -> bytes:
+    """A summary's bytes: its body, then the body's checksum."""
     return body + _U32.pack(zlib.crc32(body))
+
+
+def encode_summary(summary: SegmentSummary) -> bytes:
+    """All at once (store/summary_builder.py encodes as the segment grows, to the same
+    bytes)."""
+    return sealed_bytes(encode_head(summary.segment_id, summary.first_seq, summary.last_seq,
+                                    summary.size, summary.last_start, len(summary.items))
+                        + encode_items(summary.items))
 
 
 class _Reader:
@@ -481,16 +387,17 @@ def read_summary(directory: Path, segment_id: int, segment: Path) -> SummaryRead
 
 def summary_mismatch(summary: SegmentSummary, segment_id: int, size: int,
                      header_at: Callable[[int], Header | None]) -> str | None:
-    """Why `summary` does not describe segment `segment_id` of `size` bytes, whose record
-    headers `header_at(offset)` reads (None where there is none); None: it does. One
-    header per item, and the last record's (module docstring)."""
+    """Why `summary` does not describe the first `summary.size` bytes of segment
+    `segment_id` of `size` bytes, whose record headers `header_at(offset)` reads (None
+    where there is none); None: it does. One header per item, and the last record's, which
+    must end exactly at `summary.size` (module docstring)."""
     if summary.segment_id != segment_id:
         return f"is the summary of segment {summary.segment_id}"
     incoherent = summary_incoherence(summary)
     if incoherent:
         return f"does not hold together ({incoherent})"
-    if size != summary.size:
-        return f"does not match it (size {size} != {summary.size})"
+    if size < summary.size:
+        return f"does not match it (size {size} < the {summary.size} it covers)"
     for index, item in enumerate(summary.items):
         header = header_at(item.start)
         if header is None or header[2:4] != (item.first_seq, item.epoch):
@@ -499,10 +406,10 @@ def summary_mismatch(summary: SegmentSummary, segment_id: int, size: int,
     tail = summary.items[-1]
     header = header_at(summary.last_start)
     if header is None or header[2:4] != (summary.last_seq, tail.epoch) \
-            or summary.last_start + RECORD_HEADER.size + header[0] != size:
+            or summary.last_start + RECORD_HEADER.size + header[0] != summary.size:
         return (f"does not match it (the last record: {_named(header)} at offset "
                 f"{summary.last_start}, not seq {summary.last_seq} of epoch {tail.epoch} "
-                f"to the end)")
+                f"ending at {summary.size})")
     return None
 
 
@@ -514,7 +421,7 @@ def _named(header: Header | None) -> str:
 
 def summary_incoherence(summary: SegmentSummary) -> str | None:
     """What in a decoded summary contradicts itself (None: nothing): its items must cover
-    the segment from its first record to its end, each following the one before in bytes
+    the segment from its first record to `size`, each following the one before in bytes
     and sequence numbers (the writer numbers records consecutively), and an ADDS item's
     entries lie inside it. Pure: the file is not read."""
     items = summary.items

@@ -7,7 +7,9 @@ sequence numbers, in its epoch, between its offsets), and an ADDS item exactly t
 entries its records give when a `SummaryBuilder` is fed them again as a backup feeds it
 (`summarise_entries`): where each entry lies, its order and size, a stream's offsets and
 times, the producers' sequences and the dup-ids. A mismatch is a problem of the summary,
-not of the journal: a start would read that segment record by record.
+not of the journal: a start would read that segment record by record. A prefix summary
+(of a segment being written when the server stopped) is compared with the records it
+covers; those after it are the start's to read.
 """
 
 from __future__ import annotations
@@ -15,14 +17,8 @@ from __future__ import annotations
 from array import array
 
 from pairmq.store.records import RECORD_HEADER, DecodedEntry
-from pairmq.store.summary import (
-    ADDS,
-    Item,
-    SegmentSummary,
-    SummaryBuilder,
-    summarise_entries,
-    summary_incoherence,
-)
+from pairmq.store.summary import ADDS, Item, SegmentSummary, summary_incoherence
+from pairmq.store.summary_builder import SummaryBuilder, summarise_entries
 
 # an ADDS item's fields, compared in this order, as the check names them
 _COMPARED = (("destination", "destination"), ("queue_keys", "queues"),
@@ -34,7 +30,7 @@ _COMPARED = (("destination", "destination"), ("queue_keys", "queues"),
 
 class SummaryVerifier:
     """Fed every record of one segment in order (`record`), then `mismatch` says how the
-    summary differs from them (None: it describes them)."""
+    summary differs from those it covers (None: it describes them)."""
 
     def __init__(self, summary: SegmentSummary, segment_id: int) -> None:
         self.summary = summary
@@ -63,8 +59,9 @@ class SummaryVerifier:
             if self.problem is not None:
                 return
         if self._index == len(items):
-            self._mismatch(f"record {seq} at offset {start} lies past its last item")
-            return
+            if start < self.summary.size:
+                self._mismatch(f"record {seq} at offset {start} lies past its last item")
+            return  # (after what a prefix summary covers)
         item = items[self._index]
         expected = item.first_seq + self._seen
         if (start == item.start) != (self._seen == 0) or seq != expected \
@@ -86,8 +83,8 @@ class SummaryVerifier:
         """After the last record of a segment of `size` bytes: how the summary differs."""
         while self.problem is None and self._index < len(self.summary.items):
             self._close()
-        if self.problem is None and size != self.summary.size:
-            self._mismatch(f"size {size} != {self.summary.size}")
+        if self.problem is None and size < self.summary.size:
+            self._mismatch(f"size {size} < the {self.summary.size} it covers")
         if self.problem is None and self._last_start != self.summary.last_start:
             self._mismatch(f"the last record is at offset {self._last_start}, not "
                            f"{self.summary.last_start}")

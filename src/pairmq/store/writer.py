@@ -24,7 +24,8 @@ from pairmq.core.paged_log import PagedLog
 from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, frame_record
 from pairmq.store.segments import fsync_directory, segment_header, segment_name
 from pairmq.store.stall import StallView, StallWatch, check_interval
-from pairmq.store.summary import remove_summary, write_summary_file
+from pairmq.store.summary import keep_summary_within, remove_summary
+from pairmq.store.summary_builder import PendingSummary, write_summary_file
 from pairmq.store.synctimes import SYNC_TIMES
 
 log = logging.getLogger("pairmq.journal")
@@ -76,7 +77,7 @@ class JournalWriter:
         self.current: SegmentInfo | None = segments[-1] if segments else None
         self.pending: list[tuple[int, bytes]] = []  # (segment id, bytes) not yet handed over
         self.pending_unlinks: list[int] = []
-        self.pending_summaries: list[tuple[int, bytes]] = []  # sealed segments' (summary.py)
+        self.pending_summaries: list[tuple[int, PendingSummary]] = []  # summary_builder.py
         self.writing = False
         self.failure: OSError | None = None  # the last write error, until a retry succeeds
         self._waiters: deque[tuple[int, Callable[[], None]]] = deque()
@@ -166,10 +167,12 @@ class JournalWriter:
             self._kick_scheduled = True
             self.loop.call_soon(self._kick)
 
-    def write_summary(self, segment_id: int, data: bytes) -> None:
-        """Write a sealed segment's summary (store/summary.py), after every record appended
-        so far is on disk. A cache: failing to write it fails nothing."""
-        self.pending_summaries.append((segment_id, data))
+    def write_summary(self, segment_id: int, summary: PendingSummary) -> None:
+        """Write a segment's summary (store/summary_builder.py: a sealed segment's, or a
+        prefix of the one being written), after every record appended so far is on disk:
+        in the thread, after the fdatasync of the group that holds them. A cache: failing
+        to write it fails nothing."""
+        self.pending_summaries.append((segment_id, summary))
 
     @property
     def total_bytes(self) -> int:
@@ -207,7 +210,7 @@ class JournalWriter:
             lambda f: self._written(f, job, unlinks, summaries, target, sizes))
 
     def _written(self, future: asyncio.Future[None], job: list[tuple[int, bytes]],
-                 unlinks: list[int], summaries: list[tuple[int, bytes]], target: int,
+                 unlinks: list[int], summaries: list[tuple[int, PendingSummary]], target: int,
                  sizes: dict[int, int]) -> None:
         self.writing = False
         stalled_for = self._stalls.watch.ended(self.loop.time())
@@ -287,7 +290,7 @@ class JournalWriter:
         return fd
 
     def _write(self, job: list[tuple[int, bytes]], unlinks: list[int],
-               summaries: list[tuple[int, bytes]]) -> None:
+               summaries: list[tuple[int, PendingSummary]]) -> None:
         if self.guard is not None and not self.guard():
             raise Fenced()
         touched: dict[int, int] = {}
@@ -303,12 +306,12 @@ class JournalWriter:
             fd = self._fds.get(segment_id)
             if fd is None:
                 created = True
-                # The segment a start goes on with may have a summary (its next one was
-                # lost): it describes the segment no more once it grows (store/summary.py).
-                remove_summary(self.directory, segment_id)
+                # (The segment a start goes on with may have a summary: it covers what was
+                # there, and records appended after it change nothing it says: summary.py.)
                 fd = self._fd(segment_id)
                 # After a failed attempt the file may hold a partial write: cut it back.
                 durable = self._durable_size(segment_id)
+                keep_summary_within(self.directory, segment_id, durable)
                 os.ftruncate(fd, durable)
                 os.lseek(fd, durable, os.SEEK_SET)
             write_all(fd, [data for _, data in job[start:end]])
@@ -321,8 +324,10 @@ class JournalWriter:
             SYNC_TIMES.observe(time.perf_counter() - started)
         if created:
             fsync_directory(self.directory)
-        for segment_id, data in summaries:  # their segments' records are on disk now
-            write_summary_file(self.directory, segment_id, data)
+        # The records they cover are on disk now. Of a segment's, the newest only (a prefix
+        # summary and the sealed one, those held while writes failed).
+        for segment_id, summary in dict(summaries).items():
+            write_summary_file(self.directory, segment_id, summary)
         for segment_id in unlinks:
             fd = self._fds.pop(segment_id, None)
             if fd is not None:

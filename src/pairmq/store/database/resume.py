@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pairmq.store.records import RECORD_HEADER
 from pairmq.store.segments import list_segments, read_records, scan_segment
-from pairmq.store.summary import remove_summary
+from pairmq.store.summary import cut_segment, remove_summary
 
 COMMITTED_NAME = "database-committed"
 
@@ -63,8 +63,8 @@ def survey(directory: Path) -> LocalJournal | None:
         if scan.problem is not None:
             if not scan.at_tail:
                 return None
-            remove_summary(directory, segment_id)  # before its segment changes
-            os.truncate(path, scan.valid_end)
+            # (its summary, if it covers more, removed first: store/summary.py)
+            cut_segment(directory, segment_id, path, scan.valid_end)
         if scan.records:
             return LocalJournal(scan.last_seq, found[-1][0], size)
     return LocalJournal(0, found[-1][0], size)
@@ -94,8 +94,7 @@ def cut_from(directory: Path, seq: int) -> None:
         if scan.records and scan.first_seq < seq:
             at = _offset_of(segment_id, path, seq)
             if at is not None:
-                remove_summary(directory, segment_id)  # before its segment changes
-                os.truncate(path, at)
+                cut_segment(directory, segment_id, path, at)  # (its summary first)
             return
         remove_summary(directory, segment_id)
         path.unlink()

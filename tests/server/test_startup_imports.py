@@ -17,8 +17,8 @@ from tests.serverproc import free_port
 
 # Loaded only by the features that need them (server/app.py, server/pair/replication.py,
 # cli/main.py's lazy commands).
-HEAVY = ("aiohttp", "rich", "asyncpg", "prometheus_client", "pairmq.client", "pairmq.server.cluster",
-         "pairmq.server.pair.database", "pairmq.server.pair.etcd_arbiter",
+HEAVY = ("aiohttp", "rich", "asyncpg", "prometheus_client", "pairmq.client",
+         "pairmq.server.cluster", "pairmq.server.pair.database", "pairmq.server.pair.etcd_arbiter",
          "pairmq.server.manage", "pairmq.server.stomp.websocket", "pairmq.spark")
 
 START = """

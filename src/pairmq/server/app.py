@@ -26,7 +26,7 @@ from pairmq.server.guards.failed_logins import LoginThrottle
 from pairmq.server.guards.passwords import PasswordCheck
 from pairmq.server.guards.turn_budget import TurnBudget
 from pairmq.server.loop_lag import LoopWatch
-from pairmq.server.pair.policy import NoPair, PairPolicy
+from pairmq.server.pair.choose import backup_linked, pair_policy
 from pairmq.server.role.leaving import Gate, Leaving
 from pairmq.server.role.role import Role, RoleKind
 from pairmq.server.stomp.connection import TURN_BUDGET_S, StompConnection
@@ -103,7 +103,7 @@ class PairmqServer:
 
             self.database = DatabaseJournal(
                 config, self, self.lease_lost if config.policy == "none" else log.warning)
-        self.pair = self._pair_policy()
+        self.pair = pair_policy(self, self.database, self._serve_alone)
         # [cluster]: bridges to the other members while this server serves (docs/cluster.md)
         self.cluster: ClusterNode | None = None
         if config.cluster_name:
@@ -113,29 +113,6 @@ class PairmqServer:
                                        self.next_conn_id, self._backup_linked)
         self.role = self._new_role(RoleKind.STANDBY, self._new_broker(), self._new_store())
         self.finished = asyncio.Event()  # the server stops by itself (a backup scaled down)
-
-    def _pair_policy(self) -> PairPolicy:
-        """[ha] policy's driver. Each is imported here, when chosen: a start loads only
-        its own (start-up time, docs/benchmarks.md)."""
-        policy = self.config.policy
-        pair: PairPolicy
-        if policy in ("replication", "colocated"):  # colocated: a replicating live
-            from pairmq.server.pair.replication import ReplicationDriver
-
-            pair = ReplicationDriver(self)
-        elif policy == "shared-store":
-            from pairmq.server.pair.database_pair import DatabaseLock
-            from pairmq.server.pair.shared_store import SharedStorePair
-
-            pair = SharedStorePair(self, DatabaseLock(self.database)
-                                   if self.database is not None else None)
-        else:
-            pair = NoPair(self._serve_alone)
-        if self.database is not None:
-            from pairmq.server.pair.database_pair import DatabaseBacked
-
-            pair = DatabaseBacked(pair, self.database)
-        return pair
 
     def _new_broker(self) -> Broker:
         boot = format(time.time_ns() // 1000, "x")
@@ -168,11 +145,7 @@ class PairmqServer:
 
     def _backup_linked(self) -> bool:
         """A colocated live: its backup's HA channel is up."""
-        if self.config.policy not in ("replication", "colocated"):
-            return False
-        from pairmq.server.pair.replication import ReplicationDriver
-
-        return isinstance(self.pair, ReplicationDriver) and self.pair.link is not None
+        return self.config.policy in ("replication", "colocated") and backup_linked(self.pair)
 
     def _switch_role(self, role: Role, why: str) -> None:
         """Make `role` the one new connections join; close every connection of the old one."""

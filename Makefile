@@ -53,11 +53,10 @@ etcd-deps:
 pg-deps:
 	$(call install_missing_debs,$(PG_DEBS))
 
-# In two steps: the tests that mostly wait on servers, on TEST_WORKERS pytest-xdist workers
-# (3 on 2 cores: with 2, a third of the CPU went idle while they waited);
+# In two steps: the tests that mostly wait on servers, on TEST_WORKERS pytest-xdist workers;
 # then the heavy ones (marked slow or machine, and the Spark tests: tests/conftest.py), one
 # at a time. Exit status 5 is pytest's "no test selected" (PYTEST_ARGS naming only some).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 PYTEST_STEP = $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
 test: $(STAMP) test-deps

@@ -69,7 +69,12 @@ test: $(STAMP) test-deps
 # partitions, ten failovers and failbacks, 4,700 more simulator seeds (4,200 with etcd), a
 # late backup syncing 100,000 messages, 300 MiB paged drained from the backup, 300 MiB
 # without a consumer across a restart, a pair's backlog and its read back, the Spark write
-# killed mid-way twice more. About 9 minutes.
+# killed mid-way twice more; and, for CI time, variants whose case make test covers
+# otherwise: the example Spark pipeline, a takeover's timing, a ring of colocated lives, a
+# kill of each side of a cluster's pairs, the console's colocated view, two start orders of
+# a pair and an older journal on the backup, PostgreSQL restarted `-m fast`, clocks an hour
+# off, pipelined batches through a failover and a failback, 150 + 50 simulator seeds. About
+# 12 minutes.
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 

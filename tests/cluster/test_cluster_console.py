@@ -105,6 +105,7 @@ def hosted_row(live: str, field: str) -> str:
     return f'#colocated-hosted tr[data-live="{live}"] [data-field="{field}"]'
 
 
+@pytest.mark.long  # CI time: the console's cluster view is tested in make test
 def test_the_console_shows_a_colocated_members_backups_and_a_backup_lost(
         tmp_path: Path, browser: Browser, etcd_cluster: EtcdCluster) -> None:
     """Two colocated members (real processes, a real etcd): member 0's console shows where

@@ -57,6 +57,7 @@ def test_producers_everywhere_consumer_on_one_member_through_kills(tmp_path: Pat
         cluster.stop()
 
 
+@pytest.mark.long  # CI time: kills of a cluster's pairs are tested in make test
 def test_consumers_on_both_members_through_a_kill_of_each_side(tmp_path: Path) -> None:
     """A producer and a consumer on member 0, a consumer on member 1: member 1's bridge
     takes a share of member 0's messages while member 0's own consumer takes the rest. The

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 QUEUE = "/queue/colocated"
 
 
+@pytest.mark.long  # CI time: a colocated member killed is tested in make test
 def test_three_lives_back_each_other_up_in_a_ring(tmp_path: Path,
                                                    etcd_cluster: EtcdCluster) -> None:
     """Each live asks the next member; each member hosts one backup, a child process with

@@ -109,6 +109,7 @@ def test_pipelined_batches_resent_after_a_failover_leave_each_message_once(
     producer.check_stream(pair, "backup")
 
 
+@pytest.mark.long  # CI time: batches through a failover are tested in make test
 def test_pipelined_batches_through_a_failover_and_a_failback_leave_each_message_once(
         pair_factory) -> None:
     """The pair's default intervals (500/2000 ms), as the other tests that move hundreds of

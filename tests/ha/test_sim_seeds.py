@@ -15,10 +15,10 @@ import pytest
 from pairmq.ha.sim.runner import run_seed
 
 # `make test` runs a few hundred (CI stays under 25 minutes), `make test-long` the rest
-SEEDS = range(300)  # two processes, about 11 s on this machine (docs/benchmarks.md)
-MORE_SEEDS = range(300, 5000)  # `make test-long`: about 2.9 min more
-ETCD_SEEDS = range(100)  # etcd as the arbiter: two processes, 5 to 8 s
-MORE_ETCD_SEEDS = range(100, 4300)  # `make test-long`: about 3 min more
+SEEDS = range(150)  # two processes, about 6 s on this machine (docs/benchmarks.md)
+MORE_SEEDS = range(150, 5000)  # `make test-long`: about 2.9 min more
+ETCD_SEEDS = range(50)  # etcd as the arbiter: two processes, 3 to 4 s
+MORE_ETCD_SEEDS = range(50, 4300)  # `make test-long`: about 3 min more
 
 # Seeds that found bugs, fixed in ha/ (each fails on the code before its fix).
 FIXED = {

@@ -63,6 +63,7 @@ def takeover_seconds(pair: Pair) -> float:
     return first_confirmed_send(pair.client_address("backup"), 30)
 
 
+@pytest.mark.long  # CI time; benchmarks/failover.py --retained measures it
 @pytest.mark.slow
 def test_takeover_time_does_not_grow_with_the_messages_retained(pair_factory) -> None:
     empty = pair_factory()

@@ -1,7 +1,7 @@
 """The crash test: a real server SIGKILLed at random moments while a producer sends.
 
 The campaign lives in benchmarks/crash_campaign.py (the long standalone version:
-`--kills N --seed S`); this runs a short one (5 kills, about 20 s) and checks each
+`--kills N --seed S`); this runs a short one (3 kills, about 12 s) and checks each
 outcome separately. A producer sends persistent messages with receipts and dup-ids;
 the server is killed with SIGKILL at seeded random moments and restarted on the same
 data directory and port each time; the producer reconnects and resends everything it
@@ -22,7 +22,7 @@ from tests.support.benchmarks import benchmark
 crash = benchmark("crash_campaign")
 
 SEED = int(os.environ.get("PAIRMQ_CRASH_SEED", "20240612"))
-KILLS = int(os.environ.get("PAIRMQ_CRASH_KILLS", "5"))
+KILLS = int(os.environ.get("PAIRMQ_CRASH_KILLS", "3"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -12,6 +12,7 @@ from tests.support.cli import run
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long  # CI time: its sink and source are tested in make test
 @pytest.mark.machine  # its own Spark (a JVM) beside the servers
 def test_the_example_pipeline_computes_every_window_and_alert_exactly(tmp_path: Path):
     done = run(sys.executable, "-m", "examples.pipeline.run", "--orders", "2000", "--minutes",

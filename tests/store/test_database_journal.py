@@ -93,7 +93,7 @@ def test_a_local_journal_that_the_database_does_not_hold_is_cut_where_they_diffe
                          producer.sent + other.sent)
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate"])
+@pytest.mark.parametrize("mode", [pytest.param("fast", marks=pytest.mark.long), "immediate"])
 def test_postgresql_restarted_mid_load_loses_nothing_and_the_server_carries_on(
         server_factory, tmp_path, mode: str) -> None:
     with PostgresServer() as pg:
@@ -264,6 +264,7 @@ def test_a_database_away_past_the_lease_refuses_or_holds_per_full_policy(
         assert bodies[:2] == ["0", "1"]
 
 
+@pytest.mark.long  # CI time: the lease's fence is tested in make test
 def test_clocks_an_hour_off_neither_take_over_early_nor_miss_a_takeover(
         server_factory, postgres_db: str) -> None:
     """The lease's expiry is on the database's clock only: a server whose clock is an hour

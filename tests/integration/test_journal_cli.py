@@ -64,6 +64,19 @@ def flip(path: Path, position: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def killed_with_big_messages(server_factory, raw_client, flags: tuple[str, ...], tag: str):
+    """A server with 64 KiB segments sent 180 persistent messages of 1 KiB (three segments
+    and more), then killed: the server, its queue, the bodies in order."""
+    srv = server_factory(*flags)
+    queue = f"/queue/{unique(tag)}"
+    producer, _ = raw_client(srv)
+    big = [b"big-%03d-" % i + b"=" * 1000 for i in range(180)]
+    for payload in big:
+        producer.request("SEND", {"destination": queue, **P}, payload)
+    kill(srv)
+    return srv, queue, big
+
+
 # ----------------------------------------------------------------------------- torn tails
 
 
@@ -180,13 +193,7 @@ def test_corruption_in_the_middle_refuses_to_start_until_repaired(server_factory
 def test_damage_in_an_older_segment_keeps_what_precedes_it_and_moves_the_rest_aside(
         server_factory, raw_client):
     flags = ("--segment-bytes", "65536")
-    srv = server_factory(*flags)
-    queue = f"/queue/{unique('older')}"
-    producer, _ = raw_client(srv)
-    big = [b"big-%03d-" % i + b"=" * 1000 for i in range(180)]
-    for payload in big:
-        producer.request("SEND", {"destination": queue, **P}, payload)
-    kill(srv)
+    srv, queue, big = killed_with_big_messages(server_factory, raw_client, flags, "older")
     found = segments(srv)
     assert len(found) >= 3, found
     second = found[1]
@@ -234,13 +241,7 @@ def test_check_reports_summaries_that_do_not_match_and_repair_removes_them(serve
     (the journal is intact: exit 0); `pairmq journal repair` removes them, asking nothing
     (no message is lost)."""
     flags = ("--segment-bytes", "65536")
-    srv = server_factory(*flags)
-    queue = f"/queue/{unique('summaries')}"
-    producer, _ = raw_client(srv)
-    big = [b"big-%03d-" % i + b"=" * 1000 for i in range(180)]
-    for payload in big:
-        producer.request("SEND", {"destination": queue, **P}, payload)
-    kill(srv)
+    srv, queue, big = killed_with_big_messages(server_factory, raw_client, flags, "summaries")
     journal = srv.data_dir / "journal"
     summaries = sorted(journal.glob("journal-*.sum"))
     assert len(summaries) >= 2, sorted(journal.iterdir())

@@ -7,12 +7,10 @@ what it always was. Real journal files, a real writer thread."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from pairmq.core import Broker
 from pairmq.core.replay import Replay
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.records import (
@@ -23,10 +21,10 @@ from pairmq.store.records import (
     encode_add,
 )
 from pairmq.store.summary import decode_summary
-from tests.store.test_journal import close, run, synced
-from tests.store.test_mirror import Backup, workload
+from tests.store.test_journal import close, run
+from tests.store.test_mirror import workload
 from tests.support.summaries import (
-    CORE,
+    a_backup_follows_more_traffic,
     more_traffic,
     open_store,
     recovered,
@@ -91,21 +89,7 @@ def test_a_start_through_summaries_rebuilds_what_reading_every_record_does(tmp_p
 
 
 def test_a_backup_writes_summaries_and_its_start_through_them_matches(tmp_path, bulk_runs):
-    async def go() -> None:
-        broker, store = await open_store(tmp_path / "active")
-        store.begin_epoch(1)
-        backup = Backup(tmp_path / "backup", 50)
-        backup.broker = Broker(CORE, id_prefix="ID:b-")
-        backup.broker.restore(backup.store.recover(50)[0])
-        backup.store.open_mirror(asyncio.get_running_loop(), backup.broker)
-        await backup.attach(store)
-        await more_traffic(broker, store)
-        await synced(backup.store)
-        await close(store)
-        await close(backup.store)
-
-    run(go())
-    directory = tmp_path / "backup"
+    directory = a_backup_follows_more_traffic(tmp_path)
     assert len(list(directory.glob("journal-*.sum"))) >= 20
     quick, report = recovered(directory)
     assert report.summarised >= 20 and sum(bulk_runs) > 2000

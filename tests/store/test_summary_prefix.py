@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from pairmq.core import Broker
 from pairmq.store import writer as writer_module
 from pairmq.store.check import check_journal
 from pairmq.store.database import resume
@@ -40,17 +39,15 @@ from pairmq.store.summary import (
     summary_path,
 )
 from pairmq.store.summary_builder import PendingSummary, SummaryBuilder, summarise_entries
-from tests.store.test_journal import close, run, synced
-from tests.store.test_mirror import Backup
+from tests.store.test_journal import close, run
 from tests.support.summaries import (
-    CORE,
+    a_backup_follows_more_traffic,
     begin_mixed,
     copied,
     covered,
     fresh,
     full_replay,
     mixed_traffic,
-    more_traffic,
     open_store,
     record_starts,
     recovered,
@@ -334,23 +331,8 @@ def test_reading_ahead_while_prefix_summaries_appear_matches_a_full_replay(tmp_p
 
 
 def test_a_backup_writes_prefix_summaries_and_its_start_through_them_matches(tmp_path):
-    async def go() -> None:
-        broker, store = await open_store(tmp_path / "active", partial_summary_bytes=PARTIAL,
-                                         summary_records_per_item=1)
-        store.begin_epoch(1)
-        backup = Backup(tmp_path / "backup", 50, partial_summary_bytes=PARTIAL,
-                                         summary_records_per_item=1)
-        backup.broker = Broker(CORE, id_prefix="ID:b-")
-        backup.broker.restore(backup.store.recover(50)[0])
-        backup.store.open_mirror(asyncio.get_running_loop(), backup.broker)
-        await backup.attach(store)
-        await more_traffic(broker, store)
-        await synced(backup.store)
-        await close(store)
-        await close(backup.store)
-
-    run(go())
-    directory = tmp_path / "backup"
+    directory = a_backup_follows_more_traffic(tmp_path, partial_summary_bytes=PARTIAL,
+                                              summary_records_per_item=1)
     path = newest(directory)
     assert covered(path) <= path.stat().st_size, "a prefix summary of the newest"
     quick, report = recovered(directory)

@@ -19,7 +19,7 @@ from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
 from pairmq.store.summary import SegmentSummary, decode_summary, encode_summary
 from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
-from tests.store.test_mirror import LIMIT
+from tests.store.test_mirror import LIMIT, Backup
 from tests.support.journal import broker_snapshot, streams_snapshot
 
 CORE = CoreSettings(dup_cache_size=50, max_size_bytes=LIMIT,
@@ -73,6 +73,26 @@ async def more_traffic(broker: Broker, store: Store) -> None:
             await synced(store)
     persist(broker, store)
     await synced(store)
+
+
+def a_backup_follows_more_traffic(root: Path, **changed: int) -> Path:
+    """An active store (root/active) and a backup mirroring it (root/backup) through
+    `more_traffic`, both closed; the backup's journal directory."""
+    async def go() -> None:
+        broker, store = await open_store(root / "active", **changed)
+        store.begin_epoch(1)
+        backup = Backup(root / "backup", 50, **changed)
+        backup.broker = Broker(CORE, id_prefix="ID:b-")
+        backup.broker.restore(backup.store.recover(50)[0])
+        backup.store.open_mirror(asyncio.get_running_loop(), backup.broker)
+        await backup.attach(store)
+        await more_traffic(broker, store)
+        await synced(backup.store)
+        await close(store)
+        await close(backup.store)
+
+    run(go())
+    return root / "backup"
 
 
 def begin_mixed(broker: Broker, store: Store) -> None:

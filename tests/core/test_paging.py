@@ -7,6 +7,8 @@ entries lie, reading them back) is played by tests/support/pages.py."""
 
 from __future__ import annotations
 
+from array import array
+
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
 from pairmq.core.broker.paging import PAGE_WINDOW
@@ -191,3 +193,24 @@ def test_a_backup_follows_paged_messages_their_acks_and_deliveries():
         log.locate(pending, 0, 0, 0, 0)
     numbers = log.next_numbers(q, 100)
     assert numbers[:3] == [2, 4, 5], "8 is skipped: acknowledged on the active"
+
+
+def test_a_log_finds_each_entry_by_its_order_and_nothing_else():
+    """`PagedLog.find` (what a start replaying acknowledgements asks, millions of times):
+    every entry by its order, in the log's order or not, after the oldest chunks are
+    dropped too; None for an order older than the log (its segment let go), between two
+    entries, or newer than all."""
+    log = PagedLog()
+    log.attach("q")
+    orders = [10 + 3 * i for i in range(3 * CHUNK + 5)]
+    log.extend(1, array("I", range(len(orders))), array("I", [1] * len(orders)),
+               array("Q", orders), array("I", [100] * len(orders)))
+    assert [log.find(o) for o in orders] == list(range(len(orders)))
+    assert [log.find(o) for o in reversed(orders)] == list(reversed(range(len(orders))))
+    assert log.find(orders[-1] - CHUNK * 3) == len(orders) - 1 - CHUNK
+    assert [log.find(o) for o in (0, 9, 11, orders[CHUNK] + 1, orders[-1] + 1)] == [None] * 5
+    log.cursors["q"] = log.released = 2 * CHUNK + 1
+    log.drop_passed()
+    assert log.find(orders[0]) is None and log.find(orders[CHUNK - 1]) is None
+    assert log.find(orders[2 * CHUNK]) == 2 * CHUNK
+    assert [log.find(o) for o in orders[2 * CHUNK:]] == list(range(2 * CHUNK, len(orders)))

@@ -207,3 +207,42 @@ def test_a_restart_reads_a_paged_backlog_through_the_segments_summaries(server_f
             # not acknowledged: the next start finds them all again
         for path in journal.glob("journal-*.sum"):
             path.unlink()
+
+
+def test_a_start_brings_only_recovery_in_memory_bytes_of_a_backlog_into_memory(server_factory,
+                                                                              raw_client):
+    """[store] recovery_in_memory_bytes: after kill -9, a start keeps in memory no more of a
+    paging destination's backlog than that (the rest is read from the journal as the
+    consumer reaches it), and the consumer still gets every message once, in order, with
+    its body, the messages sent after the start behind the backlog. With 0, a start
+    brings back up to the destination's limit, as before the key."""
+    size, count = 4096, 1500  # 6 MiB into a 4 MiB destination, segments of 1 MiB
+    flags = ("--max-size-bytes", str(4 * MiB), "--segment-bytes", str(MiB))
+    srv = server_factory(*flags)
+    queue = f"/queue/{unique('restart')}"
+    producer, _ = raw_client(srv)
+    send_many(producer, queue, count, size)
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": queue, "id": "s",
+                                   "ack": "client-individual", "prefetch-count": "100"})
+    assert receive(consumer, 100, ack=True) == expected(0, 100, size)
+    consumer.request("UNSUBSCRIBE", {"id": "s"})
+
+    srv = restart(srv, *flags, "--recovery-in-memory-bytes", "0")
+    found = re.search(r"\(paging: (\d+) bodies in memory", srv.logs())
+    assert found and int(found.group(1)) > 4 * MiB // (2 * size), srv.logs()  # up to its limit
+
+    srv = restart(srv, *flags, "--recovery-in-memory-bytes", str(256 * 1024))
+    found = re.search(r"\(paging: (\d+) bodies in memory", srv.logs())
+    assert found and int(found.group(1)) <= 256 * 1024 // size, srv.logs()
+    producer, _ = raw_client(srv)
+    send_many(producer, queue, 50, size, start=count)
+    consumer, _ = raw_client(srv)
+    consumer.request("SUBSCRIBE", {"destination": queue, "id": "s",
+                                   "ack": "client-individual", "prefetch-count": "100"})
+    assert receive(consumer, count - 100 + 50, ack=True) == expected(100, count - 50, size)
+    try:
+        extra = consumer.read_message(0.3)
+    except TimeoutError:
+        extra = None
+    assert extra is None, f"unexpected {extra!r}"

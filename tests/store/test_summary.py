@@ -7,11 +7,13 @@ what it always was. Real journal files, a real writer thread."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from pairmq.core.replay import Replay
+from pairmq.store import reading
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.records import (
     ADD_SIZE_OVER_ENTRY,
@@ -20,14 +22,17 @@ from pairmq.store.records import (
     decode_lone_add,
     encode_add,
 )
+from pairmq.store.store import Store
 from pairmq.store.summary import decode_summary
-from tests.store.test_journal import close, run
+from tests.store.test_journal import NOW, PERSISTENT, close, persist, run
 from tests.store.test_mirror import workload
 from tests.support.summaries import (
     a_backup_follows_more_traffic,
     more_traffic,
     open_store,
     recovered,
+    settings,
+    started_from,
     without_summaries,
 )
 
@@ -157,3 +162,60 @@ def test_a_summary_lists_each_message_as_its_record_holds_it(tmp_path):
                 assert size == fields[10] + fields[11] + 64  # body + metadata + 64
                 listed += 1
     assert listed > 2000
+
+
+def test_a_run_whose_first_messages_stay_in_memory_pages_the_rest_at_once(tmp_path, bulk_runs,
+                                                                         monkeypatch):
+    """A start that keeps less of a destination in memory than the server did (a smaller
+    [store] recovery_in_memory_bytes): the head of a summarised run is read record by
+    record into memory, and once the destination pages, the rest of the run goes into its
+    log at once. It rebuilds exactly what reading every record does, producer sequences
+    included; a run with dup-ids is read whole, record by record."""
+    monkeypatch.setattr(reading, "HEAD_CHUNK_BYTES", 2048)
+
+    async def fill() -> None:
+        broker, store = await open_store(tmp_path)
+        broker.open_session(1, "1.2", client_id="p")
+        for i in range(600):  # one message a record: runs of many records
+            broker.send(1, "/queue/head", {**PERSISTENT, "pairmq-producer": f"p{i % 3}",
+                                           "pairmq-producer-epoch": "1",
+                                           "pairmq-seq": str(i // 3)},
+                        b"%06d" % i + b"h" * 250, NOW + i)
+            if 300 <= i < 340:
+                broker.send(1, "/queue/dups", {**PERSISTENT, "dup-id": f"d{i}"},
+                            b"%06d" % i + b"d" * 250, NOW)
+            persist(broker, store)
+        await close(store)
+
+    run(fill())
+    first_run = next(item for item in decode_summary(
+        sorted(tmp_path.glob("journal-*.sum"))[0].read_bytes()).items
+        if item.destination == "/queue/head")
+    firsts: list[int] = []  # the enqueue order of each run's first message taken at once
+    counted = Replay.paged_run
+
+    def spied(self, destination, queue_keys, segment, offsets, lengths, orders, sizes):
+        done = counted(self, destination, queue_keys, segment, offsets, lengths, orders,
+                       sizes)
+        if done:
+            firsts.append(orders[0])
+        return done
+
+    monkeypatch.setattr(Replay, "paged_run", spied)
+    small = settings(paged_beyond=lambda destination: 3_000)  # ~10 of the messages
+    quick, report = asyncio.run(started_from(Store(tmp_path, small)))
+    assert report.summarised >= 3, report.describe()
+    assert len(first_run.orders) > 50
+    assert first_run.orders[0] < firsts[0] <= first_run.orders[20], \
+        "the first segment's run went to the log at once after its head"
+    assert bulk_runs[0] == first_run.orders[-1] - firsts[0] + 1
+    assert len(quick["queues"]["/queue/head"]) == 600
+    assert [body[:6] for body, *_ in quick["queues"]["/queue/head"]] == \
+        [b"%06d" % i for i in range(600)]
+    assert quick["producers"]["/queue/head"]
+
+    without_summaries(tmp_path)
+    bulk_runs.clear()
+    slow, _ = asyncio.run(started_from(Store(tmp_path, small)))
+    assert not bulk_runs
+    assert quick == slow

@@ -46,7 +46,8 @@ class Chunk:
     and the newest record sequence among them (a consumer is handed a paged-in message
     only once that record is confirmed)."""
 
-    __slots__ = ("length", "offset", "order", "segment", "seq", "size", "stamp")
+    __slots__ = ("length", "length_total", "offset", "order", "segment", "seq", "size",
+                 "size_total", "stamp")
 
     def __init__(self) -> None:
         self.segment = array("I")
@@ -56,6 +57,10 @@ class Chunk:
         self.size = array("I")
         self.stamp = array("Q")  # a stream's append times (empty for a queue's log)
         self.seq = 0
+        # the sums of `length` and `size`, kept as entries come: a start accounts ten
+        # million recovered entries by chunk (store/pages.py), not entry by entry
+        self.length_total = 0
+        self.size_total = 0
 
     def __len__(self) -> int:
         return len(self.order)
@@ -72,12 +77,13 @@ def _last_stamp(chunk: Chunk) -> int:
 class PagedLog:
     """One address's paged messages, and the cursors of the queues that read them."""
 
-    __slots__ = ("_chunks", "cursors", "deliveries", "held", "located_end", "pending",
+    __slots__ = ("_chunks", "_found", "cursors", "deliveries", "held", "located_end", "pending",
                  "released", "skip", "stamped", "start")
 
     def __init__(self, stamped: bool = False) -> None:
         self.stamped = stamped  # a stream's: each entry keeps its append time too
         self._chunks: list[Chunk] = []
+        self._found = 0  # the chunk `find` found last (where the next one most likely is)
         self.start = 0  # number of the first entry still held (the older ones are dropped)
         self.located_end = 0  # one past the last located entry
         self.released = 0  # entries before this one no longer hold their journal segment
@@ -160,6 +166,8 @@ class PagedLog:
         chunk.length.append(length)
         chunk.order.append(order)
         chunk.size.append(size)
+        chunk.length_total += length
+        chunk.size_total += size
         if stamp is not None:
             chunk.stamp.append(stamp)
         if seq > chunk.seq:
@@ -169,13 +177,13 @@ class PagedLog:
         return number
 
     def extend(self, segment: int, offsets: array[int], lengths: array[int], orders: array[int],
-               sizes: array[int], stamps: array[int] | None = None) -> None:
+               sizes: array[int], stamps: array[int] | None = None) -> int:
         """Located entries at the end, all in one segment, as arrays (a recovery reading a
         segment's summary, store/summary.py): what `add` does for each, without a call
-        each. Orders grow along the log."""
+        each. Orders grow along the log. Returns the sum of their sizes."""
         chunks = self._chunks
         count = len(orders)
-        at = 0
+        at = total = 0
         while at < count:
             if not chunks or len(chunks[-1].order) >= CHUNK:
                 chunks.append(Chunk())
@@ -185,11 +193,17 @@ class PagedLog:
             chunk.offset.extend(offsets[at:upto])
             chunk.length.extend(lengths[at:upto])
             chunk.order.extend(orders[at:upto])
-            chunk.size.extend(sizes[at:upto])
+            part = sizes[at:upto]
+            chunk.size.extend(part)
+            chunk.length_total += sum(lengths[at:upto])
+            part_total = sum(part)
+            chunk.size_total += part_total
+            total += part_total
             if stamps is not None:
                 chunk.stamp.extend(stamps[at:upto])
             at = upto
         self.located_end += count
+        return total
 
     def where(self, number: int) -> tuple[int, int, int, int, int, int]:
         """(segment, offset, length, order, size, seq) of located entry `number`."""
@@ -235,9 +249,15 @@ class PagedLog:
         chunks = self._chunks
         if not chunks or order > chunks[-1].order[-1]:
             return None  # newer than every entry (the common case: a new message)
-        lo = bisect_left(chunks, order, key=_last_order)  # the first chunk that reaches it
-        if lo == len(chunks):
-            return None
+        if order < chunks[0].order[0]:
+            return None  # older: a removal replayed after its segment was let go
+        # Acknowledgements come in the log's order, mostly: try the chunk found last.
+        lo = self._found
+        if not (lo < len(chunks) and chunks[lo].order[0] <= order <= chunks[lo].order[-1]):
+            lo = bisect_left(chunks, order, key=_last_order)  # the first chunk reaching it
+            if lo == len(chunks):
+                return None
+            self._found = lo
         chunk = chunks[lo]
         i = bisect_left(chunk.order, order)
         if i < len(chunk) and chunk.order[i] == order:

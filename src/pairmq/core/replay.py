@@ -98,8 +98,7 @@ class Replay:
         holds), else one by one as `add_stream_record` places each."""
         held = self.streams.get(stream)
         if held is not None and first_offset == held[0].located_end and len(orders):
-            held[0].extend(segment, offsets, lengths, orders, sizes, stamps)
-            held[2] += sum(sizes)
+            held[2] += held[0].extend(segment, offsets, lengths, orders, sizes, stamps)
             held[3] = max(held[3], max(stamps))
             return
         for i in range(len(orders)):
@@ -170,6 +169,10 @@ class Replay:
             return True
         return log is not None and log.busy
 
+    def pages(self, destination: str) -> bool:
+        """Does the destination keep only a head in memory, the rest in its paged log?"""
+        return self.paged_beyond is not None and self._cap(destination) > 0
+
     def _cap(self, destination: str) -> int:
         cap = self._caps.get(destination)
         if cap is None:
@@ -205,8 +208,7 @@ class Replay:
                 self.add_to_log(destination, list(queue_keys), segment, offsets[i],
                                 lengths[i], orders[i], sizes[i])
             return True
-        log.extend(segment, offsets, lengths, orders, sizes)
-        total = sum(sizes)
+        total = log.extend(segment, offsets, lengths, orders, sizes)
         held = log.held
         for key in queue_keys:
             held[key] += total

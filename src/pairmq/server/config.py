@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import ssl
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,8 @@ class ServerConfig(Settings):
             max_journal_bytes=self.max_journal_bytes,
             full_policy=self.full_policy,
             paging_bytes=self.paging_bytes,
-            paged_beyond=self.core_settings().paged_beyond,
+            paged_beyond=recovery_cap(self.core_settings().paged_beyond,
+                                      self.recovery_in_memory_bytes),
             stall_timeout_s=self.stall_timeout_ms / 1000,
         )
 
@@ -180,6 +181,20 @@ def memory_budget(configured: int) -> int:
     if configured != -1:
         return configured
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+def recovery_cap(paged_beyond: Callable[[str], int], most: int) -> Callable[[str], int]:
+    """What a start keeps in memory of a paging destination: its limit, or `most` when that
+    is less (recovery_in_memory_bytes; 0 = its limit). A destination that does not page
+    (0) still does not."""
+    if not most:
+        return paged_beyond
+
+    def capped(destination: str) -> int:
+        limit = paged_beyond(destination)
+        return min(limit, most) if limit else 0
+
+    return capped
 
 
 # keys an override may set

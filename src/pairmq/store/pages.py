@@ -132,7 +132,9 @@ class PagedEntries:
         log.drop_passed()
         for first, chunk, i in log.chunks_from(log.released):
             seg = chunk.segment[i:]
-            if min(seg) == max(seg):  # the common case: a chunk written into one segment
+            if seg.tobytes() == seg[:1].tobytes() * len(seg):
+                # the common case, a chunk written into one segment (compared as bytes: a
+                # pass over ten million entries in Python took 0.6 s of a start)
                 self._hold_run(segments, log, first, chunk, i, len(chunk))
                 continue
             ids = list(seg)
@@ -161,14 +163,15 @@ class PagedEntries:
             raise OSError(f"paged messages' entries are in journal segment {segment_id}, "
                           "which is gone")
         count = end - start
+        whole = count == len(chunk)
         info.paged += count
-        info.live_bytes += sum(chunk.length[start:end])
+        info.live_bytes += chunk.length_total if whole else sum(chunk.length[start:end])
         span = info.tail.setdefault(log, [0, first, first])
         span[0] += count
         span[1] = min(span[1], first)
         span[2] = max(span[2], first + count - 1)
         self.count += count
-        self.bytes += sum(chunk.size[start:end])
+        self.bytes += chunk.size_total if whole else sum(chunk.size[start:end])
 
     # ------------------------------------------------------------ reading back
 

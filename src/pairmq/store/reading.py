@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,9 @@ log = logging.getLogger("pairmq.store")
 
 EPOCH_RECORD = 100  # a store-level record kind (not core's): (EPOCH_RECORD, epoch)
 DUPS_RECORD = 101  # (DUPS_RECORD, destination, [dup ids oldest first]): compaction's copy
+# A run of new messages whose first ones stay in memory is read record by record in steps
+# of this many bytes, until its address pages (`JournalReading._apply_summary`).
+HEAD_CHUNK_BYTES = 256 * 1024
 
 
 class JournalCorrupt(Exception):
@@ -200,38 +204,61 @@ class JournalReading:
     def _apply_summary(self, summary: SegmentSummary, segment_id: int, path: Path) -> None:
         """The bytes a summary covers (all of a sealed segment, a prefix of the newest):
         runs of new messages straight into their paged logs, any other record read as
-        `advance` reads it."""
+        `advance` reads it. A run whose first messages stay in memory is read record by
+        record only until its address pages: the rest of it goes to the log at once."""
         visit = self._visitor(segment_id, path)
         for item in summary.items:
             if item.kind == ADDS and self._take(item, segment_id):
-                if item.epoch != self.epoch:
-                    self.epochs.append((item.epoch, item.first_seq))
-                    self.epoch = item.epoch
-                self.records += item.records
-                self.last_seq = item.last_seq
+                self._item_read(item, item.records)
                 continue
-            scan = scan_segment(segment_id, path, visit, self.last_seq, start=item.start,
-                                next_seq=item.first_seq, limit_bytes=item.end - item.start)
-            if scan.problem is not None or scan.records != item.records \
-                    or scan.valid_end != item.end:
-                raise JournalCorrupt(
-                    f"journal segment {path} is damaged at offset {scan.valid_end}: "
-                    f"{scan.problem or 'its records are not those its summary lists'}. "
-                    f"Nothing was changed; inspect it with `pairmq journal check "
-                    f"{self.directory}`")
-            self.records += scan.records
-            self.last_seq = scan.last_seq
+            at, seq, read = item.start, item.first_seq, 0
+            splittable = item.kind == ADDS and item.stream_first < 0 and not item.dups \
+                and self.replay.pages(item.destination)
+            while at < item.end:
+                limit = HEAD_CHUNK_BYTES if splittable else item.end - at
+                scan = scan_segment(segment_id, path, visit, self.last_seq, start=at,
+                                    next_seq=seq, limit_bytes=min(limit, item.end - at))
+                if scan.problem is not None or not scan.records or scan.valid_end > item.end:
+                    raise self._not_as_summarised(path, scan.valid_end, scan.problem)
+                self.records += scan.records
+                self.last_seq = scan.last_seq
+                at, seq, read = scan.valid_end, scan.last_seq + 1, read + scan.records
+                if splittable and at < item.end and self._take_rest(item, segment_id, at):
+                    self._item_read(item, item.records - read)
+                    at, seq, read = item.end, item.last_seq + 1, item.records
+            if at != item.end or seq != item.last_seq + 1 or read != item.records:
+                raise self._not_as_summarised(path, at, None)
 
-    def _take(self, item: Item, segment_id: int) -> bool:
-        """An ADDS item into the replay at once; False when its records must be read."""
+    def _not_as_summarised(self, path: Path, offset: int, problem: str | None
+                           ) -> JournalCorrupt:
+        return JournalCorrupt(
+            f"journal segment {path} is damaged at offset {offset}: "
+            f"{problem or 'its records are not those its summary lists'}. "
+            f"Nothing was changed; inspect it with `pairmq journal check "
+            f"{self.directory}`")
+
+    def _item_read(self, item: Item, records: int) -> None:
+        """The last `records` records of an ADDS item were taken at once."""
+        if item.epoch != self.epoch:
+            self.epochs.append((item.epoch, item.last_seq - records + 1))
+            self.epoch = item.epoch
+        self.records += records
+        self.last_seq = item.last_seq
+
+    def _take(self, item: Item, segment_id: int, first: int = 0) -> bool:
+        """An ADDS item (its messages from number `first`) into the replay at once; False
+        when its records must be read."""
         replay = self.replay
         if item.stream_first >= 0:
             replay.stream_run(item.destination, item.stream_first, item.stamps, segment_id,
                               item.offsets, item.lengths, item.orders, item.sizes)
         elif not replay.paged_run(item.destination, item.queue_keys, segment_id,
-                                  item.offsets, item.lengths, item.orders, item.sizes):
+                                  item.offsets[first:], item.lengths[first:],
+                                  item.orders[first:], item.sizes[first:]):
             return False
         where = self.where
+        # The newest state of each producer the item names (a record read before holds an
+        # older one), and its dup-ids (an item with any is never split: `_apply_summary`).
         for (destination, producer), (epoch, seq, seen) in item.producers.items():
             replay.producer(destination, producer, epoch, seq, seen)
             where[("producer", destination, producer)] = segment_id
@@ -239,6 +266,17 @@ class JournalReading:
             replay.dup(item.destination, dup_id)
             where[("dup", item.destination, dup_id)] = segment_id
         return True
+
+    def _take_rest(self, item: Item, segment_id: int, read_to: int) -> bool:
+        """After its records up to offset `read_to` were read one by one: the rest of an
+        ADDS item at once, if its address pages now. The messages read are exactly those
+        whose entries lie before `read_to`, the newest of them the last one the replay
+        took (else the summary is not trusted this far: False, read on)."""
+        first = bisect_left(item.offsets, read_to)
+        if not 0 < first < len(item.orders) \
+                or item.orders[first - 1] != self.replay.top_order:
+            return False
+        return self._take(item, segment_id, first)
 
     def segment_infos(self) -> list[SegmentInfo]:
         return [SegmentInfo(segment_id, read.path, read.valid_end, read.valid_end,
@@ -269,11 +307,14 @@ class JournalReading:
         where = self.where
 
         def visit(seq: int, epoch: int, kind: int, payload: memoryview, offset: int,
-                  add: int = disk.ADD) -> None:
+                  add: int = disk.ADD, acks: tuple[int, int] = _ACKS) -> None:
             try:
-                if rebuild and (payload[0] != add
-                                or not adds(replay, where, payload, segment_id, offset)):
-                    apply(decode_entries(payload, load_bodies=False), segment_id, offset)
+                if rebuild and len(payload):  # (an empty record changes nothing)
+                    first = payload[0]
+                    taken = adds(replay, where, payload, segment_id, offset) \
+                        if first == add else first in acks and _apply_acks(replay, payload)
+                    if not taken:
+                        apply(decode_entries(payload, load_bodies=False), segment_id, offset)
             except (CorruptRecord, *BAD_BYTES) as e:
                 raise JournalCorrupt(
                     f"journal segment {path} has an undecodable record (seq {seq}) at "
@@ -385,6 +426,24 @@ def _stream_record(replay: Replay, stream: str, headers: Mapping[str, str], segm
     replay.add_stream_record(stream, int(headers[OFFSET_HEADER]),
                              int(headers.get("timestamp", "0")), segment_id, at, length,
                              order, size)
+
+
+_ACKS = (disk.DEL_ORDER, disk.DELIVERED_ORDER)
+
+
+def _apply_acks(replay: Replay, payload: memoryview) -> bool:
+    """A record of acknowledgements and deliveries only, applied as `_apply` would; False
+    when it holds other entries."""
+    entries = disk.decode_acks(payload)
+    if entries is None:
+        return False
+    remove, delivered, removal = replay.remove, replay.delivered, disk.DEL
+    for kind, queue_key, message_id, count, order in entries:
+        if kind == removal:
+            remove(queue_key, message_id, order)
+        else:
+            delivered(queue_key, message_id, count, order)
+    return True
 
 
 def _apply_adds(replay: Replay, where: dict[LiveKey, int], payload: memoryview, segment_id: int,

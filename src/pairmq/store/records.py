@@ -400,6 +400,43 @@ def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
                     deliveries, headers, queues, body, body_at, body_length, meta_length)
 
 
+AckEntry = tuple[int, str, str, int, int]  # (DEL or DELIVERED, queue, id, count, order)
+
+
+def decode_acks(buf: memoryview) -> list[AckEntry] | None:
+    """The other common record, acknowledgements and deliveries only (DEL_ORDER and
+    DELIVERED_ORDER entries), in one loop: a start after consumers took a million paged
+    messages replays two million such entries. A DEL's count is 0. None when the record
+    holds any other kind (`decode_entries` then decodes it)."""
+    out: list[AckEntry] = []
+    pos, end = 0, len(buf)
+    head, u32, u64, u32_u64 = (_U8_U32.unpack_from, _U32.unpack_from, _U64.unpack_from,
+                               _U32_U64.unpack_from)
+    try:
+        while pos < end:
+            etype, n = head(buf, pos)
+            if etype != DEL_ORDER and etype != DELIVERED_ORDER:
+                return None
+            queue = str(buf[pos + 5:pos + 5 + n], "utf-8")
+            pos += 5 + n
+            (n,) = u32(buf, pos)
+            message_id = str(buf[pos + 4:pos + 4 + n], "utf-8")
+            pos += 4 + n
+            if etype == DEL_ORDER:
+                (order,) = u64(buf, pos)
+                pos += 8
+                out.append((DEL, queue, message_id, 0, order))
+            else:
+                count, order = u32_u64(buf, pos)
+                pos += 12
+                out.append((DELIVERED, queue, message_id, count, order))
+    except BAD_BYTES as e:
+        raise CorruptRecord(str(e)) from None
+    if pos != end:
+        raise CorruptRecord("an acknowledgement runs past the end of its record")
+    return out
+
+
 def decode_entries(payload: bytes | memoryview, load_bodies: bool = True
                    ) -> list[DecodedEntry]:
     """Decode a batch payload into tuples: (ADD, AddEntry), (DEL, queue, id, order), ..."""

@@ -7,6 +7,7 @@ corruption, which is never skipped silently.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import re
@@ -83,8 +84,11 @@ def scan_segment(segment_id: int, path: Path, visit: Visitor | None = None,
     try:
         _scan(view, scan, visit, after_seq, start, next_seq, limit_bytes)
     finally:
-        view.release()
-        data.close()
+        # A view of a record the visitor raised on lives on in the traceback: the map is
+        # then freed with it, and the visitor's error, not this, is what the caller sees.
+        with contextlib.suppress(BufferError):
+            view.release()
+            data.close()
     return scan
 
 

@@ -419,11 +419,14 @@ def _named(header: Header | None) -> str:
     return f"seq {header[2]} of epoch {header[3]} ({header[0]} bytes)"
 
 
-def summary_incoherence(summary: SegmentSummary) -> str | None:
+def summary_incoherence(summary: SegmentSummary, every_entry: bool = False) -> str | None:
     """What in a decoded summary contradicts itself (None: nothing): its items must cover
     the segment from its first record to `size`, each following the one before in bytes
     and sequence numbers (the writer numbers records consecutively), and an ADDS item's
-    entries lie inside it. Pure: the file is not read."""
+    first and last entries lie inside it; with `every_entry` (`pairmq journal check`), all
+    of them. A start checks only those two: the checksum already vouches for the bytes,
+    and a pass over ten million entries took 1.6 s of a start. Pure: the file is not
+    read."""
     items = summary.items
     if not items:
         return "no items"
@@ -436,11 +439,8 @@ def summary_incoherence(summary: SegmentSummary) -> str | None:
                 or item.records != item.last_seq - item.first_seq + 1:
             return (f"item {index} spans bytes {item.start}-{item.end} and seqs "
                     f"{item.first_seq}-{item.last_seq} in {item.records} records")
-        if item.kind == ADDS and (
-                len(item.orders) < item.records
-                or min(item.offsets) < item.start + RECORD_HEADER.size
-                or max(item.offsets) >= item.end
-                or max(item.lengths) > item.end - item.start):
+        if item.kind == ADDS and (len(item.orders) < item.records or not _entries_inside(
+                item, every_entry)):
             return f"the entries of item {index} do not lie inside it"
         at, seq = item.end, item.last_seq + 1
     if at != summary.size or seq != summary.last_seq + 1 \
@@ -449,6 +449,18 @@ def summary_incoherence(summary: SegmentSummary) -> str | None:
                 f"{summary.size} with {summary.last_seq} (last record at "
                 f"{summary.last_start})")
     return None
+
+
+def _entries_inside(item: Item, every_entry: bool) -> bool:
+    offsets, lengths = item.offsets, item.lengths
+    if len(offsets) != len(lengths) or not offsets:
+        return False
+    if every_entry:
+        low, high, longest = min(offsets), max(offsets), max(lengths)
+    else:
+        low, high, longest = offsets[0], offsets[-1], max(lengths[0], lengths[-1])
+    return low >= item.start + RECORD_HEADER.size and high < item.end \
+        and longest <= item.end - item.start
 
 
 STRAY_SUMMARY = re.compile(r"^journal-(\d{8})\.sum(\.tmp)?$")

@@ -39,7 +39,7 @@ class SummaryVerifier:
         if summary.segment_id != segment_id:
             self.problem = f"is the summary of segment {summary.segment_id}"
         else:
-            incoherent = summary_incoherence(summary)
+            incoherent = summary_incoherence(summary, every_entry=True)
             if incoherent:
                 self.problem = f"does not hold together ({incoherent})"
         self._index = 0  # the item the next record belongs to

@@ -319,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
         summary["restart_log"] = [line for line in restarted.logs().splitlines()
                                   if "Recovered" in line][-1:]
         summary["restart_total_s"] = round(time.monotonic() - started, 2)
+        emit({**summary, "kind": "restarted"})  # the figures so far, before a long drain
         if args.stream:
             summary["offsets_after_restart"] = stream_offsets(restarted.host, restarted.port)
             return 0 if summary["offsets_after_restart"] == (0, summary["sent"]) \

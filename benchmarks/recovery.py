@@ -84,6 +84,7 @@ class _Flag:
 def build_with_api(journal: Path, messages: int, size: int, segment_bytes: int) -> dict[str, Any]:
     """Journal `messages` persistent SENDs through Broker + Store, as the server would."""
     from pairmq.core import Broker, CoreSettings
+    from pairmq.core.admission import Admission
     from pairmq.store.settings import StoreSettings
     from pairmq.store.store import Store
 
@@ -91,9 +92,10 @@ def build_with_api(journal: Path, messages: int, size: int, segment_bytes: int) 
         loop = asyncio.get_running_loop()
         store = Store(journal, StoreSettings(segment_bytes=segment_bytes))
         replay, _ = store.recover()
-        # No destination limit: this loop has no way to be blocked like a producer.
-        broker = Broker(CoreSettings(max_size_bytes=0),
-                        id_prefix=f"ID:builder-{int(time.time() * 1000):x}-")
+        # The server's default limits: past 64 MiB the destination pages, so a persistent
+        # message is never held or refused (a limit of 0 kept every message in memory,
+        # and the 1 GiB global limit refused all after about a million).
+        broker = Broker(CoreSettings(), id_prefix=f"ID:builder-{int(time.time() * 1000):x}-")
         broker.restore(replay)
         store.start(broker, loop)
         broker.open_session(1, "1.2")
@@ -109,7 +111,9 @@ def build_with_api(journal: Path, messages: int, size: int, segment_bytes: int) 
         for i in range(messages):
             body = (b"%0*d" % (NUMBER_DIGITS, i) + filler)[:size]
             headers = {"persistent": "true", "g": str(i), "ts": "0"}
-            broker.send(1, DESTINATION, headers, body, now)
+            outcome = broker.send(1, DESTINATION, headers, body, now)
+            if outcome.admission not in (Admission.ACCEPTED, Admission.PAGED):
+                raise LoadError(f"message {i} was not taken: {outcome}")
             store.persist(broker.take_records())  # one record group per SEND, as the server
             if i % 1000 == 999:
                 now = int(time.time() * 1000)

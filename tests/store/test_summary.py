@@ -170,7 +170,7 @@ def test_a_run_whose_first_messages_stay_in_memory_pages_the_rest_at_once(tmp_pa
     [store] recovery_in_memory_bytes): the head of a summarised run is read record by
     record into memory, and once the destination pages, the rest of the run goes into its
     log at once. It rebuilds exactly what reading every record does, producer sequences
-    included; a run with dup-ids is read whole, record by record."""
+    included, and a run of messages with dup-ids keeps them in order."""
     monkeypatch.setattr(reading, "HEAD_CHUNK_BYTES", 2048)
 
     async def fill() -> None:
@@ -181,10 +181,12 @@ def test_a_run_whose_first_messages_stay_in_memory_pages_the_rest_at_once(tmp_pa
                                            "pairmq-producer-epoch": "1",
                                            "pairmq-seq": str(i // 3)},
                         b"%06d" % i + b"h" * 250, NOW + i)
-            if 300 <= i < 340:
-                broker.send(1, "/queue/dups", {**PERSISTENT, "dup-id": f"d{i}"},
-                            b"%06d" % i + b"d" * 250, NOW)
             persist(broker, store)
+            if i == 300:  # a run of 40 records with dup-ids, its head in memory too
+                for k in range(40):
+                    broker.send(1, "/queue/dups", {**PERSISTENT, "dup-id": f"d{k}"},
+                                b"%06d" % k + b"d" * 250, NOW)
+                    persist(broker, store)
         await close(store)
 
     run(fill())
@@ -213,6 +215,9 @@ def test_a_run_whose_first_messages_stay_in_memory_pages_the_rest_at_once(tmp_pa
     assert [body[:6] for body, *_ in quick["queues"]["/queue/head"]] == \
         [b"%06d" % i for i in range(600)]
     assert quick["producers"]["/queue/head"]
+    assert quick["dups"]["/queue/dups"] == [f"d{k}" for k in range(40)]
+    assert any(item.dups for path in tmp_path.glob("journal-*.sum")
+               for item in decode_summary(path.read_bytes()).items)
 
     without_summaries(tmp_path)
     bulk_runs.clear()

@@ -47,7 +47,7 @@ class Chunk:
     only once that record is confirmed)."""
 
     __slots__ = ("length", "length_total", "offset", "order", "segment", "seq", "size",
-                 "size_total", "stamp")
+                 "size_total", "stamp", "summed")
 
     def __init__(self) -> None:
         self.segment = array("I")
@@ -57,10 +57,12 @@ class Chunk:
         self.size = array("I")
         self.stamp = array("Q")  # a stream's append times (empty for a queue's log)
         self.seq = 0
-        # the sums of `length` and `size`, kept as entries come: a start accounts ten
-        # million recovered entries by chunk (store/pages.py), not entry by entry
+        # The sums of `length` and `size` of the first `summed` entries, kept by `extend`
+        # (a start accounts ten million recovered entries by chunk, store/pages.py, not
+        # entry by entry); `add`, on the serving path, leaves them (then summed < len).
         self.length_total = 0
         self.size_total = 0
+        self.summed = 0
 
     def __len__(self) -> int:
         return len(self.order)
@@ -166,8 +168,6 @@ class PagedLog:
         chunk.length.append(length)
         chunk.order.append(order)
         chunk.size.append(size)
-        chunk.length_total += length
-        chunk.size_total += size
         if stamp is not None:
             chunk.stamp.append(stamp)
         if seq > chunk.seq:
@@ -188,6 +188,7 @@ class PagedLog:
             if not chunks or len(chunks[-1].order) >= CHUNK:
                 chunks.append(Chunk())
             chunk = chunks[-1]
+            summed = chunk.summed == len(chunk.order)  # its totals cover all it holds
             upto = min(count, at + CHUNK - len(chunk.order))
             chunk.segment.extend(array("I", (segment,)) * (upto - at))
             chunk.offset.extend(offsets[at:upto])
@@ -195,10 +196,12 @@ class PagedLog:
             chunk.order.extend(orders[at:upto])
             part = sizes[at:upto]
             chunk.size.extend(part)
-            chunk.length_total += sum(lengths[at:upto])
             part_total = sum(part)
-            chunk.size_total += part_total
             total += part_total
+            if summed:
+                chunk.length_total += sum(lengths[at:upto])
+                chunk.size_total += part_total
+                chunk.summed = len(chunk.order)
             if stamps is not None:
                 chunk.stamp.extend(stamps[at:upto])
             at = upto

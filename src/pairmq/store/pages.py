@@ -163,7 +163,7 @@ class PagedEntries:
             raise OSError(f"paged messages' entries are in journal segment {segment_id}, "
                           "which is gone")
         count = end - start
-        whole = count == len(chunk)
+        whole = count == len(chunk) == chunk.summed  # the chunk's sums cover these
         info.paged += count
         info.live_bytes += chunk.length_total if whole else sum(chunk.length[start:end])
         span = info.tail.setdefault(log, [0, first, first])

@@ -316,7 +316,8 @@ def measure(workdir: Path, args: argparse.Namespace, paging: int, check: bool,
                       # 0: no per-destination cap, --paging alone decides what recovery
                       # loads; else the queue pages past it (the server's default: 64m)
                       "--max-size-bytes", str(args.max_size_bytes),
-                      "--recovery-in-memory-bytes", str(args.recovery_in_memory_bytes),
+                      *(["--recovery-in-memory-bytes", str(args.recovery_in_memory_bytes)]
+                        if args.recovery_in_memory_bytes is not None else []),
                       "--log-level", args.server_log_level], args.start_timeout)
     except (RuntimeError, TimeoutError) as e:
         record.update(ok=False, errors=[f"server did not start: {e}"])
@@ -416,9 +417,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "index in memory, as before paging as a mode; 64m (the server's "
                          "default) pages past it, and a start reads sealed segments "
                          "through their summaries")
-    ap.add_argument("--recovery-in-memory-bytes", type=int, default=0,
+    ap.add_argument("--recovery-in-memory-bytes", type=int, default=None,
                     help="the server's [store] recovery_in_memory_bytes: what a start keeps in "
-                         "memory of a paging queue (0, the default: up to its limit)")
+                         "memory of a paging queue (not given: the server's default, 4 MiB; "
+                         "0: up to its limit)")
     ap.add_argument("--cold", action="store_true",
                     help="drop the journal from the page cache before each start")
     ap.add_argument("--server-log-level", default="info",

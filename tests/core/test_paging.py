@@ -11,7 +11,7 @@ from array import array
 
 from pairmq.core import Broker, CoreSettings
 from pairmq.core import records as rec
-from pairmq.core.broker.paging import PAGE_WINDOW
+from pairmq.core.broker.paging import PAGE_WINDOW, PAGE_WINDOW_BYTES
 from pairmq.core.paged_log import CHUNK, PagedLog
 from pairmq.core.settings import AddressFullPolicy
 from tests.support.pages import Pages
@@ -74,6 +74,31 @@ def test_a_consumer_gets_every_message_in_order_through_windows_of_bounded_size(
     assert got == [str(i) for i in range(5000)]
     assert pages.read == 4995
     assert broker.paged_waiting(q) == 0 and q.address.size == 0
+
+
+def test_a_window_of_large_messages_stops_at_its_bytes_not_its_count():
+    """The store reads a window whole, bodies included: 64 KiB messages come back
+    PAGE_WINDOW_BYTES at a time, not PAGE_WINDOW (64 MiB) at once, and still every one in
+    order."""
+    broker, pages = make(max_size_bytes=200 * 1024), Pages()
+    large = b"y" * (64 * 1024)
+    for i in range(400):
+        broker.send(1, "/queue/q", {**P, "n": str(i)}, large, NOW)
+    pages.sync(broker)
+    q = broker.queues["/queue/q"]
+    log = q.address.log
+    assert log is not None and broker.paged_waiting(q) == 400 - q.count
+    broker.subscribe(2, "s", "/queue/q", NOW, ack="client-individual", prefetch=1000)
+    got = received(broker, 2)
+    windows = []
+    while wanted := broker.take_page_wanted():
+        for wq, wlog, numbers in wanted:
+            windows.append(sum(wlog.size_of(n) for n in numbers))
+            broker.paged_in(wq, numbers, [pages.record(wlog, n) for n in numbers], NOW)
+        broker.take_moved_logs()
+        got += received(broker, 2)
+    assert len(windows) > 1 and max(windows) < PAGE_WINDOW_BYTES + 70 * 1024, windows
+    assert got == [str(i) for i in range(400)]
 
 
 def test_while_a_queue_has_paged_messages_new_ones_follow_them_and_it_leaves_paging_drained():

@@ -267,15 +267,21 @@ class PagedLog:
             return self.start + lo * CHUNK + i
         return None
 
-    def next_numbers(self, q: Queue, count: int) -> list[int]:
+    def next_numbers(self, q: Queue, count: int, most_bytes: int = 0) -> list[int]:
         """The numbers of the next `count` located entries `q` has to page in (those it
-        deleted already skipped), in order."""
+        deleted already skipped), in order; with `most_bytes`, no more than their sizes
+        reach (the first always comes, however large)."""
         cursor = self.cursors[q]
         skip = self.skip.get(q)
         end = self.located_end
         numbers: list[int] = []
+        taken = 0
         while cursor < end and len(numbers) < count:
             if not skip or cursor not in skip:
+                if most_bytes:
+                    if taken >= most_bytes:
+                        break
+                    taken += self.size_of(cursor)
                 numbers.append(cursor)
             cursor += 1
         return numbers

@@ -7,7 +7,10 @@ full under address_full_policy page, and, for as long as any queue still has mes
 the log, so does every later one (each queue gets its messages in the order they came).
 A queue keeps at most about PAGE_WINDOW paged-in messages in memory: when it holds fewer
 than PAGE_LOW and has consumers, it asks for the next window (`take_page_wanted`); the
-server has the store read it and hands it back (`paged_in`). Deterministic: what the
+server has the store read it and hands it back (`paged_in`). A window also stops once its
+messages reach PAGE_WINDOW_BYTES (as Artemis' max-read-page-bytes does): the store reads a
+window whole, bodies included, so a window of large messages counted only in messages
+would bring tens of MiB into memory at once, whatever the paging budget. Deterministic: what the
 store reads comes in as an input, like `now`.
 """
 
@@ -24,6 +27,7 @@ from pairmq.core.queue import Address, Queue
 DURABLE = "durable:"
 PAGE_LOW = 256  # paged-in messages under which a queue with consumers asks for more
 PAGE_WINDOW = 1024  # messages one window brings back, at most
+PAGE_WINDOW_BYTES = 4 * 1024 * 1024  # ... and their sizes, at most (past the first message)
 
 
 class Paging(BrokerState):
@@ -74,7 +78,7 @@ class Paging(BrokerState):
             log = q.address.log
             if log is None or q.deleted or q not in log.cursors:
                 continue
-            numbers = log.next_numbers(q, PAGE_WINDOW - q.count)
+            numbers = log.next_numbers(q, PAGE_WINDOW - q.count, PAGE_WINDOW_BYTES)
             if numbers:
                 out.append((q, log, numbers))
         return out

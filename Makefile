@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test test-deps etcd-deps pg-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
+.PHONY: up bytecode test test-deps etcd-deps pg-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -16,10 +16,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
+# Every module's bytecode, written ahead (only what changed is compiled again): where
+# PYTHONDONTWRITEBYTECODE is set, as in many shells and container images (and on these
+# machines), each server process would otherwise compile pairmq afresh, about 0.2 s of its
+# start (docs/operations.md, "Installing").
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 src
+
 # ARBITER=etcd: the pair's lease on a local 3-member etcd cluster instead of `pairmq witness`
 # (etcd installed first when missing: etcd-deps).
 ARBITER ?= witness
-up: $(STAMP) $(if $(filter etcd,$(ARBITER)),etcd-deps)
+up: $(STAMP) bytecode $(if $(filter etcd,$(ARBITER)),etcd-deps)
 	$(BIN)/pairmq up --arbiter $(ARBITER)
 
 # Programs the tests drive, from Debian, installed when missing (with sudo when not root; one
@@ -59,7 +66,7 @@ pg-deps:
 TEST_WORKERS ?= 2
 PYTEST_STEP = $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
-test: $(STAMP) test-deps
+test: $(STAMP) bytecode test-deps
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 	$(PYTEST_STEP) -m "not long and not heavy" -n $(TEST_WORKERS) || [ $$? -eq 5 ]

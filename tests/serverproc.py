@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import resource
 import signal
 import socket
@@ -189,6 +190,10 @@ def start_server(
     try:
         if wait_listening:
             wait_for_port("127.0.0.1", port, proc, start_timeout)
+            admin = _admin_address(list(flags), config_text)
+            if admin is not None:  # it opens a moment after the STOMP port
+                host, _, admin_port = admin.rpartition(":")
+                wait_for_port(host, int(admin_port), proc, start_timeout)
     except Exception:
         proc.kill()
         proc.wait()
@@ -199,3 +204,18 @@ def start_server(
     if on_start is not None:
         on_start(server)
     return server
+
+
+def _admin_address(flags: list[str], config_text: str | None) -> str | None:
+    """The management port a server is started with (by flag, or by its [server] admin key)
+    if it has one with a fixed port: its console is imported in a thread once the STOMP
+    port is open (server/app.py), so it answers a moment later."""
+    address = None
+    if "--admin" in flags:
+        address = flags[flags.index("--admin") + 1]
+    elif config_text is not None:
+        found = re.search(r'^admin\s*=\s*"([^"]+)"', config_text, re.MULTILINE)
+        address = found.group(1) if found else None
+    if address is None or address.endswith(":0") or ":" not in address:
+        return None
+    return address

@@ -8,7 +8,7 @@ import os
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -328,8 +328,9 @@ class PairmqServer:
                         "connect. Add [auth.users] or set allow_anonymous = true.")
         log.info("pairmq server %s ready: %s", self.config.name, ", ".join(listening))
         if self.config.admin:
-            from pairmq.server.manage.admin import start_admin
-
+            # aiohttp and the console take ~0.5 s to import: in a thread, so that clients
+            # already connecting are served meanwhile instead of waiting for the console
+            start_admin = await self.loop.run_in_executor(None, _admin_starter)
             self._admin = await start_admin(self, self.config.admin)
 
     async def _listen(self, address: str, tls: ssl.SSLContext | None) -> asyncio.Server:
@@ -616,3 +617,9 @@ class PairmqServer:
         if self.role.kind is RoleKind.SERVING:
             self.role.disk_usage(self.disk_usage_percent)
 
+
+def _admin_starter() -> Callable[..., Awaitable[AppRunner]]:
+    """The management port's starter, imported (aiohttp with it) where this is called."""
+    from pairmq.server.manage.admin import start_admin
+
+    return start_admin

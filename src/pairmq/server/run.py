@@ -51,10 +51,6 @@ def run(config: ServerConfig) -> None:
     collect_oldest_in_steps()
     log.info("Starting pairmq server %s (pid %d, config %s)", config.name, os.getpid(),
              config.source)
-    if config.admin:
-        # aiohttp's import takes 150-250 ms: before the loop runs, not during the pair's
-        # first heartbeats (start() imports it again, from sys.modules)
-        import pairmq.server.manage.admin  # noqa: F401
     try:
         import uvloop
     except ImportError:

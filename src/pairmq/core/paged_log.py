@@ -299,7 +299,7 @@ class PagedLog:
     def delete(self, q: Queue, number: int) -> int:
         """`q` let go of entry `number` without paging it in (a backup following the
         active's acknowledgements); returns the bytes its message counted."""
-        size = self.where(number)[4]
+        size = self.size_of(number)
         self.held[q] -= size
         self.deliveries.pop(number, None)
         cursor = self.cursors[q]

@@ -10,8 +10,8 @@ than PAGE_LOW and has consumers, it asks for the next window (`take_page_wanted`
 server has the store read it and hands it back (`paged_in`). A window also stops once its
 messages reach PAGE_WINDOW_BYTES (as Artemis' max-read-page-bytes does): the store reads a
 window whole, bodies included, so a window of large messages counted only in messages
-would bring tens of MiB into memory at once, whatever the paging budget. Deterministic: what the
-store reads comes in as an input, like `now`.
+would bring tens of MiB into memory at once, whatever the paging budget. Deterministic:
+what the store reads comes in as an input, like `now`.
 """
 
 from __future__ import annotations

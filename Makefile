@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Every module's bytecode, written ahead (only what changed is compiled again): where
-# PYTHONDONTWRITEBYTECODE is set, as in many shells and container images (and on these
+# PYTHONDONTWRITEBYTECODE is set, as many Dockerfiles and some shells do (and these
 # machines), each server process would otherwise compile pairmq afresh, about 0.2 s of its
 # start (docs/operations.md, "Installing").
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q -j 0 src
+	$(BIN)/python -m compileall -q src
 
 # ARBITER=etcd: the pair's lease on a local 3-member etcd cluster instead of `pairmq witness`
 # (etcd installed first when missing: etcd-deps).

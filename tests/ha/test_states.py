@@ -90,6 +90,11 @@ def test_logs_tell_the_remote_server_died(pair: Pair) -> None:
     assert "New status of remote server = DEAD" in logs
     assert logs.index("Old status of remote server = PASSIVE") < \
         logs.index("New status of remote server = DEAD")
+    # STANDALONE is said from the moment the primary starts telling the witness; killed
+    # before the witness heard it, the witness would still name the backup the in-sync
+    # standby, and the backup would rightly take over (docs/ha.md)
+    wait_until(lambda: (pair.status("primary") or {}).get("ha", {}).get("phase")
+               == "standalone", "the witness to know the backup is out of sync", 10)
     pair.kill("primary")
     pair.restart("backup")
     # the backup alone, its journal no newer than the primary's: it does not serve

@@ -75,7 +75,9 @@ def journal_rows(url: str, group: str = "dbpair") -> int:
 class ReceiptedProducer:
     """stomp.py sending `{tag}-{k}` (k = 0, 1, ...) persistent, each with a receipt, from a
     thread, until stopped or its connection breaks; `receipted` holds the bodies the server
-    confirmed, `sent` every body written."""
+    confirmed, `sent` every body that may have been written: each is added before its
+    write, so that `len(sent)` read at any instant bounds what the server can have received
+    by then (a pause's tests count on it)."""
 
     def __init__(self, address: tuple[str, int], destination: str, tag: str = "p",
                  pause_every: int = 20, pad: int = 0) -> None:
@@ -112,9 +114,9 @@ class ReceiptedProducer:
         try:
             while not self._stop.is_set():
                 text = f"{self.tag}-{k}"
+                self.sent.append(text)
                 self.conn.send(self.destination, text + "." * self.pad,
                                headers={"persistent": "true", "receipt": text})
-                self.sent.append(text)
                 k += 1
                 if k % self.pause_every == 0:
                     time.sleep(0.005)

@@ -18,6 +18,7 @@ from tests.support.admin import hashed
 from tests.support.browser import Browser, missing
 from tests.support.certs import Pki, make_pki
 from tests.support.etcd import EtcdCluster, require_etcd
+from tests.support.machine_state import free_space, memory_available, summary
 from tests.support.postgres import PostgresServer, database_name, require_postgres
 
 serverproc.LOG_LEVEL = "debug"
@@ -40,6 +41,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(m) for m in HEAVY_MARKERS) \
                 or "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.heavy)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"machine: {free_space()}; {memory_available()}"
+
+
+_FAILED: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Failures as they come (on the controller too, which xdist's workers report to)."""
+    if report.failed and report.nodeid not in _FAILED:
+        _FAILED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The machine's state and the first failures, printed last: runs after an internal
+    error too, and CI shows only the tail of the output."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller says it
+        return
+    print("\n" + summary(_FAILED), flush=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -13,7 +13,7 @@ JOBS ?= 2
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,fast]'
 	touch $(STAMP)
 
 # Every module's bytecode, written ahead (only what changed is compiled again): where

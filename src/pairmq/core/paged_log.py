@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Protocol
 
+from pairmq.core.array_sums import total as total_of
+
 
 class Routed(Protocol):
     """What the log needs of a message it holds until its record is on disk."""
@@ -196,10 +198,10 @@ class PagedLog:
             chunk.order.extend(orders[at:upto])
             part = sizes[at:upto]
             chunk.size.extend(part)
-            part_total = sum(part)
+            part_total = total_of(part)
             total += part_total
             if summed:
-                chunk.length_total += sum(lengths[at:upto])
+                chunk.length_total += total_of(lengths[at:upto])
                 chunk.size_total += part_total
                 chunk.summed = len(chunk.order)
             if stamps is not None:

@@ -248,6 +248,11 @@ class PagedLog:
         chunk.segment[i] = segment
         chunk.offset[i] = offset
 
+    def first_order(self) -> int | None:
+        """The enqueue order of the first located entry held, None if there is none."""
+        chunks = self._chunks
+        return chunks[0].order[0] if chunks and len(chunks[0]) else None
+
     def find(self, order: int) -> int | None:
         """The number of the located entry of the message with this enqueue order (orders
         grow along the log), or None."""

@@ -26,6 +26,7 @@ from pairmq.core.paged_log import PagedLog
 
 DURABLE = "durable:"
 STREAM = "/stream/"
+_NEWEST = 1 << 64  # above every enqueue order
 
 
 @dataclass
@@ -58,6 +59,9 @@ class Replay:
     # before the log's start (compaction copies in a journal of an earlier version)
     _early: dict[str, dict[int, tuple[int, int, int, int, int, int]]] = \
         field(default_factory=dict)
+    # queue key -> the oldest enqueue order it was ever given in memory (a lower bound of
+    # what it holds there now): `held_below`
+    _floors: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------ streams
 
@@ -274,15 +278,22 @@ class Replay:
         not its destination, so it never stands for the original."""
         queues = self.queues
         message_id = message.message_id
+        order, floors = message.order, self._floors
         if len(queue_keys) == 1:  # the common case, kept short: a start replays millions
-            held = queues.get(queue_keys[0])
+            key = queue_keys[0]
+            held = queues.get(key)
             if held is None:
-                held = queues[queue_keys[0]] = {}
+                held = queues[key] = {}
+            if order < floors.get(key, _NEWEST):
+                floors[key] = order
             entry = held.get(message_id)
             if entry is None:
                 held[message_id] = Entry(message, deliveries)
                 self._counted(message, 1)
                 return message
+        for queue_key in queue_keys:
+            if order < floors.get(queue_key, _NEWEST):
+                floors[queue_key] = order
         shared = message
         for queue_key in queue_keys:
             held = queues.get(queue_key)
@@ -303,6 +314,22 @@ class Replay:
             elif deliveries > entry.deliveries:
                 entry.deliveries = deliveries
         return shared
+
+    def held_below(self, queue_key: str) -> int:
+        """An enqueue order below which `queue_key` holds no message, in memory or in its
+        paged log: an acknowledgement or delivery of an older message changes nothing (its
+        segment was let go). A start after consumers took a million messages replays two
+        million such entries; `store/reading.py` passes over them without a lookup each.
+        -1 for a stream (its entries name offsets, not messages held)."""
+        if queue_key.startswith(STREAM):
+            return -1
+        below = self._floors.get(queue_key, _NEWEST)
+        log = self._log_of(queue_key)
+        if log is not None:
+            first = log.first_order()
+            if first is not None and first < below:
+                below = first
+        return below
 
     def remove(self, queue_key: str, message_id: str, order: int = -1) -> Message | None:
         if queue_key.startswith(STREAM):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import ItemsView, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -403,12 +403,18 @@ def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
 AckEntry = tuple[int, str, str, int, int]  # (DEL or DELIVERED, queue, id, count, order)
 
 
-def decode_acks(buf: memoryview) -> list[AckEntry] | None:
+def decode_acks(buf: memoryview, held_below: Callable[[str], int] | None = None
+                ) -> list[AckEntry] | None:
     """The other common record, acknowledgements and deliveries only (DEL_ORDER and
     DELIVERED_ORDER entries), in one loop: a start after consumers took a million paged
     messages replays two million such entries. A DEL's count is 0. None when the record
-    holds any other kind (`decode_entries` then decodes it)."""
+    holds any other kind (`decode_entries` then decodes it).
+
+    With `held_below` (queue -> an order below which the queue holds nothing, asked once a
+    queue per record), the entries of older messages are left out unread: most of a
+    start's after a long drain, whose messages' segments were let go."""
     out: list[AckEntry] = []
+    bounds: dict[str, int] = {}
     pos, end = 0, len(buf)
     head, u32, u64, u32_u64 = (_U8_U32.unpack_from, _U32.unpack_from, _U64.unpack_from,
                                _U32_U64.unpack_from)
@@ -420,16 +426,23 @@ def decode_acks(buf: memoryview) -> list[AckEntry] | None:
             queue = str(buf[pos + 5:pos + 5 + n], "utf-8")
             pos += 5 + n
             (n,) = u32(buf, pos)
-            message_id = str(buf[pos + 4:pos + 4 + n], "utf-8")
-            pos += 4 + n
+            at = pos + 4
+            pos = at + n
             if etype == DEL_ORDER:
                 (order,) = u64(buf, pos)
                 pos += 8
-                out.append((DEL, queue, message_id, 0, order))
+                kind, count = DEL, 0
             else:
                 count, order = u32_u64(buf, pos)
                 pos += 12
-                out.append((DELIVERED, queue, message_id, count, order))
+                kind = DELIVERED
+            if held_below is not None:
+                bound = bounds.get(queue)
+                if bound is None:
+                    bound = bounds[queue] = held_below(queue)
+                if order < bound:
+                    continue
+            out.append((kind, queue, str(buf[at:at + n], "utf-8"), count, order))
     except BAD_BYTES as e:
         raise CorruptRecord(str(e)) from None
     if pos != end:

@@ -14,32 +14,36 @@ from __future__ import annotations
 
 import importlib
 from array import array
+from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 
 PYTHON_LIMIT = 2_000_000  # elements summed in Python before NumPy is worth importing
 
 
 class _Summer:
-    """Which way sums go now: a value that changes once (Python, then NumPy or Python for
-    good), not a set of flags."""
+    """Sums in the way that holds now, `way`: Python counting what it sums (until
+    PYTHON_LIMIT), then NumPy, or Python for good when NumPy cannot be imported."""
 
-    __slots__ = ("numpy", "python_left")
+    __slots__ = ("python_left", "way")
 
     def __init__(self) -> None:
-        self.python_left = PYTHON_LIMIT  # elements until NumPy is tried; -1: tried
-        self.numpy: ModuleType | None = None
+        self.python_left = PYTHON_LIMIT  # elements summed in Python before NumPy is tried
+        self.way: Callable[[array[int]], int] = self._counting
 
     def total(self, values: array[int]) -> int:
-        numpy = self.numpy
-        if numpy is not None:
-            return int(numpy.frombuffer(values, dtype=f"u{values.itemsize}").sum(
-                dtype="u8"))
-        if self.python_left >= 0:
-            self.python_left -= len(values)
-            if self.python_left <= 0:
-                self.numpy = _import_numpy()
-                self.python_left = -1
+        return self.way(values)
+
+    def _counting(self, values: array[int]) -> int:
+        self.python_left -= len(values)
+        if self.python_left <= 0:
+            numpy = _import_numpy()
+            self.way = sum if numpy is None else partial(_numpy_total, numpy)
         return sum(values)
+
+
+def _numpy_total(numpy: ModuleType, values: array[int]) -> int:
+    return int(numpy.frombuffer(values, dtype=f"u{values.itemsize}").sum(dtype="u8"))
 
 
 def _import_numpy() -> ModuleType | None:

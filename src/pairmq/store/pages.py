@@ -224,7 +224,8 @@ class PagedEntries:
         most likely asks for next) into the page cache in the background: a queue draining
         a backlog that is not in the cache then reads its next window from memory, instead
         of holding the event loop 100 ms on the disk for each (docs/benchmarks.md). Two
-        lookups and a system call or two per window; only a hint (errors are ignored)."""
+        lookups and a system call or two per window, never more than _RUN_BYTES asked for
+        in a segment; only a hint (errors are ignored)."""
         last = min(first + count, log.located_end) - 1
         if last < first or first < log.start:
             return
@@ -232,10 +233,13 @@ class PagedEntries:
         seg_b, off_b, length_b = log.where(last)[:3]
         try:
             if seg_a == seg_b and off_b >= off_a:
-                _will_need(self._read_fd(seg_a), off_a, off_b + length_b - off_a)
+                _will_need(self._read_fd(seg_a), off_a,
+                           min(off_b + length_b - off_a, _RUN_BYTES))
             else:  # across segments (or moved by compaction): both ends, roughly
-                _will_need(self._read_fd(seg_a), off_a, 0)  # 0: to the segment's end
-                _will_need(self._read_fd(seg_b), 0, off_b + length_b)
+                _will_need(self._read_fd(seg_a), off_a, _RUN_BYTES)
+                end = off_b + length_b
+                start = max(0, end - _RUN_BYTES)
+                _will_need(self._read_fd(seg_b), start, end - start)
         except OSError:
             pass
 

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up bytecode test test-deps etcd-deps pg-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
+.PHONY: up bytecode compiled test test-compiled test-deps etcd-deps pg-deps test-long lint typecheck bench bench-compare fuzz sim pipeline pipeline-cluster clean
 
 SEEDS ?= 100000
 JOBS ?= 2
@@ -23,11 +23,41 @@ $(STAMP): pyproject.toml
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q src
 
+# The compiled build (setup.py; docs/operations.md, "The compiled build"): the per-message
+# path compiled by mypyc (the dev extra) and installed into build/compiled, which
+# PYTHONPATH=build/compiled puts ahead of the pure-Python sources; built again only when a
+# source changed (about 2 minutes). Without a C compiler it says so and builds nothing:
+# pairmq then runs, and is tested, as pure Python only.
+COMPILED := $(CURDIR)/build/compiled
+COMPILED_STAMP := $(COMPILED)/.built
+PAIRMQ_SOURCES := $(shell find src/pairmq -name '*.py')
+HAVE_CC := $(shell $(PYTHON) -c 'import shutil, sysconfig; print(shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) or "")' 2>/dev/null)
+
+ifeq ($(HAVE_CC),)
+compiled: $(STAMP)
+	@echo "No C compiler found: the compiled build is skipped; pairmq runs (and is tested) as pure Python"
+	rm -rf $(COMPILED)
+else
+compiled: $(COMPILED_STAMP)
+
+$(COMPILED_STAMP): $(STAMP) setup.py $(PAIRMQ_SOURCES)
+	rm -rf $(COMPILED)
+	@echo "Compiling the per-message path with mypyc into $(COMPILED) (about 2 minutes)"
+	PAIRMQ_MYPYC=1 $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --target $(COMPILED) .
+	PYTHONPATH=$(COMPILED) $(BIN)/python -c 'import pairmq.core.broker.broker as b; assert b.__file__.endswith(".so"), b.__file__'
+	touch $@
+endif
+
 # ARBITER=etcd: the pair's lease on a local 3-member etcd cluster instead of `pairmq witness`
 # (etcd installed first when missing: etcd-deps).
 ARBITER ?= witness
+# The pair runs the compiled build when there is one (BUILD=pure: the sources); a build
+# that fails leaves the sources running, and says so.
+BUILD ?= compiled
 up: $(STAMP) bytecode $(if $(filter etcd,$(ARBITER)),etcd-deps)
-	$(BIN)/pairmq up --arbiter $(ARBITER)
+	$(if $(filter compiled,$(BUILD)),$(MAKE) --no-print-directory compiled || echo "The compiled build failed: the pair runs the pure-Python sources")
+	if [ "$(BUILD)" = compiled ] && [ -f $(COMPILED_STAMP) ]; then export PYTHONPATH=$(COMPILED); fi; \
+		$(BIN)/pairmq up --arbiter $(ARBITER)
 
 # Programs the tests drive, from Debian, installed when missing (with sudo when not root; one
 # apt-get for all): Chromium and ChromeDriver for the console's browser tests
@@ -66,11 +96,31 @@ pg-deps:
 TEST_WORKERS ?= 2
 PYTEST_STEP = $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
+# Then the compiled build (`make compiled`; skipped, with a line, without a C compiler):
+# the tests of the layers it compiles (COMPILED_TESTS: the broker's model, the protocol, the
+# journal, the STOMP server end to end, hostile clients) run again on it, about 3 minutes
+# after 2 of compiling. The whole suite on it is `make test-compiled` (CI's 25 minutes
+# do not hold the suite twice).
+COMPILED_TESTS := tests/core tests/protocol tests/store tests/server tests/integration \
+	tests/hostile tests/test_hot_objects.py
+
 test: $(STAMP) bytecode test-deps
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples setup.py
 	$(BIN)/mypy
 	$(PYTEST_STEP) -m "not long and not heavy" -n $(TEST_WORKERS) || [ $$? -eq 5 ]
 	$(PYTEST_STEP) -m "heavy and not long" || [ $$? -eq 5 ]
+	$(MAKE) --no-print-directory compiled
+	if [ -f $(COMPILED_STAMP) ]; then \
+		PYTHONPATH=$(COMPILED) $(PYTEST_STEP) -m "not long and not heavy" -n $(TEST_WORKERS) \
+			$(COMPILED_TESTS) || [ $$? -eq 5 ]; \
+	fi
+
+# The whole suite (but the `long` campaigns) on the compiled build, as `make test` runs it
+# on the sources.
+test-compiled: $(STAMP) bytecode test-deps compiled
+	test -f $(COMPILED_STAMP)
+	PYTHONPATH=$(COMPILED) $(PYTEST_STEP) -m "not long and not heavy" -n $(TEST_WORKERS) || [ $$? -eq 5 ]
+	PYTHONPATH=$(COMPILED) $(PYTEST_STEP) -m "heavy and not long" || [ $$? -eq 5 ]
 
 # The campaigns CI leaves out to stay under 25 minutes (tests marked `long`): flapping
 # partitions, ten failovers and failbacks, 4,700 more simulator seeds (4,200 with etcd), a
@@ -86,7 +136,7 @@ test-long: $(STAMP)
 	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples setup.py
 
 # mypy over src/pairmq: strict on protocol/, core/, ha/ and client/ (pyproject.toml)
 typecheck: $(STAMP)

@@ -7,7 +7,9 @@ Run from the repository root (or `make bench-compare REF=<git ref>`):
     .venv/bin/python benchmarks/compare.py --ref HEAD~3 --scenarios durable --fail-above 1.05
 
 The reference's `src/` is taken from git (`git archive REF src`) into a scratch
-directory; the other build is the working tree as it is, uncommitted changes included.
+directory, or given as a directory with `--ref-src DIR` (`make compiled`'s
+build/compiled, say: the compiled build against the sources); the other build is the
+working tree as it is, uncommitted changes included.
 Both run from this checkout's virtualenv (same Python, same libraries), the reference
 by `PYTHONPATH`, which is checked before anything is measured.
 
@@ -215,7 +217,11 @@ def spread(ratios: list[float]) -> tuple[float, float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ref", required=True, help="git ref to compare the working tree with")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ref", help="git ref to compare the working tree with")
+    which.add_argument("--ref-src", type=Path, default=None,
+                       help="a directory holding a pairmq package to compare the working "
+                            "tree with instead (build/compiled: the compiled build)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--scenarios", default="durable,non-persistent",
@@ -229,6 +235,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stompbench", type=Path, default=DEFAULT_STOMPBENCH,
                    help=f"with --load stompbench (default {DEFAULT_STOMPBENCH})")
     args = p.parse_args(argv)
+    if args.ref_src is not None:
+        if not (args.ref_src / "pairmq").is_dir():
+            p.error(f"--ref-src: no pairmq package in {args.ref_src}")
+        where = args.ref_src.resolve()  # its name is what runs are printed under
+        args.ref = where.parent.name if where.name == "src" else where.name
     if args.load == "stompbench" and not args.stompbench.is_file():
         p.error(f"--load stompbench: no {args.stompbench} (give --stompbench PATH)")
     unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
@@ -243,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [SCENARIOS[n] for n in args.scenarios.split(",")]
     scratch = Path(tempfile.mkdtemp(prefix="pairmq-compare-"))
     try:
-        builds = [Build(args.ref, reference_source(args.ref, scratch)), Build(WORK, ROOT / "src")]
+        reference = (args.ref_src if args.ref_src is not None
+                     else reference_source(args.ref, scratch))
+        builds = [Build(args.ref, reference), Build(WORK, ROOT / "src")]
         for b in builds:
             check_imports(b)
         runs: list[Run] = []

@@ -16,6 +16,7 @@ from tests.integration.clients import Client
 from tests.serverproc import ServerProcess, start_server
 from tests.support.admin import hashed
 from tests.support.browser import Browser, missing
+from tests.support.build import COMPILED
 from tests.support.certs import Pki, make_pki
 from tests.support.etcd import EtcdCluster, require_etcd
 from tests.support.machine_state import free_space, memory_available, summary
@@ -44,7 +45,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"machine: {free_space()}; {memory_available()}"
+    build = "compiled (PYTHONPATH=build/compiled)" if COMPILED else "pure Python"
+    return f"machine: {free_space()}; {memory_available()}\npairmq: {build}"
 
 
 _FAILED: list[str] = []

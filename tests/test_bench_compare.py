@@ -45,6 +45,19 @@ def test_the_shared_bench_load_needs_its_generator(tmp_path: Path,
     assert args.load == "pairmq"
 
 
+def test_a_reference_directory_is_named_after_it_and_must_hold_pairmq(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build = tmp_path / "compiled"
+    (build / "pairmq").mkdir(parents=True)
+    args = compare.parse_args(["--ref-src", str(build)])
+    assert (args.ref, args.ref_src) == ("compiled", build)
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--ref-src", str(tmp_path)])
+    assert f"no pairmq package in {tmp_path}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # one reference, not two
+        compare.parse_args(["--ref", "main", "--ref-src", str(build)])
+
+
 def test_unknown_scenarios_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         compare.parse_args(["--ref", "main", "--scenarios", "durable,fastest"])

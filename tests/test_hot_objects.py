@@ -23,6 +23,9 @@ from pairmq.server.role.role import Role
 from pairmq.server.stomp.connection import StompConnection
 from pairmq.store.store import Store
 from pairmq.store.writer import JournalWriter
+from tests.support.build import reads_the_sources
+
+pytestmark = reads_the_sources
 
 SHARED_KEYS_MAX = 30  # CPython 3.11's SHARED_KEYS_MAX_SIZE (Objects/dictobject.c)
 

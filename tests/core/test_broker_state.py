@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pairmq.core import Broker
 from pairmq.core.broker.state import BrokerState
+from tests.support.build import reads_the_sources
 from tests.support.state_bases import (
     declared_steps,
     defining_class,
@@ -18,6 +19,8 @@ from tests.support.state_bases import (
     step_problems,
     type_checking_imports,
 )
+
+pytestmark = reads_the_sources
 
 PACKAGE = Path(inspect.getfile(BrokerState)).parent
 PARTS = [k for k in Broker.__mro__ if k.__module__.startswith("pairmq.core.broker.")

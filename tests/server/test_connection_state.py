@@ -10,7 +10,10 @@ from pairmq.server.role.role import Client
 from pairmq.server.stomp import connection_state
 from pairmq.server.stomp.connection import StompConnection
 from pairmq.server.stomp.connection_state import ConnectionState
+from tests.support.build import reads_the_sources
 from tests.support.state_bases import declared_steps, step_problems, type_checking_imports
+
+pytestmark = reads_the_sources
 
 
 def test_every_declared_step_is_defined_by_the_part_it_names() -> None:

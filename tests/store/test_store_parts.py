@@ -8,7 +8,10 @@ from pathlib import Path
 from pairmq.store import store_state
 from pairmq.store.store import Store
 from pairmq.store.store_state import StoreState
+from tests.support.build import reads_the_sources
 from tests.support.state_bases import declared_steps, step_problems, type_checking_imports
+
+pytestmark = reads_the_sources
 
 
 def test_the_state_base_declares_the_steps_the_parts_ask_of_one_another() -> None:

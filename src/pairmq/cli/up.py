@@ -21,6 +21,7 @@ from rich.console import Console
 from pairmq import __version__
 from pairmq.cli.local_ca import Issued, LocalCA
 from pairmq.server.guards.auth import hash_password
+from pairmq.server.process import build_kind
 
 SERVERS = (
     # name, role, STOMP, admin, HA listen, HA peer
@@ -280,6 +281,7 @@ def _serve(root: Path, console: Console, ca: Path, certs: dict[str, Issued], log
     console.print(f"  login     {login}")
     console.print(f"  password  {password}   (kept in {root / 'credentials'})")
     console.print(f"  logs      {logs}/")
+    console.print(f"  build     {build_kind()}")
     console.print("  try it    ", end="")
     pair = "127.0.0.1:61613,127.0.0.1:61614"  # the client finds the active one
     print(f".venv/bin/pairmq send -s {pair} -u {login} -p {password} /queue/hello hi "

@@ -348,20 +348,6 @@ class CursorState(StrEnum):
     ENDED = "ended"  # its range is delivered and the end marker sent: nothing more
 
 
-class StreamBatch(NamedTuple):
-    """K records for one batched MESSAGE (x-stream-batch), in offset order, consecutive
-    unless the cursor filters: an outbox item beside the plain Delivery; the server
-    encodes it (server/stomp/wire.py), each record with its own offset."""
-
-    subscription: StreamCursor
-    messages: list[Message]
-    offset: int  # the first record's
-    ack_id: str | None  # None for ack:auto
-
-
-Outgoing = Delivery | StreamBatch  # what the broker's outbox holds for a connection
-
-
 class StreamCursor:
     """One subscription's position in a stream. Consuming removes nothing: ACK/NACK only
     give back window (prefetch) credit, counted in records (a batch of K takes K)."""
@@ -428,3 +414,19 @@ class StreamCursor:
         for key in ids:
             self.outstanding -= self.unacked.pop(key)[1]
         return ids
+
+
+# After StreamCursor, which it names: a NamedTuple naming a class defined later in its
+# module breaks the module's import once compiled by mypyc (docs/benchmarks.md).
+class StreamBatch(NamedTuple):
+    """K records for one batched MESSAGE (x-stream-batch), in offset order, consecutive
+    unless the cursor filters: an outbox item beside the plain Delivery; the server
+    encodes it (server/stomp/wire.py), each record with its own offset."""
+
+    subscription: StreamCursor
+    messages: list[Message]
+    offset: int  # the first record's
+    ack_id: str | None  # None for ack:auto
+
+
+Outgoing = Delivery | StreamBatch  # what the broker's outbox holds for a connection

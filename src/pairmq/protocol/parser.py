@@ -110,7 +110,7 @@ class FrameParser:
             raise ValueError(f"unsupported STOMP version {value!r}")
         self._version = value
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Return every frame completed by `data` (maybe none); ProtocolError on bad input."""
         if self._error is not None:
             raise ProtocolError(str(self._error))

@@ -4,6 +4,7 @@ running until SIGTERM or SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import signal
 
@@ -23,3 +24,13 @@ async def until_stop_signal(stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+def build_kind() -> str:
+    """Which build this process runs: the compiled build (`make compiled`) has the
+    per-message path as extension modules beside, and ahead of, the sources
+    (docs/operations.md, "The compiled build"). Found without importing it."""
+    spec = importlib.util.find_spec("pairmq.core.broker.broker")
+    origin = spec.origin if spec is not None else None
+    compiled = origin is not None and origin.endswith(".so")
+    return "the per-message path compiled by mypyc" if compiled else "pure Python"

@@ -13,7 +13,7 @@ import sys
 
 from pairmq.server.app import PairmqServer, StartupError
 from pairmq.server.config import ServerConfig
-from pairmq.server.process import setup_logging, until_stop_signal
+from pairmq.server.process import build_kind, setup_logging, until_stop_signal
 from pairmq.server.tls import TlsError
 from pairmq.store.gcpause import (
     collect_oldest_in_steps,
@@ -49,8 +49,8 @@ def run(config: ServerConfig) -> None:
     sys.setswitchinterval(GIL_SWITCH_S)
     collect_young_less_often()
     collect_oldest_in_steps()
-    log.info("Starting pairmq server %s (pid %d, config %s)", config.name, os.getpid(),
-             config.source)
+    log.info("Starting pairmq server %s (pid %d, config %s, %s)", config.name, os.getpid(),
+             config.source, build_kind())
     try:
         import uvloop
     except ImportError:

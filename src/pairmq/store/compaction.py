@@ -13,15 +13,15 @@ import os
 from pairmq.core import Message
 from pairmq.core import records as rec
 from pairmq.core.records import Record
+from pairmq.store.mirror import Mirroring
 from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD
-from pairmq.store.store_state import StoreState
 
 log = logging.getLogger("pairmq.store")
 
 COMPACT_STEP = 500  # live objects re-appended per event-loop turn
 
 
-class Compacting(StoreState):
+class Compacting(Mirroring):
     """Dropping and compacting the oldest segments."""
 
     def _maybe_compact(self) -> None:

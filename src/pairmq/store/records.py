@@ -96,7 +96,7 @@ def _unescape(value: str) -> str:
     return _UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
 
 
-def encode_meta(message_id: str, destination: str, headers: dict[str, str],
+def encode_meta(message_id: str, destination: str, headers: Mapping[str, str],
                 queues: list[str]) -> bytes:
     parts = [message_id, destination, str(len(headers))]
     for name, value in headers.items():
@@ -164,7 +164,7 @@ def decode_meta_lazily(text: str) -> tuple[str, str, Mapping[str, str], list[str
 
 
 def encode_add(order: int, message_id: str, destination: str, priority: int, expires: int,
-               persistent: bool, deliveries: int, headers: dict[str, str], body: bytes,
+               persistent: bool, deliveries: int, headers: Mapping[str, str], body: bytes,
                queues: list[str]) -> tuple[bytes, int]:
     """Returns the entry and the offset of the body inside it (for paging)."""
     meta = encode_meta(message_id, destination, headers, queues)
@@ -592,7 +592,7 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True
             elif etype == PRODUCER:
                 pos = _decode_producer(buf, pos, out)
             elif etype == TX_SEND:
-                (key,) = _U64.unpack_from(buf, pos + 1)
+                (tx_key,) = _U64.unpack_from(buf, pos + 1)  # an int (DURABLE's key: a str)
                 pos += 9
                 destination = string()
                 (count,) = u32(buf, pos)
@@ -605,16 +605,16 @@ def decode_entries(payload: bytes | memoryview, load_bodies: bool = True
                 pos += 4
                 if pos + n > end:
                     raise CorruptRecord("body runs past the end of its record")
-                out.append((TX_SEND, key, destination, headers, bytes(buf[pos:pos + n])))
+                out.append((TX_SEND, tx_key, destination, headers, bytes(buf[pos:pos + n])))
                 pos += n
             elif etype in (TX_END, TX_DONE):
-                _, key, count = _KEY_COUNT.unpack_from(buf, pos)
+                _, tx_key, count = _KEY_COUNT.unpack_from(buf, pos)
                 pos += _KEY_COUNT.size
-                out.append((etype, key, count))
+                out.append((etype, tx_key, count))
             elif etype == TX_DROP:
-                (key,) = _U64.unpack_from(buf, pos + 1)
+                (tx_key,) = _U64.unpack_from(buf, pos + 1)
                 pos += 9
-                out.append((TX_DROP, key))
+                out.append((TX_DROP, tx_key))
             else:
                 raise CorruptRecord(f"unknown entry type {etype}")
     except BAD_BYTES as e:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pairmq.core import Broker
 from pairmq.core.queue import Queue
 from pairmq.core.replay import Replay
+from pairmq.store.compaction import Compacting
 from pairmq.store.paging import load_bodies
 from pairmq.store.reading import JournalReading
-from pairmq.store.store_state import KEY_OVERHEAD, StoreState
+from pairmq.store.store_state import KEY_OVERHEAD
 from pairmq.store.writer import LiveKey
 
 log = logging.getLogger("pairmq.store")
@@ -58,7 +59,7 @@ class RecoveryReport:
                    "read through summaries)" if self.summarised else ""))
 
 
-class Recovering(StoreState):
+class Recovering(Compacting):
     """Reading the journal back, and accounting what it holds."""
 
     def recover(self, dup_cache_size: int | Callable[[str], int] = 20000,

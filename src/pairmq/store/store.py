@@ -23,8 +23,6 @@ from pairmq.core import records as rec
 from pairmq.core.commit_ledger import CommitRun
 from pairmq.core.paged_log import PagedLog
 from pairmq.core.records import Record
-from pairmq.store.compaction import Compacting
-from pairmq.store.mirror import Mirroring
 from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD
 from pairmq.store.records import (
     encode_add,
@@ -65,7 +63,7 @@ _RUN_GAP = 16 * 1024  # read_bodies: record bytes between two bodies read along 
 _RUN_BYTES = 8 * 1024 * 1024  # ... and at most this much in one pread
 
 
-class Store(Recovering, Compacting, Mirroring):
+class Store(Recovering):
     """The journal of one server (its state: store/store_state.py)."""
 
     # ------------------------------------------------------------ serving

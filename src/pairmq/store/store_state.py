@@ -3,10 +3,12 @@ the steps each part asks of another.
 
 `Store` (store/store.py) is written in four parts, one file each: appends, liveness and
 reading bodies back (store.py), recovery (recovery.py), compaction (compaction.py) and a
-backup's mirror (mirror.py). Each part extends this class, so every member a part reads is
-declared here, with its type; a step one part asks of another is declared below with its
-signature, and defined by the part that owns it (tests/store/test_store_parts.py checks
-that the Store defines each).
+backup's mirror (mirror.py). The parts are stacked in one line over this class (Store,
+Recovering, Compacting, Mirroring, StoreState: single inheritance, which mypyc compiles
+to a native class, as core/broker/__init__.py says of the Broker's), so every member a
+part reads is declared here, with its type; a step one part asks of another is declared
+below with its signature, and defined by the part that owns it
+(tests/store/test_store_parts.py checks that the Store defines each).
 
 Liveness: every object whose newest record is in a segment (a message held by a durable
 queue, or the key of a destination, a durable subscription, a remembered dup-id, ...:

@@ -443,9 +443,9 @@ def write_all(fd: int, buffers: list[bytes]) -> None:
     written = os.writev(fd, buffers)
     if written == total:
         return
-    rest = memoryview(b"".join(buffers))[written:]
-    while rest:
-        rest = rest[os.write(fd, rest):]
+    data = memoryview(b"".join(buffers))
+    while written < total:
+        written += os.write(fd, data[written:])
 
 
 def _describe(error: OSError) -> str:

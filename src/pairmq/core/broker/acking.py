@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome, refusal
-from pairmq.core.broker.committing import COMMIT_SLICE
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.committing import COMMIT_SLICE, Committing
 from pairmq.core.destinations import REPLY, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
@@ -17,7 +16,7 @@ from pairmq.core.session import PendingSend, Session, Transaction
 from pairmq.core.subscription import ACK_CLIENT, Subscription
 
 
-class Acknowledgements(BrokerState):
+class Acknowledgements(Committing):
     """ACK, NACK, BEGIN, COMMIT, ABORT (a mixin)."""
 
     # ----------------------------------------------------------------- ACK / NACK

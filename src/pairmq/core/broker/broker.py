@@ -19,17 +19,8 @@ core/broker/resume.py.
 from __future__ import annotations
 
 from pairmq.core import records as rec
-from pairmq.core.broker.acking import Acknowledgements
-from pairmq.core.broker.committing import Committing
-from pairmq.core.broker.configured import ConfiguredQueues
 from pairmq.core.broker.events import BrokerEvent
-from pairmq.core.broker.follow import Follow
-from pairmq.core.broker.handover import Handover
-from pairmq.core.broker.idle import IdleDestinations
-from pairmq.core.broker.operations import Operations
-from pairmq.core.broker.paging import PAGE_LOW, Paging
-from pairmq.core.broker.resume import Resume
-from pairmq.core.broker.streams import Streams
+from pairmq.core.broker.paging import PAGE_LOW
 from pairmq.core.broker.subscribing import Subscribing
 from pairmq.core.browsing import Browse, browse
 from pairmq.core.capacity import INDEX_BYTES, Shortage
@@ -50,10 +41,9 @@ SWEEP_SLICE = 20_000
 _FULL = AddressState.FULL  # tested for every message consumed (see core/broker/intake.py)
 
 
-class Broker(Subscribing, Handover, Acknowledgements, Committing, Follow, Resume, Streams,
-             Paging, IdleDestinations, Operations, ConfiguredQueues):
+class Broker(Subscribing):
     """The messaging model's one object: BrokerState's state (state.py), and one part per
-    concern, the mixins it extends."""
+    concern, stacked in one line (core/broker/__init__.py)."""
 
     # ----------------------------------------------------------------- recovery
 

@@ -40,7 +40,7 @@ import logging
 
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.follow import Follow
 from pairmq.core.commit_ledger import ROUTED, CommitPhase, CommitRun, CommitStep, staged_bytes
 from pairmq.core.destinations import REPLY, TEMP, parse_destination
 from pairmq.core.errors import CoreError
@@ -54,7 +54,7 @@ COMMIT_SLICE = 1_000  # a COMMIT of at most this many is applied in one turn, in
 STAGE_SLICE = 5_000  # sends checked and journaled in a slice, unless told (about 5 µs each)
 
 
-class Committing(BrokerState):
+class Committing(Follow):
     """The Broker's sliced COMMIT (a mixin)."""
 
     def _begin_run(self, conn_id: int, transaction: str, tx: Transaction, now: int

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.resume import Resume
 from pairmq.core.capacity import INDEX_BYTES, Capacity
 from pairmq.core.commit_ledger import CommitLedger
 from pairmq.core.destinations import QUEUE, STREAM_PREFIX, TOPIC
@@ -28,7 +28,7 @@ from pairmq.core.settings import AddressFullPolicy
 DURABLE_PREFIX = "durable:"
 
 
-class Follow(BrokerState):
+class Follow(Resume):
     """The Broker's follower side (a mixin)."""
 
     def start_following(self) -> None:

@@ -15,14 +15,13 @@ from typing import Any
 
 from pairmq.core import records as rec
 from pairmq.core.broker.intake import TRANSPORT_HEADERS, Intake
-from pairmq.core.broker.operations import Operations
 from pairmq.core.destinations import STREAM_PREFIX, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.message import DEFAULT_PRIORITY, Message
 from pairmq.core.queue import Queue
 
 
-class Handover(Intake, Operations):
+class Handover(Intake):
     def handover_state(self) -> dict[str, dict[str, list[Any]]]:
         """Destination -> {"producers": [[producer, epoch, seq], ...], "dups": [id, ...]}:
         every queue's and topic's (streams and temporary destinations stay: they do not

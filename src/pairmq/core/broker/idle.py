@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from pairmq.core import records as rec
 from pairmq.core.broker.events import BrokerEvent
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.operations import Operations
 from pairmq.core.destinations import QUEUE, TOPIC
 from pairmq.core.queue import Address
 
 IDLE_CHECKS = 5000  # destinations looked at per call, at most
 
 
-class IdleDestinations(BrokerState):
+class IdleDestinations(Operations):
     """The Broker's auto-delete (a mixin)."""
 
     def delete_idle(self, now: int) -> list[str]:

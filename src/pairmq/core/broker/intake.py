@@ -21,8 +21,8 @@ from pairmq.core.admission import (
     decide,
     refusal,
 )
+from pairmq.core.broker.acking import Acknowledgements
 from pairmq.core.broker.events import BrokerEvent
-from pairmq.core.broker.state import BrokerState
 from pairmq.core.capacity import INDEX_BYTES, Shortage
 from pairmq.core.commit_ledger import staged_bytes
 from pairmq.core.destinations import QUEUE, REPLY, STREAM, TEMP, TOPIC, parse_destination
@@ -59,7 +59,7 @@ TRANSPORT_HEADERS = frozenset({
 })
 
 
-class Intake(BrokerState):
+class Intake(Acknowledgements):
     """The Broker's SEND path (a mixin)."""
 
     def send(self, conn_id: int, destination: str, headers: dict[str, str], body: bytes,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pairmq.core import records as rec
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.configured import ConfiguredQueues
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry, Message
 from pairmq.core.queue import Queue
@@ -34,7 +34,7 @@ class Done:
     stopped: str | None = None  # why a move stopped before its limit (None: it did not)
 
 
-class Operations(BrokerState):
+class Operations(ConfiguredQueues):
     """The Broker's operator actions (a mixin)."""
 
     def purge(self, destination: str) -> Done:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.idle import IdleDestinations
 from pairmq.core.capacity import INDEX_BYTES
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged_log import PagedLog
@@ -30,7 +30,7 @@ PAGE_WINDOW = 1024  # messages one window brings back, at most
 PAGE_WINDOW_BYTES = 4 * 1024 * 1024  # ... and their sizes, at most (past the first message)
 
 
-class Paging(BrokerState):
+class Paging(IdleDestinations):
     """The Broker's paging (a mixin)."""
 
     def _to_log(self, address: Address, targets: list[Queue], message: Message) -> None:

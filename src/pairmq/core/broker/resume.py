@@ -11,10 +11,10 @@ back to its queue (redelivered), as a NACK would send it.
 
 from __future__ import annotations
 
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.streams import Streams
 
 
-class Resume(BrokerState):
+class Resume(Streams):
     """The Broker's parking of sessions (a mixin)."""
 
     def park_session(self, conn_id: int) -> None:

@@ -1,12 +1,13 @@
 """What the parts of the Broker share: its state, two queries on it, and the steps each
 part asks of another.
 
-`Broker` (broker.py) is written in parts, one mixin per file of this package; each part
-extends this class, so every member a part reads is declared here once, with its type,
-and a step one part asks of another is declared below with its signature and the file of
-the part that defines it. Those declarations raise NotImplementedError: they sit at the
-end of the Broker's MRO, behind every part, so the part's own method is always the one
-found (tests/core/test_broker_state.py checks that each is defined by exactly one part).
+`Broker` (broker.py) is written in parts, one per file of this package, stacked in one
+line over this class (core/broker/__init__.py), so every member a part reads is declared
+here once, with its type, and a step one part asks of another is declared below with its
+signature and the file of the part that defines it. Those declarations raise
+NotImplementedError: they sit at the end of the Broker's MRO, behind every part, so the
+part's own method is always the one found (tests/core/test_broker_state.py checks that
+each is defined by exactly one part).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Outcome
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.paging import Paging
 from pairmq.core.capacity import INDEX_BYTES
 from pairmq.core.destinations import STREAM, STREAM_PREFIX, parse_destination
 from pairmq.core.errors import CoreError
@@ -42,7 +42,7 @@ _SERVER_HEADERS = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit
 STREAM_READ = 1000  # records read back from the journal for one plain (unbatched) cursor
 
 
-class Streams(BrokerState):
+class Streams(Paging):
     """The Broker's streams (a mixin)."""
 
     # ----------------------------------------------------------------- the log

@@ -9,7 +9,7 @@ core/broker/streams.py.
 from __future__ import annotations
 
 from pairmq.core import records as rec
-from pairmq.core.broker.state import BrokerState
+from pairmq.core.broker.handover import Handover
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
 from pairmq.core.errors import CoreError
 from pairmq.core.permissions import Exists
@@ -24,7 +24,7 @@ from pairmq.core.subscription import Subscription, ack_mode_of
 NOTHING = Exists()
 
 
-class Subscribing(BrokerState):
+class Subscribing(Handover):
     """The Broker's subscriptions to queues and topics (a mixin)."""
 
     def subscribe(self, conn_id: int, sub_id: str, destination: str, now: int,

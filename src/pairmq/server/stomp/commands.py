@@ -14,10 +14,10 @@ from pairmq.core.rabbitmq import amq_target, requeue_of
 from pairmq.protocol import Frame
 from pairmq.server.clock import now_ms
 from pairmq.server.stomp import wire
-from pairmq.server.stomp.connection_state import ConnectionState
+from pairmq.server.stomp.sliced_frames import SlicedFrames
 
 
-class Commands(ConnectionState):
+class Commands(SlicedFrames):
     """Subscriptions, acknowledgements, transactions (a mixin: StompConnection provides
     the state)."""
 

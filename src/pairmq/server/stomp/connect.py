@@ -25,7 +25,7 @@ from pairmq.server.clock import now_ms
 from pairmq.server.config import User
 from pairmq.server.guards.passwords import Busy
 from pairmq.server.role.parking import Parked, SessionRequest
-from pairmq.server.stomp.connection_state import ConnectionState
+from pairmq.server.stomp.commands import Commands
 from pairmq.server.tls import common_name
 
 log = logging.getLogger("pairmq.connection")
@@ -35,7 +35,7 @@ SUPPORTED = "1.0,1.1,1.2"
 
 
 
-class Connecting(ConnectionState):
+class Connecting(Commands):
     """CONNECT and the session's life (a mixin: StompConnection provides the state)."""
 
     __slots__ = ()  # all in ConnectionState's

@@ -34,11 +34,10 @@ from pairmq.server.role.confirmations import Ticket
 from pairmq.server.role.leaving import PRODUCER_COMMANDS
 from pairmq.server.role.role import RolePhase
 from pairmq.server.stomp import wire
-from pairmq.server.stomp.commands import Commands
 from pairmq.server.stomp.connect import Connecting, audit
 from pairmq.server.stomp.connection_state import Stall
 from pairmq.server.stomp.session import COUNTED, OWN_RECEIPTS, Intake, Phase, Wait
-from pairmq.server.stomp.sliced_frames import BATCH_SLICE, HELD, SlicedFrames
+from pairmq.server.stomp.sliced_frames import BATCH_SLICE, HELD
 
 log = logging.getLogger("pairmq.connection")
 
@@ -51,7 +50,7 @@ WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
 
 
-class StompConnection(Connecting, Commands, SlicedFrames, asyncio.Protocol):
+class StompConnection(Connecting):
     """A client connection; it belongs to the role it was accepted in, for life."""
 
     __slots__ = ()  # all in ConnectionState's

@@ -4,9 +4,12 @@ part asks of another.
 `StompConnection` (connection.py) is written in parts, one file each: frames, output and
 flow control (connection.py), CONNECT and the session's life (connect.py), subscriptions,
 acknowledgements and transactions (commands.py), and frames applied over several turns
-(sliced_frames.py). Each part extends this class, so every member a part reads is
-declared here with its type, and a step one part asks of another is declared below with
-its signature and defined by the part that owns it (a test checks that every one is).
+(sliced_frames.py). The parts are stacked in one line over this class (StompConnection,
+Connecting, Commands, SlicedFrames, ConnectionState, asyncio.Protocol: single
+inheritance, which mypyc compiles to a native class, as core/broker/__init__.py says of
+the Broker's), so every member a part reads is declared here with its type, and a step
+one part asks of another is declared below with its signature and defined by the part
+that owns it (a test checks that every one is).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class Stall(StrEnum):
     HELD = "held"  # too many bytes wait for their records to be confirmed
 
 
-class ConnectionState:
+class ConnectionState(asyncio.Protocol):
     """A client connection's state; it belongs to the role it was accepted in, for life."""
 
     # Slots, not a __dict__: past 30 attributes an instance's dict no longer shares its

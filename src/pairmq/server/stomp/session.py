@@ -90,7 +90,7 @@ INTAKE: dict[Phase, Intake] = {
     _X: Intake.IGNORE}
 
 
-class InvalidTransition(RuntimeError):
+class InvalidTransition(Exception):
     """A bug: the shell reported something its session's phase does not allow."""
 
 

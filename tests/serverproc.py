@@ -63,6 +63,22 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {ports} that was not handed out already")
 
 
+def reserve_ports(ports: list[int]) -> bool:
+    """Hand out all of `ports` at once, as free_port hands out one, when each is free and
+    none is handed out already (nor twice in `ports`); else none of them. For ports a
+    server derives from others (a hosted backup's: its live's plus an offset)."""
+    if len(set(ports)) != len(ports) or any(p in _handed_out or p >= 65536 for p in ports):
+        return False
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    _handed_out.update(ports)
+    return True
+
+
 def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,12 +12,11 @@ processes, every pair arbitrated by a real etcd cluster.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.serverproc import ServerProcess, free_port, start_server
+from tests.serverproc import ServerProcess, free_port, reserve_ports, start_server
 from tests.support.admin import admin_status, admin_user_flags
 from tests.support.cluster import CLUSTER, bridges_forwarding, cluster_flags, member_name
 from tests.support.waiting import wait_until
@@ -25,20 +24,12 @@ from tests.support.waiting import wait_until
 SECRET = "colocated-secret"
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _offset(ports: Sequence[int], slots: int) -> int:
-    """A backup_port_offset that puts every hosted backup's ports on free ones."""
+    """A backup_port_offset that puts every hosted backup's ports on free ones, none of
+    them a port handed out already (the lives' own ports among them: they are not bound
+    yet when this looks, and once one of them was a hosted backup's too)."""
     for offset in range(1000, 20000, 97):
-        if all(p + offset * s < 65536 and _free(p + offset * s)
-               for p in ports for s in range(1, slots + 1)):
+        if reserve_ports([p + offset * s for p in ports for s in range(1, slots + 1)]):
             return offset
     raise RuntimeError("no port offset with free ports for the hosted backups")
 

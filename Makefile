@@ -26,7 +26,7 @@ bytecode: $(STAMP)
 # The compiled build (setup.py; docs/operations.md, "The compiled build"): the per-message
 # path compiled by mypyc (the dev extra) and installed into build/compiled, which
 # PYTHONPATH=build/compiled puts ahead of the pure-Python sources; built again only when a
-# source changed (about 2 minutes). Without a C compiler it says so and builds nothing:
+# source changed (2-3 minutes). Without a C compiler it says so and builds nothing:
 # pairmq then runs, and is tested, as pure Python only.
 COMPILED := $(CURDIR)/build/compiled
 COMPILED_STAMP := $(COMPILED)/.built
@@ -42,7 +42,9 @@ compiled: $(COMPILED_STAMP)
 
 $(COMPILED_STAMP): $(STAMP) setup.py $(PAIRMQ_SOURCES)
 	rm -rf $(COMPILED)
-	@echo "Compiling the per-message path with mypyc into $(COMPILED) (about 2 minutes)"
+	# setuptools builds in build/ and would install a module an earlier build compiled
+	find build -mindepth 1 -maxdepth 1 ! -name compiled -exec rm -rf {} + 2>/dev/null || true
+	@echo "Compiling the per-message path with mypyc into $(COMPILED) (2-3 minutes)"
 	PAIRMQ_MYPYC=1 $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --target $(COMPILED) .
 	PYTHONPATH=$(COMPILED) $(BIN)/python -c 'import pairmq.core.broker.broker as b; assert b.__file__.endswith(".so"), b.__file__'
 	touch $@

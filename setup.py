@@ -15,7 +15,8 @@ from setuptools import setup
 
 # What a message passes through (docs/benchmarks.md, "mypyc, end to end"): protocol/,
 # core/ (the Broker and its parts), the STOMP connection and its parts, its frame encoding,
-# the journal's records, store and writer, and the role's confirmations.
+# the journal's records, store and writer, the role that applies frames and flushes, the
+# clock, the loop's lag watch and the stepped garbage collector.
 COMPILED = ("pairmq/protocol/*.py", "pairmq/core/*.py", "pairmq/core/broker/*.py",
             "pairmq/server/stomp/connection.py", "pairmq/server/stomp/connection_state.py",
             "pairmq/server/stomp/connect.py", "pairmq/server/stomp/commands.py",
@@ -24,8 +25,8 @@ COMPILED = ("pairmq/protocol/*.py", "pairmq/core/*.py", "pairmq/core/broker/*.py
             "pairmq/server/stomp/unfinished_frame.py", "pairmq/store/store.py",
             "pairmq/store/store_state.py", "pairmq/store/recovery.py",
             "pairmq/store/compaction.py", "pairmq/store/mirror.py", "pairmq/store/records.py",
-            "pairmq/store/writer.py", "pairmq/server/role/confirmations.py",
-            "pairmq/server/role/commit_slices.py")
+            "pairmq/store/writer.py", "pairmq/store/gcpause.py", "pairmq/server/role/*.py",
+            "pairmq/server/clock.py", "pairmq/server/loop_lag.py")
 
 
 def compiled_sources() -> list[str]:

@@ -79,7 +79,7 @@ class LoopWatch:
         self._gc: tuple[float, float, int] | None = None  # last collection: end, took, gen
         self._gc_started = 0.0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watchdog_thread: threading.Thread | None = None
         self._loop_thread = threading.get_ident()
 
     def start(self) -> None:
@@ -88,9 +88,9 @@ class LoopWatch:
         self._due = self.loop.time() + INTERVAL_S
         self._last = (self.loop.time(), time.thread_time())
         self._timer = self.loop.call_at(self._due, self._tick)
-        self._thread = threading.Thread(target=self._watchdog, name="pairmq-loopwatch",
+        self._watchdog_thread = threading.Thread(target=self._watchdog, name="pairmq-loopwatch",
                                         daemon=True)
-        self._thread.start()
+        self._watchdog_thread.start()
 
     def stop(self) -> None:
         self._stop.set()

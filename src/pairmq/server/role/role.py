@@ -530,7 +530,7 @@ class Role:
             budget = reads.room(now)
             fresh = reads.fresh  # the turn's first read: it may be cut to the budget
             wanted = broker.take_page_wanted()
-            now = now_ms()
+            paged_at = now_ms()  # the broker's time (ms); `now` is the loop's (s)
             for i, (q, paged, numbers) in enumerate(wanted):
                 if budget <= 0:  # asked again at the next turn
                     for later, *_ in wanted[i:]:
@@ -546,7 +546,7 @@ class Role:
                     log.error("Cannot read paged messages of %s back from the journal: %s",
                               q.name, e)
                     continue
-                broker.paged_in(q, numbers, messages, now)
+                broker.paged_in(q, numbers, messages, paged_at)
             # a reader's run is cut short only by a turn that has read nothing else
             for cursor, offsets in broker.take_stream_reads(budget, cut=fresh):
                 read_back += len(offsets)

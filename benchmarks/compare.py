@@ -9,7 +9,8 @@ Run from the repository root (or `make bench-compare REF=<git ref>`):
 The reference's `src/` is taken from git (`git archive REF src`) into a scratch
 directory, or given as a directory with `--ref-src DIR` (`make compiled`'s
 build/compiled, say: the compiled build against the sources); the other build is the
-working tree as it is, uncommitted changes included.
+working tree as it is, uncommitted changes included, or the directory `--src DIR` names
+(two compiled builds: `--ref-src` a copy of the earlier one, `--src build/compiled`).
 Both run from this checkout's virtualenv (same Python, same libraries), the reference
 by `PYTHONPATH`, which is checked before anything is measured.
 
@@ -222,6 +223,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     which.add_argument("--ref-src", type=Path, default=None,
                        help="a directory holding a pairmq package to compare the working "
                             "tree with instead (build/compiled: the compiled build)")
+    p.add_argument("--src", type=Path, default=None,
+                   help="measure the pairmq package in this directory instead of the working "
+                        "tree's src/ (build/compiled against a copy of an earlier one)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--scenarios", default="durable,non-persistent",
@@ -240,6 +244,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--ref-src: no pairmq package in {args.ref_src}")
         where = args.ref_src.resolve()  # its name is what runs are printed under
         args.ref = where.parent.name if where.name == "src" else where.name
+    if args.src is not None and not (args.src / "pairmq").is_dir():
+        p.error(f"--src: no pairmq package in {args.src}")
     if args.load == "stompbench" and not args.stompbench.is_file():
         p.error(f"--load stompbench: no {args.stompbench} (give --stompbench PATH)")
     unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
@@ -256,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         reference = (args.ref_src if args.ref_src is not None
                      else reference_source(args.ref, scratch))
-        builds = [Build(args.ref, reference), Build(WORK, ROOT / "src")]
+        measured = Build(WORK, ROOT / "src") if args.src is None \
+            else Build(WORK, args.src)
+        builds = [Build(args.ref, reference), measured]
         for b in builds:
             check_imports(b)
         runs: list[Run] = []

@@ -15,7 +15,7 @@ frame, sends an ERROR). Order of the checks (docs/durability.md, "Flow control")
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pairmq.core.capacity import Capacity, Shortage
 from pairmq.core.queue import Address
@@ -107,6 +107,6 @@ def refusal(admission: Admission, cause: Cause, address: Address | None, capacit
     return Outcome(admission, cause, None, reason)
 
 
-ACCEPTED = Outcome(Admission.ACCEPTED)
-PAGED = Outcome(Admission.PAGED, Cause.DESTINATION)
-DUPLICATE = Outcome(Admission.DUPLICATE)
+ACCEPTED: Final = Outcome(Admission.ACCEPTED)
+PAGED: Final = Outcome(Admission.PAGED, Cause.DESTINATION)
+DUPLICATE: Final = Outcome(Admission.DUPLICATE)

@@ -17,8 +17,9 @@ from array import array
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
+from typing import Final
 
-PYTHON_LIMIT = 2_000_000  # elements summed in Python before NumPy is worth importing
+PYTHON_LIMIT: Final = 2_000_000  # elements summed in Python before NumPy is worth importing
 
 
 class _Summer:

@@ -11,12 +11,13 @@ them. Nothing changes: no delivery count, no acknowledgement, no journal record.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from pairmq.core.message import Message
 from pairmq.core.paged_log import PagedLog
 from pairmq.core.queue import Queue
 
-BROWSE_HEADER = "browser"  # SUBSCRIBE browser:true; the last MESSAGE has browser:end
+BROWSE_HEADER: Final = "browser"  # SUBSCRIBE browser:true; the last MESSAGE has browser:end
 
 
 @dataclass(frozen=True)

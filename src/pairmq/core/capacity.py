@@ -10,6 +10,7 @@ the data directory's disk usage. From these, which shortages are in force is an 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
 from pairmq.core.settings import CoreSettings
 
@@ -26,7 +27,7 @@ NO_SHORTAGE: frozenset[Shortage] = frozenset()
 # What a queued message costs in memory besides the bytes its size counts (body, headers,
 # 64 of bookkeeping): its objects (message, entry, headers dict, ids), about 700 bytes
 # measured with tracemalloc for a paged-out 1 KiB message with three headers.
-INDEX_BYTES = 640
+INDEX_BYTES: Final = 640
 
 
 class Capacity:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from pairmq.core.broker.state import BrokerState
 from pairmq.core.message import Entry
@@ -35,20 +36,20 @@ from pairmq.core.subscription import Subscription
 
 # A bridge logs in with this client-id prefix and its member's name: its subscriptions are
 # not consumers of the member it pulls from (they do not count as interest there).
-BRIDGE_CLIENT_ID = "pairmq-bridge."
-HOPS = "pairmq_hops"  # bridges a message crossed (a selector reads it: no dash)
-ORIGIN = "pairmq_origin"  # the member that first took it
-LOAD_BALANCED = f"{HOPS} IS NULL"  # a topic's bridge subscription: messages never carried
-STATUS_TOPIC = "/topic/pairmq.cluster"  # where each member says who it is, every tick
-SF_PREFIX = "/queue/pairmq.sf:"  # store-and-forward queues: pairmq.sf:MEMBER:QUEUE
+BRIDGE_CLIENT_ID: Final = "pairmq-bridge."
+HOPS: Final = "pairmq_hops"  # bridges a message crossed (a selector reads it: no dash)
+ORIGIN: Final = "pairmq_origin"  # the member that first took it
+LOAD_BALANCED: Final = f"{HOPS} IS NULL"  # a topic's bridge subscription: messages never carried
+STATUS_TOPIC: Final = "/topic/pairmq.cluster"  # where each member says who it is, every tick
+SF_PREFIX: Final = "/queue/pairmq.sf:"  # store-and-forward queues: pairmq.sf:MEMBER:QUEUE
 # a scaling-down member's producer sequences and dup-ids (core/broker/handover.py): its
 # store-and-forward queue is drained as any other, and the bridge adopts what comes
-HANDOVER_QUEUE = "/queue/pairmq.handover"
+HANDOVER_QUEUE: Final = "/queue/pairmq.handover"
 # ... and its durable subscriptions' messages, each naming its subscription and topic
-DURABLES_QUEUE = "/queue/pairmq.durables"
-DURABLE_KEY = "pairmq_durable"
-DURABLE_TOPIC = "pairmq_durable_topic"
-CLUSTERED = ("/queue/", "/topic/")  # streams, temporary and reply queues stay local
+DURABLES_QUEUE: Final = "/queue/pairmq.durables"
+DURABLE_KEY: Final = "pairmq_durable"
+DURABLE_TOPIC: Final = "pairmq_durable_topic"
+CLUSTERED: Final = ("/queue/", "/topic/")  # streams, temporary and reply queues stay local
 
 
 class LoadBalancing(StrEnum):
@@ -196,10 +197,10 @@ def _never_carried(entry: Entry) -> bool:
 
 # Headers of a MESSAGE that belong to its delivery, not to the message: a bridge leaves them
 # out when it hands the message on.
-DELIVERY_HEADERS = frozenset({"message-id", "subscription", "ack", "destination",
+DELIVERY_HEADERS: Final = frozenset({"message-id", "subscription", "ack", "destination",
                               "redelivered", "delivery-count", "content-length", "receipt",
                               "transaction", "dup-id"})
-PRODUCER_DUP_ID = "pairmq_dup_id"  # a carried message's producer's dup-id, kept for readers
+PRODUCER_DUP_ID: Final = "pairmq_dup_id"  # a carried message's producer's dup-id, kept for readers
 
 
 def carried(headers: Mapping[str, str], from_member: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pairmq.core.admission import ACCEPTED, Outcome
 from pairmq.core.session import PendingSend
@@ -97,7 +97,7 @@ class CommitStep(NamedTuple):
     routed: int  # sends it routed
 
 
-ROUTED = PendingSend("", {}, b"")  # in place of a send routed already: its body is free
+ROUTED: Final = PendingSend("", {}, b"")  # in place of a send routed already: its body is free
 
 
 def staged_bytes(send: PendingSend) -> int:

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core.errors import CoreError
 
-QUEUE = "queue"
-TOPIC = "topic"
-TEMP = "temp-queue"
-REPLY = "reply-queue"
-STREAM = "stream"
-STREAM_PREFIX = "/stream/"
+QUEUE: Final = "queue"
+TOPIC: Final = "topic"
+TEMP: Final = "temp-queue"
+REPLY: Final = "reply-queue"
+STREAM: Final = "stream"
+STREAM_PREFIX: Final = "/stream/"
 
-_PREFIXES = (("/queue/", QUEUE), ("/topic/", TOPIC), ("/temp-queue/", TEMP),
+_PREFIXES: Final = (("/queue/", QUEUE), ("/topic/", TOPIC), ("/temp-queue/", TEMP),
              ("/reply-queue/", REPLY), (STREAM_PREFIX, STREAM))
 
 
 _parsed: dict[str, tuple[str, str]] = {}
-_PARSED_MAX = 10000
+_PARSED_MAX: Final = 10000
 
 
 def parse_destination(destination: str) -> tuple[str, str]:

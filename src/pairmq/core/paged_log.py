@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from pairmq.core.array_sums import total as total_of
 
@@ -39,7 +39,7 @@ class Routed(Protocol):
 
 Queue = Hashable  # a reader of the log: the broker's queues (identity is what counts)
 
-CHUNK = 4096  # entries per chunk: the unit in which passed entries are freed
+CHUNK: Final = 4096  # entries per chunk: the unit in which passed entries are freed
 
 
 class Chunk:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 
 class Permission(StrEnum):
@@ -36,12 +37,12 @@ class Permission(StrEnum):
 
 # What the management API's requests are checked on: `manage` for changes, `browse` for
 # reads (Artemis checks its management address the same way).
-MANAGEMENT = "pairmq.management"
+MANAGEMENT: Final = "pairmq.management"
 # /amq/queue/NAME is RabbitMQ's name for the queue or stream NAME (core/rabbitmq.py)
-PREFIXES = ("/queue/", "/topic/", "/stream/", "/temp-queue/", "/amq/queue/")
+PREFIXES: Final = ("/queue/", "/topic/", "/stream/", "/temp-queue/", "/amq/queue/")
 # A connection's own temporary queues: making one (SUBSCRIBE /temp-queue/NAME) needs
 # createNonDurableQueue on NAME; sending to one, or to its /reply-queue/ name, needs nothing.
-PRIVATE = ("/temp-queue/", "/reply-queue/")
+PRIVATE: Final = ("/temp-queue/", "/reply-queue/")
 
 
 def rule_pattern_problem(pattern: str) -> str | None:
@@ -160,7 +161,7 @@ class Exists:
 
 
 # The commands `needed` may ask a permission for: any other frame needs none.
-PERMISSIONED = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE"})
+PERMISSIONED: Final = frozenset({"SEND", "SUBSCRIBE", "UNSUBSCRIBE"})
 
 
 def needed(command: str, headers: Mapping[str, str], exists: Exists

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pairmq.core.message import PRIORITY_LEVELS, Entry, Message
 from pairmq.core.paged_log import PagedLog
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # objects that point at each other: a Queue holds its consume
 
 # In place of the message of an entry a selective consumer took (`Queue.take`): the level
 # and the selectors' indexes keep the entry until they reach it, not its body.
-TAKEN = Message("", "", {}, b"", False, 0, 0, 0, 0)
+TAKEN: Final = Message("", "", {}, b"", False, 0, 0, 0, 0)
 
 
 class AddressState(StrEnum):

@@ -33,28 +33,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from pairmq.core.errors import CoreError
 
-MAX_LENGTH = "x-max-length"
-MAX_LENGTH_BYTES = "x-max-length-bytes"
-MESSAGE_TTL = "x-message-ttl"
-OVERFLOW = "x-overflow"
-DLX = "x-dead-letter-exchange"
-DLX_KEY = "x-dead-letter-routing-key"
-QUEUE_TYPE = "x-queue-type"
-MAX_PRIORITY = "x-max-priority"
-EXPIRES = "x-expires"
+MAX_LENGTH: Final = "x-max-length"
+MAX_LENGTH_BYTES: Final = "x-max-length-bytes"
+MESSAGE_TTL: Final = "x-message-ttl"
+OVERFLOW: Final = "x-overflow"
+DLX: Final = "x-dead-letter-exchange"
+DLX_KEY: Final = "x-dead-letter-routing-key"
+QUEUE_TYPE: Final = "x-queue-type"
+MAX_PRIORITY: Final = "x-max-priority"
+EXPIRES: Final = "x-expires"
 
-DROP_HEAD = "drop-head"
-REJECT_PUBLISH = "reject-publish"
+DROP_HEAD: Final = "drop-head"
+REJECT_PUBLISH: Final = "reject-publish"
 
 # Every header this module reads: a SUBSCRIBE with none of them configures nothing.
-HEADERS = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY, QUEUE_TYPE,
+HEADERS: Final = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY, QUEUE_TYPE,
            MAX_PRIORITY, EXPIRES)
 # The settings that change a queue, in the order its journal text lists them.
-_KEPT = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY)
-_BIGGEST = 2 ** 62  # any count or time past this is a typo, not a setting
+_KEPT: Final = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY)
+_BIGGEST: Final = 2 ** 62  # any count or time past this is a typo, not a setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,7 @@ class QueueArgs:
         return "\n".join(line for line in lines if line)
 
 
-_NOTHING = QueueArgs()
+_NOTHING: Final = QueueArgs()
 
 
 def args_from_text(text: str, destination: str) -> QueueArgs:

@@ -21,12 +21,13 @@ writes `/queue/NAME` on a MESSAGE whatever the SEND used).
 from __future__ import annotations
 
 from collections.abc import Container, Mapping
+from typing import Final
 
 from pairmq.core.errors import CoreError
 
-AMQ_QUEUE_PREFIX = "/amq/queue/"
-QUEUE_TYPE = "x-queue-type"
-REQUEUE = "requeue"
+AMQ_QUEUE_PREFIX: Final = "/amq/queue/"
+QUEUE_TYPE: Final = "x-queue-type"
+REQUEUE: Final = "requeue"
 
 
 def amq_target(destination: str, headers: Mapping[str, str], streams: Container[str],

@@ -17,16 +17,16 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from pairmq.core.accounts import Accounts
 from pairmq.core.commit_ledger import CommitLedger
 from pairmq.core.message import Entry, Message
 from pairmq.core.paged_log import PagedLog
 
-DURABLE = "durable:"
-STREAM = "/stream/"
-_NEWEST = 1 << 64  # above every enqueue order
+DURABLE: Final = "durable:"
+STREAM: Final = "/stream/"
+_NEWEST: Final = 1 << 64  # above every enqueue order
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from typing import Final
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import PRIORITY_LEVELS, Entry
@@ -95,9 +96,9 @@ class SelectorIndex:
 
 # RabbitMQ 3.13's stream filtering (docs/streams.md): a SEND's filter value, and what a
 # SUBSCRIBE wants. pairmq filters exactly: RabbitMQ's Bloom filter lets some others through.
-FILTER_VALUE = "x-stream-filter-value"
-FILTER = "x-stream-filter"
-MATCH_UNFILTERED = "x-stream-match-unfiltered"
+FILTER_VALUE: Final = "x-stream-filter-value"
+FILTER: Final = "x-stream-filter"
+MATCH_UNFILTERED: Final = "x-stream-match-unfiltered"
 
 Match = Callable[[Mapping[str, str]], bool]
 

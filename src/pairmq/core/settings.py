@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
-EXPIRED_POLICIES = ("dead-letter", "drop")
-GLOBAL_FULL_POLICIES = ("fail", "block")  # what the server-wide guards do ([store] full_policy)
-PATTERN_PREFIXES = ("/queue/", "/topic/")
+EXPIRED_POLICIES: Final = ("dead-letter", "drop")
+# what the server-wide guards do ([store] full_policy)
+GLOBAL_FULL_POLICIES: Final = ("fail", "block")
+PATTERN_PREFIXES: Final = ("/queue/", "/topic/")
 
 
 class AddressFullPolicy(StrEnum):
@@ -21,7 +23,7 @@ class AddressFullPolicy(StrEnum):
     DROP = "drop"  # discarded and counted; the RECEIPT is still sent
 
 
-ADDRESS_FULL_POLICIES = tuple(p.value for p in AddressFullPolicy)
+ADDRESS_FULL_POLICIES: Final = tuple(p.value for p in AddressFullPolicy)
 
 
 @dataclass(frozen=True, slots=True)

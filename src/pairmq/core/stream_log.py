@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import islice
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Message
@@ -29,12 +29,12 @@ if TYPE_CHECKING:  # objects that point at each other: a StreamCursor holds its 
     # Session its cursors (session.py)
     from pairmq.core.session import Session
 
-OFFSET_HEADER = "x-stream-offset"
-END_HEADER = "x-stream-end"
-BATCH_HEADER = "x-stream-batch"
-MAX_BATCH = 10000  # records in one batched MESSAGE, at most
-BATCH_BYTES = 1024 * 1024  # a batch stops once its records' sizes reach this (>= 1 record)
-HOT = 1024  # newest records of a stream whose objects stay in memory, for tail readers
+OFFSET_HEADER: Final = "x-stream-offset"
+END_HEADER: Final = "x-stream-end"
+BATCH_HEADER: Final = "x-stream-batch"
+MAX_BATCH: Final = 10000  # records in one batched MESSAGE, at most
+BATCH_BYTES: Final = 1024 * 1024  # a batch stops once its records' sizes reach this (>= 1 record)
+HOT: Final = 1024  # newest records of a stream whose objects stay in memory, for tail readers
 
 
 class StartKind(StrEnum):
@@ -58,7 +58,7 @@ class Start:
 # ms (every other time on the wire is). A value below this is read as seconds, one at or
 # above as ms: 10^11 s is the year 5138, 10^11 ms is 1973-03-03, so neither form of a time
 # this side of those is read as the other (pairmq's Spark source relies on it too).
-SECONDS_BELOW = 10**11
+SECONDS_BELOW: Final = 10**11
 
 
 def parse_count(header: str, value: str) -> int:

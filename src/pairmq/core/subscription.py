@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
 
 from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry
@@ -13,10 +14,10 @@ if TYPE_CHECKING:  # objects that point at each other: a Subscription holds its 
     from pairmq.core.queue import Queue
     from pairmq.core.session import Session
 
-ACK_AUTO = 0
-ACK_CLIENT = 1
-ACK_INDIVIDUAL = 2
-ACK_MODES = {"auto": ACK_AUTO, "client": ACK_CLIENT, "client-individual": ACK_INDIVIDUAL}
+ACK_AUTO: Final = 0
+ACK_CLIENT: Final = 1
+ACK_INDIVIDUAL: Final = 2
+ACK_MODES: Final = {"auto": ACK_AUTO, "client": ACK_CLIENT, "client-individual": ACK_INDIVIDUAL}
 
 
 def ack_mode_of(ack: str) -> int:
@@ -29,7 +30,7 @@ def ack_mode_of(ack: str) -> int:
 
 # Messages one session is handed per turn of the server, at most (core/broker/broker.py
 # `_turn_full`).
-TURN_DELIVERIES = 512
+TURN_DELIVERIES: Final = 512
 
 
 class Subscription:
@@ -67,8 +68,20 @@ class Recipient(Protocol):
     def id(self) -> str: ...
 
 
-class Delivery(NamedTuple):
+@dataclass(slots=True, eq=False, init=False)
+class Delivery:
+    """One entry handed to a recipient, for the server to write as a MESSAGE. A class with
+    its `__init__` written out, not a NamedTuple: the compiled build compiles this one,
+    while a NamedTuple's `__new__` runs interpreted, once per message."""
+
     subscription: Recipient  # who gets it: a Subscription or a StreamCursor
     entry: Entry
     ack_id: str | None  # None for ack:auto
     delivery_count: int
+
+    def __init__(self, subscription: Recipient, entry: Entry, ack_id: str | None,
+                 delivery_count: int) -> None:
+        self.subscription = subscription
+        self.entry = entry
+        self.ack_id = ack_id
+        self.delivery_count = delivery_count

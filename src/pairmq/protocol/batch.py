@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Final
 
 from .errors import ProtocolError
 from .escaping import escape_header, unescape_header
 
-RECORD_HEAD = struct.Struct("<QQHII")
-SEND_HEAD = struct.Struct("<II")
-MAX_ID_BYTES = 0xFFFF
-SEND_BATCH_HEADER = "pairmq-batch"  # on a SEND: its body packs this many messages
-MAX_SEND_BATCH = 10000  # messages in one batched SEND, at most
+RECORD_HEAD: Final = struct.Struct("<QQHII")
+SEND_HEAD: Final = struct.Struct("<II")
+MAX_ID_BYTES: Final = 0xFFFF
+SEND_BATCH_HEADER: Final = "pairmq-batch"  # on a SEND: its body packs this many messages
+MAX_SEND_BATCH: Final = 10000  # messages in one batched SEND, at most
 
 Record = tuple[int, int, str, dict[str, str], bytes]  # offset, ms, message-id, headers, body
 SendRecord = tuple[dict[str, str], bytes]  # headers, body

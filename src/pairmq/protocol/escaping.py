@@ -8,17 +8,18 @@ known yet when they are written.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from .errors import ProtocolError
 
-UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED", "STOMP"})
+UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "CONNECTED", "STOMP"})
 
-_DECODE = {
+_DECODE: Final = {
     "1.0": {},
     "1.1": {"n": "\n", "c": ":", "\\": "\\"},
     "1.2": {"r": "\r", "n": "\n", "c": ":", "\\": "\\"},
 }
-_ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
+_ESCAPE_SEQUENCE: Final = re.compile(r"\\(.?)", re.DOTALL)
 
 
 def _table(version: str) -> dict[str, str]:

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from .errors import ProtocolError
 
 # Headers a MESSAGE carries besides the message's own, at most: message-id, destination,
 # subscription, ack, delivery-count, redelivered and content-length on every delivery, and
 # the timestamp, persistent and x-stream-offset the server may store with a message ...
-HEADERS_ADDED = 10
+HEADERS_ADDED: Final = 10
 # ... and the bytes they take, at most
-BYTES_ADDED = 1024
+BYTES_ADDED: Final = 1024
 
 
 @dataclass(frozen=True)

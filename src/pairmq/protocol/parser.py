@@ -19,12 +19,14 @@ for `max_header_bytes`, excludes its line end and applies to the command line to
 
 from __future__ import annotations
 
+from typing import Final
+
 from .errors import ProtocolError
 from .frame import Frame
 from .headers import parse_header_block
 from .versions import SUPPORTED_VERSIONS, negotiate_version
 
-_CONNECT_COMMANDS = frozenset({"CONNECT", "STOMP"})
+_CONNECT_COMMANDS: Final = frozenset({"CONNECT", "STOMP"})
 
 
 class FrameParser:

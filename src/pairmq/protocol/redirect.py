@@ -3,4 +3,6 @@ the member that took its messages, producer sequences and dup-ids (docs/cluster.
 "Scale-down"): its value is that member's URL, as `cluster-members` writes one. The
 pairmq client goes there at once; other clients read it in the ERROR's message too."""
 
-SCALED_DOWN_TO = "scaled-down-to"
+from typing import Final
+
+SCALED_DOWN_TO: Final = "scaled-down-to"

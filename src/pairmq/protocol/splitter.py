@@ -17,7 +17,9 @@ What does not end yet (a frame written in parts) stays buffered until the rest c
 
 from __future__ import annotations
 
-_HEADER = b"\ncontent-length:"
+from typing import Final
+
+_HEADER: Final = b"\ncontent-length:"
 
 
 def frame_end(data: bytes, start: int) -> int:

@@ -10,16 +10,16 @@ way by the server (core/producers.py) and the client (client/sequences.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from .errors import ProtocolError
 
-PRODUCER_HEADER = "pairmq-producer"
-EPOCH_HEADER = "pairmq-producer-epoch"
-SEQ_HEADER = "pairmq-seq"
-STAMP_HEADERS = frozenset({PRODUCER_HEADER, EPOCH_HEADER, SEQ_HEADER})
-MAX_PRODUCER_ID = 256  # characters
-MAX_NUMBER = (1 << 63) - 1
+PRODUCER_HEADER: Final = "pairmq-producer"
+EPOCH_HEADER: Final = "pairmq-producer-epoch"
+SEQ_HEADER: Final = "pairmq-seq"
+STAMP_HEADERS: Final = frozenset({PRODUCER_HEADER, EPOCH_HEADER, SEQ_HEADER})
+MAX_PRODUCER_ID: Final = 256  # characters
+MAX_NUMBER: Final = (1 << 63) - 1
 
 
 class Stamp(NamedTuple):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+from typing import Final
+
+SUPPORTED_VERSIONS: Final = ("1.0", "1.1", "1.2")
 
 
 def negotiate_version(accept_version: str | None) -> str | None:

@@ -27,18 +27,18 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:  # prometheus_client loads with the management port, not at every start
     from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("pairmq.server")
 
-INTERVAL_S = 0.05  # the watch timer's period
-REPORT_S = 0.1  # a turn longer than this is logged
-WATCHDOG_S = 0.025  # how often the watchdog thread looks
-BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-_FRAMES = 3  # pairmq frames named in a report
+INTERVAL_S: Final = 0.05  # the watch timer's period
+REPORT_S: Final = 0.1  # a turn longer than this is logged
+WATCHDOG_S: Final = 0.025  # how often the watchdog thread looks
+BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_FRAMES: Final = 3  # pairmq frames named in a report
 
 
 class Buckets:
@@ -168,8 +168,8 @@ class LoopWatch:
         self._gc = (time.monotonic(), took, generation)
 
 
-_THREAD = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+)", re.MULTILINE)
-_LINE = re.compile(r'^\s+File "([^"]+)", line (\d+) in (\S+)', re.MULTILINE)
+_THREAD: Final = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+)", re.MULTILINE)
+_LINE: Final = re.compile(r'^\s+File "([^"]+)", line (\d+) in (\S+)', re.MULTILINE)
 
 
 def describe(dump: str, thread: int) -> str:

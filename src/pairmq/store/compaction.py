@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Final
 
 from pairmq.core import Message
 from pairmq.core import records as rec
@@ -18,7 +19,7 @@ from pairmq.store.reading import DUPS_RECORD, EPOCH_RECORD
 
 log = logging.getLogger("pairmq.store")
 
-COMPACT_STEP = 500  # live objects re-appended per event-loop turn
+COMPACT_STEP: Final = 500  # live objects re-appended per event-loop turn
 
 
 class Compacting(Mirroring):

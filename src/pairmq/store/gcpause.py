@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 _pauses = 0  # gc_paused blocks open now (one may span an await: a recovery in a thread)
 
@@ -55,17 +55,17 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-YOUNG_THRESHOLD = 20_000  # allocations between two collections of the youngest objects
-NEVER = 1 << 30  # the oldest generation's threshold: the server collects it in steps
-FULL_EVERY_S = 0.5  # between two steps at most: at 2 s, a drain's steps took 50-76 ms
-MIN_EVERY_S = 0.1  # ... and at least, however much the server allocates
-STEP_TARGET_S = 0.02  # a step longer than this brings the next one closer
+YOUNG_THRESHOLD: Final = 20_000  # allocations between two collections of the youngest objects
+NEVER: Final = 1 << 30  # the oldest generation's threshold: the server collects it in steps
+FULL_EVERY_S: Final = 0.5  # between two steps at most: at 2 s, a drain's steps took 50-76 ms
+MIN_EVERY_S: Final = 0.1  # ... and at least, however much the server allocates
+STEP_TARGET_S: Final = 0.02  # a step longer than this brings the next one closer
 # A thawed step collects the whole heap: 0.5-0.6 us an object here (30,000 objects, the
 # code's own, 22 ms; 125,000, 76 ms), so only below this, and not at every step.
 THAW_BELOW = 50_000
-THAW_EVERY_S = 5.0  # between two thawed steps, at least
-QUIET_BELOW = 0.25  # the share of its time the loop's thread ran, below which it is quiet
-THAW_BUSY_EVERY_S = 300.0  # a server never quiet thaws this often (cycles wait that long)
+THAW_EVERY_S: Final = 5.0  # between two thawed steps, at least
+QUIET_BELOW: Final = 0.25  # the share of its time the loop's thread ran, below which it is quiet
+THAW_BUSY_EVERY_S: Final = 300.0  # a server never quiet thaws this often (cycles wait that long)
 
 
 def collect_young_less_often() -> None:

@@ -24,56 +24,57 @@ import struct
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-FORMAT_VERSION = 1
-SEGMENT_MAGIC = b"PMQJ"
-SEGMENT_HEADER = struct.Struct("<4sHHI")  # magic, format version, reserved, segment id
-RECORD_HEADER = struct.Struct("<IIQIB")  # length, crc, seq, epoch, kind
-CRC_PART = struct.Struct("<QIB")
-CRC_FROM = 8  # the checksum covers the header from here (seq, epoch, kind) and the payload
+FORMAT_VERSION: Final = 1
+SEGMENT_MAGIC: Final = b"PMQJ"
+SEGMENT_HEADER: Final = struct.Struct("<4sHHI")  # magic, format version, reserved, segment id
+RECORD_HEADER: Final = struct.Struct("<IIQIB")  # length, crc, seq, epoch, kind
+CRC_PART: Final = struct.Struct("<QIB")
+CRC_FROM: Final = 8  # the checksum covers the header from here (seq, epoch, kind) and the payload
 
-KIND_BATCH = 1
+KIND_BATCH: Final = 1
 
 # Entry types inside a batch.
-ADD = 1  # a persistent message enters one or more durable queues
-DEL = 2  # it leaves one queue (acknowledged, expired, moved)
-DELIVERED = 3  # handed to a consumer (so recovery marks it redelivered)
-DURABLE = 4  # a durable topic subscription is created
-UNDURABLE = 5  # ... or deleted
-DEST = 6  # a destination created at run time
-DUP = 7  # a duplicate id accepted for a destination
-EPOCH = 8  # the pair's epoch changed: this server became active with it
-DUPS = 9  # a destination's whole dup-id cache, oldest first (written by compaction)
-GROUP = 10  # a stream's consumer group processed every offset below this one
-PRODUCER = 11  # a producer's messages to a destination are taken up to a sequence number
-DEL_ORDER = 12  # DEL naming the message's enqueue order too (a paged message has no id in
+ADD: Final = 1  # a persistent message enters one or more durable queues
+DEL: Final = 2  # it leaves one queue (acknowledged, expired, moved)
+DELIVERED: Final = 3  # handed to a consumer (so recovery marks it redelivered)
+DURABLE: Final = 4  # a durable topic subscription is created
+UNDURABLE: Final = 5  # ... or deleted
+DEST: Final = 6  # a destination created at run time
+DUP: Final = 7  # a duplicate id accepted for a destination
+EPOCH: Final = 8  # the pair's epoch changed: this server became active with it
+DUPS: Final = 9  # a destination's whole dup-id cache, oldest first (written by compaction)
+GROUP: Final = 10  # a stream's consumer group processed every offset below this one
+PRODUCER: Final = 11  # a producer's messages to a destination are taken up to a sequence number
+DEL_ORDER: Final = 12  # DEL naming the message's enqueue order too (a paged message has no id in
 #                 memory, store/pages.py); decoded as (DEL, queue, id, order), a plain DEL
 #                 (older journals) as (DEL, queue, id, -1)
-DELIVERED_ORDER = 13  # DELIVERED with the order too: (DELIVERED, queue, id, count, order)
-USER = 14  # a user added or changed at run time: (USER, name, password hash, [roles])
-UNUSER = 15  # ... or removed: (UNUSER, name)
-RULE = 16  # a permission rule set at run time: (RULE, pattern, ((permission, roles), ...))
-UNRULE = 17  # ... or removed: (UNRULE, pattern)
-UNDEST = 18  # an empty, unused destination is deleted: (UNDEST, destination)
-DEST_ARGS = 19  # a queue made with x- arguments (core/broker/configured.py): decoded as
+DELIVERED_ORDER: Final = 13  # DELIVERED with the order too: (DELIVERED, queue, id, count, order)
+USER: Final = 14  # a user added or changed at run time: (USER, name, password hash, [roles])
+UNUSER: Final = 15  # ... or removed: (UNUSER, name)
+RULE: Final = 16  # a permission rule set at run time: (RULE, pattern, ((permission, roles), ...))
+UNRULE: Final = 17  # ... or removed: (UNRULE, pattern)
+UNDEST: Final = 18  # an empty, unused destination is deleted: (UNDEST, destination)
+DEST_ARGS: Final = 19  # a queue made with x- arguments (core/broker/configured.py): decoded as
 #                 (DEST, destination, settings), a plain DEST as (DEST, destination)
 # A COMMIT applied in slices (core/broker/committing.py), named by its key (u64):
-TX_SEND = 20  # one of its sends: (TX_SEND, key, destination, headers, body)
-TX_END = 21  # decided, every send above journaled: (TX_END, key, sends)
-TX_DONE = 22  # its first `routed` sends are routed: (TX_DONE, key, routed)
-TX_DROP = 23  # never decided; its sends mean nothing: (TX_DROP, key)
+TX_SEND: Final = 20  # one of its sends: (TX_SEND, key, destination, headers, body)
+TX_END: Final = 21  # decided, every send above journaled: (TX_END, key, sends)
+TX_DONE: Final = 22  # its first `routed` sends are routed: (TX_DONE, key, routed)
+TX_DROP: Final = 23  # never decided; its sends mean nothing: (TX_DROP, key)
 
-_U8 = struct.Struct("<B")
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-_U8_U32 = struct.Struct("<BI")  # packed: no padding with "<"
-_U32_U64 = struct.Struct("<IQ")
-_ADD_FIXED = struct.Struct("<BQQBBI")  # type, order, expires, priority, persistent, deliveries
+_U8: Final = struct.Struct("<B")
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_U8_U32: Final = struct.Struct("<BI")  # packed: no padding with "<"
+_U32_U64: Final = struct.Struct("<IQ")
+# type, order, expires, priority, persistent, deliveries
+_ADD_FIXED: Final = struct.Struct("<BQQBBI")
 
 
 # What decoding damaged bytes raises: turned into CorruptRecord (or JournalCorrupt).
-BAD_BYTES = (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError)
+BAD_BYTES: Final = (struct.error, UnicodeDecodeError, IndexError, ValueError, TypeError)
 
 
 class CorruptRecord(Exception):
@@ -85,7 +86,7 @@ def _s(value: str) -> bytes:
     return _U32.pack(len(raw)) + raw
 
 
-_UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_UNESCAPE: Final = re.compile(r"\\(.)", re.DOTALL)
 
 
 def _escape(value: str) -> str:
@@ -188,9 +189,9 @@ def encode_delivered(queue: str, message_id: str, deliveries: int, order: int) -
                      _U32_U64.pack(deliveries, order)))
 
 
-_ADD_BEFORE_META = 1 + 8 + 8 + 1 + 1 + 4 + 4  # _ADD_FIXED, then the metadata's length
+_ADD_BEFORE_META: Final = 1 + 8 + 8 + 1 + 1 + 4 + 4  # _ADD_FIXED, then the metadata's length
 # What a message counts (body + metadata + 64, as recovery sizes it) over its entry's length
-ADD_SIZE_OVER_ENTRY = 64 - _ADD_BEFORE_META - 4
+ADD_SIZE_OVER_ENTRY: Final = 64 - _ADD_BEFORE_META - 4
 
 
 def add_span(body_offset: int, body_length: int, meta_length: int) -> tuple[int, int]:
@@ -250,7 +251,7 @@ def encode_group(stream: str, group: str, offset: int) -> bytes:
     return b"".join((_U8.pack(GROUP), _s(stream), _s(group), _U64.pack(offset)))
 
 
-_PRODUCER_NUMBERS = struct.Struct("<QQQ")  # epoch, seq, ms
+_PRODUCER_NUMBERS: Final = struct.Struct("<QQQ")  # epoch, seq, ms
 
 
 def encode_producer(destination: str, producer: str, epoch: int, seq: int, seen: int
@@ -263,7 +264,7 @@ def encode_epoch(epoch: int) -> bytes:
     return _U8.pack(EPOCH) + _U32.pack(epoch)
 
 
-_KEY_COUNT = struct.Struct("<BQI")  # entry type, commit key, a count
+_KEY_COUNT: Final = struct.Struct("<BQI")  # entry type, commit key, a count
 
 
 def encode_tx_send(key: int, destination: str, headers: Mapping[str, str], body: bytes
@@ -294,8 +295,10 @@ def frame_record(seq: int, epoch: int, payload: bytes, kind: int = KIND_BATCH) -
     return RECORD_HEADER.pack(len(payload), crc, seq, epoch, kind) + payload
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AddEntry:
+    """One decoded ADD (its `__init__` written out for the compiled build, as Message's)."""
+
     order: int
     message_id: str
     destination: str
@@ -310,8 +313,26 @@ class AddEntry:
     body_length: int
     meta_length: int  # bytes of id, destination and headers: sizes the message cheaply
 
+    def __init__(self, order: int, message_id: str, destination: str, priority: int,
+                 expires: int, persistent: bool, deliveries: int, headers: Mapping[str, str],
+                 queues: list[str], body: bytes | None, body_offset: int, body_length: int,
+                 meta_length: int) -> None:
+        self.order = order
+        self.message_id = message_id
+        self.destination = destination
+        self.priority = priority
+        self.expires = expires
+        self.persistent = persistent
+        self.deliveries = deliveries
+        self.headers = headers
+        self.queues = queues
+        self.body = body
+        self.body_offset = body_offset
+        self.body_length = body_length
+        self.meta_length = meta_length
 
-_ADD_HEAD = struct.Struct("<BQQBBII")  # the fixed part, then the metadata's length
+
+_ADD_HEAD: Final = struct.Struct("<BQQBBII")  # the fixed part, then the metadata's length
 
 # One decoded entry: (ADD, AddEntry), (DEL, queue, id, order), ... (`decode_entries`)
 DecodedEntry = tuple[Any, ...]

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from typing import Final
 
 from pairmq.core import Broker, Message
 from pairmq.core import records as rec
@@ -56,11 +57,15 @@ log = logging.getLogger("pairmq.store")
 
 # Record kinds a run of new messages may hold (store/summary.py): the messages and their
 # dup-ids, and bookkeeping that writes nothing
-_SUMMARISED = frozenset({rec.ADD, rec.DUP, rec.DUP_EVICT, rec.PRODUCER_FORGET})
+_SUMMARISED: Final = frozenset({rec.ADD, rec.DUP, rec.DUP_EVICT, rec.PRODUCER_FORGET})
 # the kinds `persist` meets for every message, as module constants (no attribute lookup)
-_ADD, _DEL, _DELIVERED, _DUP, _PRODUCER = rec.ADD, rec.DEL, rec.DELIVERED, rec.DUP, rec.PRODUCER
-_RUN_GAP = 16 * 1024  # read_bodies: record bytes between two bodies read along with them
-_RUN_BYTES = 8 * 1024 * 1024  # ... and at most this much in one pread
+_ADD: Final = rec.ADD
+_DEL: Final = rec.DEL
+_DELIVERED: Final = rec.DELIVERED
+_DUP: Final = rec.DUP
+_PRODUCER: Final = rec.PRODUCER
+_RUN_GAP: Final = 16 * 1024  # read_bodies: record bytes between two bodies read along with them
+_RUN_BYTES: Final = 8 * 1024 * 1024  # ... and at most this much in one pread
 
 
 class Store(Recovering):
@@ -143,8 +148,13 @@ class Store(Recovering):
         dups: list[tuple[str, str]] = []  # ... and their dup-ids
         runs_begun: list[CommitRun] = []  # COMMITs in slices whose first TX_SEND this is
         runs_ended: list[CommitRun] = []  # ... and those whose last record this is
+        # Typed, not left as the records' Any: the compiled build reads their attributes
+        # natively instead of by name (docs/benchmarks.md).
+        message: Message
+        queue_keys: list[str]
+        queue_key: str
         for record in records:
-            kind = record[0]
+            kind: int = record[0]
             # The kinds every message brings first, the others in `_entry_of`. A run of new
             # messages (`summarised`) ends at any kind but those _SUMMARISED holds.
             if kind == _ADD:
@@ -164,25 +174,26 @@ class Store(Recovering):
                     added.append((message, queue_keys, size + body_at, body))
             elif kind == _DEL:
                 summarised = None
-                message = record[2]
-                entry = encode_del(record[1], message.message_id, message.order)
+                queue_key, message = record[1], record[2]
+                entry = encode_del(queue_key, message.message_id, message.order)
                 at = pending.get(id(message)) if message.journal_queues is None else None
                 if at is not None:
                     # Added and removed in this very group (an auto-ack consumer, a
                     # stream's retention): that queue never holds it once this is on disk.
                     held, keys_of, body_at, body = added[at]
-                    added[at] = (held, [k for k in keys_of if k != record[1]], body_at, body)
+                    added[at] = (held, [k for k in keys_of if k != queue_key], body_at, body)
                 if message.journal_delivered:
-                    message.journal_delivered.pop(record[1], None)
-                self._release(message, record[1])
+                    message.journal_delivered.pop(queue_key, None)
+                self._release(message, queue_key)
             elif kind == _DELIVERED:
                 summarised = None
-                message = record[2]
-                entry = encode_delivered(record[1], message.message_id, record[3],
+                queue_key, message = record[1], record[2]
+                deliveries: int = record[3]
+                entry = encode_delivered(queue_key, message.message_id, deliveries,
                                          message.order)
                 if message.journal_delivered is None:
                     message.journal_delivered = {}
-                message.journal_delivered[record[1]] = record[3]
+                message.journal_delivered[queue_key] = deliveries
             elif kind == _PRODUCER:
                 producers[(record[1], record[2])] = record
                 continue

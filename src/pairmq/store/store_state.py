@@ -21,6 +21,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from pairmq.core import Broker, Message
 from pairmq.core.records import Record
@@ -31,7 +32,8 @@ from pairmq.store.settings import StoreSettings
 from pairmq.store.summary_builder import SummaryBuilder
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
-KEY_OVERHEAD = 64  # bytes a destination/durable/dup/epoch record takes, for live-byte estimates
+# bytes a destination/durable/dup/epoch record takes, for live-byte estimates
+KEY_OVERHEAD: Final = 64
 
 
 class StoreState:

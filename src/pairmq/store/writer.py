@@ -14,10 +14,9 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pairmq.core.message import Message
 from pairmq.core.paged_log import PagedLog
@@ -27,14 +26,16 @@ from pairmq.store.stall import StallView, StallWatch, check_interval
 from pairmq.store.summary import keep_summary_within, remove_summary
 from pairmq.store.summary_builder import PendingSummary, write_summary_file
 from pairmq.store.synctimes import SYNC_TIMES
+from pairmq.store.writer_thread import WriterThread
 
 log = logging.getLogger("pairmq.journal")
 
-RETRY_AFTER_FAILURE_S = 1.0
-RESERVE_NAME = "reserve"  # space set aside so that, on a full disk, acks can still be written
-RESERVE_MAX = 4 * 1024 * 1024
-IOV_MAX = 1024  # buffers per writev (Linux's limit)
-FENCE_RECHECK_S = 0.05  # a fenced writer looks again this often
+RETRY_AFTER_FAILURE_S: Final = 1.0
+# space set aside so that, on a full disk, acks can still be written
+RESERVE_NAME: Final = "reserve"
+RESERVE_MAX: Final = 4 * 1024 * 1024
+IOV_MAX: Final = 1024  # buffers per writev (Linux's limit)
+FENCE_RECHECK_S: Final = 0.05  # a fenced writer looks again this often
 
 
 class Fenced(Exception):
@@ -86,7 +87,7 @@ class JournalWriter:
         self._on_failure: list[Callable[[OSError | None], None]] = []
         self._stalls = _StallChecks(StallWatch(stall_timeout_s), loop)  # disk completes writes?
         self._fds: dict[int, int] = {}
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="pairmq-journal")
+        self._worker = WriterThread(loop, "pairmq-journal")
         self._kick_scheduled = False
         self._retry: asyncio.TimerHandle | None = None
         self._waiting_retry = False
@@ -204,12 +205,11 @@ class JournalWriter:
         sizes = {sid: self.segments[sid].size for sid, _ in job if sid in self.segments}
         self.writing = True
         self._stalls.watch.began(self.loop.time())
-        future = self.loop.run_in_executor(self._executor, self._write, job, unlinks,
-                                           summaries)
-        future.add_done_callback(
-            lambda f: self._written(f, job, unlinks, summaries, target, sizes))
+        self._worker.submit(lambda: self._write(job, unlinks, summaries),
+                            lambda error: self._written(error, job, unlinks, summaries,
+                                                        target, sizes))
 
-    def _written(self, future: asyncio.Future[None], job: list[tuple[int, bytes]],
+    def _written(self, error: BaseException | None, job: list[tuple[int, bytes]],
                  unlinks: list[int], summaries: list[tuple[int, PendingSummary]], target: int,
                  sizes: dict[int, int]) -> None:
         self.writing = False
@@ -218,7 +218,6 @@ class JournalWriter:
             self._stalls.over(stalled_for)
         if self.closed:
             return
-        error = future.exception()
         if isinstance(error, Fenced):
             # Nothing was written: keep the group, touch nothing on disk, look again later.
             self.pending = job + self.pending
@@ -227,7 +226,8 @@ class JournalWriter:
             self._hold()
             return
         if error is not None:
-            assert isinstance(error, OSError)
+            if not isinstance(error, OSError):
+                raise error  # a bug in the writer thread: not a disk's failure
             # Put the group back in front: it is retried after truncating any partial write.
             self.pending = job + self.pending
             self.pending_unlinks = unlinks + self.pending_unlinks
@@ -396,7 +396,7 @@ class JournalWriter:
     def release(self) -> None:
         """Wait for the group in flight, then close the files (the other half of `close`:
         it may wait as long as the disk does, so a stalled disk's is run in a thread)."""
-        self._executor.shutdown(wait=True)
+        self._worker.shutdown()
         self._close_fds()
 
 

@@ -18,6 +18,8 @@ core/broker/resume.py.
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core import records as rec
 from pairmq.core.broker.events import BrokerEvent
 from pairmq.core.broker.paging import PAGE_LOW
@@ -36,9 +38,9 @@ from pairmq.core.subscription import ACK_AUTO, Delivery, Subscription
 
 # Queues sweep_expired looks at per call (every second), at most: an expired message waits
 # up to (queues / SWEEP_SLICE) seconds longer to go.
-SWEEP_SLICE = 20_000
+SWEEP_SLICE: Final = 20_000
 
-_FULL = AddressState.FULL  # tested for every message consumed (see core/broker/intake.py)
+_FULL: Final = AddressState.FULL  # tested for every message consumed (see core/broker/intake.py)
 
 
 class Broker(Subscribing):

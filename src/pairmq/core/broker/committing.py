@@ -37,6 +37,7 @@ their queues after its commit record, too); never a message of an undecided one.
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Admission, Cause, Outcome
@@ -48,10 +49,10 @@ from pairmq.core.session import Session, Transaction
 
 log = logging.getLogger("pairmq.core")
 
-COMMIT_SLICE = 1_000  # a COMMIT of at most this many is applied in one turn, in one record
+COMMIT_SLICE: Final = 1_000  # a COMMIT of at most this many is applied in one turn, in one record
 #                       (about 27 ms); and a slice's routed sends, unless told (the server
 #                       sizes its slices by time: server/role/commit_slices.py)
-STAGE_SLICE = 5_000  # sends checked and journaled in a slice, unless told (about 5 µs each)
+STAGE_SLICE: Final = 5_000  # sends checked and journaled in a slice, unless told (about 5 µs each)
 
 
 class Committing(Follow):

@@ -31,6 +31,8 @@ read them back: drop-head trims what is in memory only, as it comes.
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core import records as rec
 from pairmq.core.broker.state import BrokerState
 from pairmq.core.queue import Queue
@@ -38,7 +40,7 @@ from pairmq.core.queue_args import REJECT_PUBLISH, QueueArgs
 from pairmq.core.records import Record
 from pairmq.core.settings import AddressFullPolicy
 
-MAXLEN = "maxlen"  # the dead-letter-reason of what drop-head drops (RabbitMQ's word)
+MAXLEN: Final = "maxlen"  # the dead-letter-reason of what drop-head drops (RabbitMQ's word)
 
 
 class ConfiguredQueues(BrokerState):

@@ -14,6 +14,7 @@ yet wait in the index until it does (or are dropped, as recovery drops them).
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Final
 
 from pairmq.core.broker.resume import Resume
 from pairmq.core.capacity import INDEX_BYTES, Capacity
@@ -25,7 +26,7 @@ from pairmq.core.queue import Address, AddressState, Queue
 from pairmq.core.queue_args import args_from_text
 from pairmq.core.settings import AddressFullPolicy
 
-DURABLE_PREFIX = "durable:"
+DURABLE_PREFIX: Final = "durable:"
 
 
 class Follow(Resume):

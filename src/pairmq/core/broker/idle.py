@@ -18,13 +18,15 @@ very many costs a bounded slice of a turn, not a pass over all of them.
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core import records as rec
 from pairmq.core.broker.events import BrokerEvent
 from pairmq.core.broker.operations import Operations
 from pairmq.core.destinations import QUEUE, TOPIC
 from pairmq.core.queue import Address
 
-IDLE_CHECKS = 5000  # destinations looked at per call, at most
+IDLE_CHECKS: Final = 5000  # destinations looked at per call, at most
 
 
 class IdleDestinations(Operations):

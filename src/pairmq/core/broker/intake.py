@@ -10,6 +10,8 @@ on (release held producers).
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core import records as rec
 from pairmq.core.admission import (
     ACCEPTED,
@@ -41,19 +43,19 @@ from pairmq.core.settings import AddressFullPolicy
 from pairmq.protocol.batch import SEND_BATCH_HEADER
 from pairmq.protocol.stamps import EPOCH_HEADER, PRODUCER_HEADER, SEQ_HEADER
 
-_NAMED = (QUEUE, TOPIC, STREAM)  # kinds whose address is found by the destination's name
+_NAMED: Final = (QUEUE, TOPIC, STREAM)  # kinds whose address is found by the destination's name
 # Enum members as module constants: the SEND path tests them for every message, and a
 # member looked up on its class costs about 90 ns each time (Python 3.11).
-_OPEN = AddressState.OPEN
-_IS_ACCEPTED = Admission.ACCEPTED
-_IS_PAGED = Admission.PAGED
+_OPEN: Final = AddressState.OPEN
+_IS_ACCEPTED: Final = Admission.ACCEPTED
+_IS_PAGED: Final = Admission.PAGED
 
 # Address-full policies under which a message can be held or refused (page and drop take
 # every message, core/admission.py).
-_HOLDING_POLICIES = frozenset({AddressFullPolicy.BLOCK, AddressFullPolicy.FAIL})
-_PRIORITIES = frozenset("0123456789")
+_HOLDING_POLICIES: Final = frozenset({AddressFullPolicy.BLOCK, AddressFullPolicy.FAIL})
+_PRIORITIES: Final = frozenset("0123456789")
 # Headers that describe one frame's transport, not the message: never stored or forwarded.
-TRANSPORT_HEADERS = frozenset({
+TRANSPORT_HEADERS: Final = frozenset({
     "receipt", "transaction", "content-length", "destination", "message-id", "subscription",
     "ack", "redelivered", "delivery-count", *STAMP_HEADERS,
 })

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from pairmq.core import records as rec
 from pairmq.core.broker.configured import ConfiguredQueues
@@ -21,7 +22,7 @@ from pairmq.core.errors import CoreError
 from pairmq.core.message import Entry, Message
 from pairmq.core.queue import Queue
 
-RETRY_HEADERS = ("original-destination", "dead-letter-reason")  # dropped on a retry
+RETRY_HEADERS: Final = ("original-destination", "dead-letter-reason")  # dropped on a retry
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ what the store reads comes in as an input, like `now`.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Final
 
 from pairmq.core.broker.idle import IdleDestinations
 from pairmq.core.capacity import INDEX_BYTES
@@ -24,10 +25,10 @@ from pairmq.core.message import Entry, Message
 from pairmq.core.paged_log import PagedLog
 from pairmq.core.queue import Address, Queue
 
-DURABLE = "durable:"
-PAGE_LOW = 256  # paged-in messages under which a queue with consumers asks for more
-PAGE_WINDOW = 1024  # messages one window brings back, at most
-PAGE_WINDOW_BYTES = 4 * 1024 * 1024  # ... and their sizes, at most (past the first message)
+DURABLE: Final = "durable:"
+PAGE_LOW: Final = 256  # paged-in messages under which a queue with consumers asks for more
+PAGE_WINDOW: Final = 1024  # messages one window brings back, at most
+PAGE_WINDOW_BYTES: Final = 4 * 1024 * 1024  # ... and their sizes, at most (past the first message)
 
 
 class Paging(IdleDestinations):

@@ -10,6 +10,8 @@ treat them as they treat any persistent message. A group commit is a GROUP recor
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core import records as rec
 from pairmq.core.admission import ACCEPTED, Outcome
 from pairmq.core.broker.paging import Paging
@@ -38,8 +40,8 @@ from pairmq.core.stream_log import (
 )
 from pairmq.core.subscription import ACK_AUTO, Delivery, ack_mode_of
 
-_SERVER_HEADERS = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit-offset")
-STREAM_READ = 1000  # records read back from the journal for one plain (unbatched) cursor
+_SERVER_HEADERS: Final = (OFFSET_HEADER, END_HEADER, "x-stream-group", "x-stream-commit-offset")
+STREAM_READ: Final = 1000  # records read back from the journal for one plain (unbatched) cursor
 
 
 class Streams(Paging):

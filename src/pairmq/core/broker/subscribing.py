@@ -8,6 +8,8 @@ core/broker/streams.py.
 
 from __future__ import annotations
 
+from typing import Final
+
 from pairmq.core import records as rec
 from pairmq.core.broker.handover import Handover
 from pairmq.core.destinations import QUEUE, REPLY, TEMP, TOPIC, parse_destination
@@ -21,7 +23,7 @@ from pairmq.core.selector import Selector, compile_selector
 from pairmq.core.session import Session
 from pairmq.core.subscription import Subscription, ack_mode_of
 
-NOTHING = Exists()
+NOTHING: Final = Exists()
 
 
 class Subscribing(Handover):

@@ -16,14 +16,14 @@ import collections
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Protocol
+from typing import Final, Protocol
 
 from pairmq.core.commit_ledger import CommitRun, CommitStep
 from pairmq.server.guards.turn_budget import SliceSize
 from pairmq.server.role.confirmations import Ticket
 
-SLICE_S = 0.01  # work per slice, as TURN_BUDGET_S for frames
-AHEAD = 2  # slices journaled and not confirmed yet, at most
+SLICE_S: Final = 0.01  # work per slice, as TURN_BUDGET_S for frames
+AHEAD: Final = 2  # slices journaled and not confirmed yet, at most
 
 
 class DriverState(StrEnum):

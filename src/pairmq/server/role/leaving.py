@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from pairmq.core.cluster import is_bridge
 from pairmq.protocol.redirect import SCALED_DOWN_TO
@@ -31,4 +32,4 @@ class Leaving:
         return not is_bridge(client_id)
 
 
-PRODUCER_COMMANDS = frozenset({"SEND", "BEGIN", "COMMIT"})
+PRODUCER_COMMANDS: Final = frozenset({"SEND", "BEGIN", "COMMIT"})

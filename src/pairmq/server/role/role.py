@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from pairmq.core import Broker, BrokerEvent, CoreError, Message
 from pairmq.core.cluster import is_bridge
@@ -46,8 +46,8 @@ from pairmq.store.store import Store
 # in the same turn, 15-25 us (a Spark read of 4,096 1 KiB records held the loop for
 # 100-170 ms). The first read of a turn may take READS_FLOOR, a queue's window (1,024,
 # core/broker/paging.py) or a stream reader's batch of 1,000, whatever they cost.
-READS_TURN_S = 0.03
-READS_FLOOR = 1024
+READS_TURN_S: Final = 0.03
+READS_FLOOR: Final = 1024
 
 log = logging.getLogger("pairmq.server")
 T = TypeVar("T")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import Final
 
 from pairmq import __version__
 from pairmq.core import CoreError
@@ -31,7 +32,7 @@ from pairmq.server.tls import common_name
 log = logging.getLogger("pairmq.connection")
 audit = logging.getLogger("pairmq.audit")  # logins, refusals, permission denials
 
-SUPPORTED = "1.0,1.1,1.2"
+SUPPORTED: Final = "1.0,1.1,1.2"
 
 
 

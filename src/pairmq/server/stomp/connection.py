@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Final, cast
 
 from pairmq.core import CoreError
 from pairmq.core.accounts import Accounts
@@ -41,13 +41,13 @@ from pairmq.server.stomp.sliced_frames import BATCH_SLICE, HELD
 
 log = logging.getLogger("pairmq.connection")
 
-AGREED = (Phase.CONNECTED, Phase.DISCONNECTING)  # phases with a STOMP version agreed
+AGREED: Final = (Phase.CONNECTED, Phase.DISCONNECTING)  # phases with a STOMP version agreed
 
-PRE_LOGIN_FRAMES = 4  # frames held behind a delayed login before reading pauses
-TURN_BUDGET_S = 0.01  # frames of all connections applied per turn of the loop, at most
-CONNECT_TIMEOUT_S = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
-WRITE_HIGH_WATER = 1024 * 1024
-WRITE_LOW_WATER = 256 * 1024
+PRE_LOGIN_FRAMES: Final = 4  # frames held behind a delayed login before reading pauses
+TURN_BUDGET_S: Final = 0.01  # frames of all connections applied per turn of the loop, at most
+CONNECT_TIMEOUT_S: Final = 30.0  # a socket that never sends CONNECT is closed, as ActiveMQ does
+WRITE_HIGH_WATER: Final = 1024 * 1024
+WRITE_LOW_WATER: Final = 256 * 1024
 
 
 class StompConnection(Connecting):
@@ -581,10 +581,10 @@ class StompConnection(Connecting):
 
 _HELD, _FAILED = Admission.HELD, Admission.FAILED  # for every SEND: no class lookups
 _APPLY, _HOLD = Intake.APPLY, Intake.HOLD  # for every frame
-_CURRENT = RolePhase.CURRENT
-SENDS_ALLOWED_KEPT = 1024  # destinations a connection remembers it may send to
-_NOTHING = Exists()
-BATCH_NOT_KEPT = NOT_KEPT | {SEND_BATCH_HEADER}  # a batched SEND's own header stays with it
+_CURRENT: Final = RolePhase.CURRENT
+SENDS_ALLOWED_KEPT: Final = 1024  # destinations a connection remembers it may send to
+_NOTHING: Final = Exists()
+BATCH_NOT_KEPT: Final = NOT_KEPT | {SEND_BATCH_HEADER}  # a batched SEND's own header stays with it
 
 HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {
     "CONNECT": StompConnection.on_connect,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Final
 
 from pairmq.core.permissions import Exists, Refusal, SecurityRules, needed
 
@@ -75,11 +76,11 @@ TRANSITIONS: dict[tuple[Phase, str], Phase] = {
     (_X, "closed"): _X,
 }
 
-CONNECTS = frozenset({"CONNECT", "STOMP"})
-COMMANDS = frozenset({"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
+CONNECTS: Final = frozenset({"CONNECT", "STOMP"})
+COMMANDS: Final = frozenset({"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
                       "BEGIN", "COMMIT", "ABORT", "DISCONNECT"})
-OWN_RECEIPTS = frozenset({"CONNECT", "STOMP", "DISCONNECT"})  # answered by their handler
-COUNTED = COMMANDS - CONNECTS  # applied, they count among a resumed session's `frames`
+OWN_RECEIPTS: Final = frozenset({"CONNECT", "STOMP", "DISCONNECT"})  # answered by their handler
+COUNTED: Final = COMMANDS - CONNECTS  # applied, they count among a resumed session's `frames`
 
 # phase -> the commands it applies (any other is refused: `refusal` says why)
 APPLIES: dict[Phase, frozenset[str]] = {

@@ -8,6 +8,7 @@ server/stomp/commands.py is).
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from pairmq.core import CoreError
 from pairmq.core.commit_ledger import CommitPhase, CommitRun
@@ -20,8 +21,8 @@ from pairmq.server.stomp.session import Wait
 
 log = logging.getLogger("pairmq.connection")
 
-BATCH_SLICE = 256  # messages of a batched SEND routed per turn
-HELD = object()  # a handler's answer when it kept the frame for later
+BATCH_SLICE: Final = 256  # messages of a batched SEND routed per turn
+HELD: Final = object()  # a handler's answer when it kept the frame for later
 
 
 class SlicedFrames(ConnectionState):

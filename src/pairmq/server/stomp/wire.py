@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
+from typing import Final
 
 from pairmq.core import Delivery, Message
 from pairmq.core.stream_log import BATCH_HEADER, OFFSET_HEADER, StreamBatch
@@ -17,7 +18,7 @@ from pairmq.protocol.batch import append_record, header_block
 log = logging.getLogger("pairmq.connection")
 
 # a record's own headers in a batch body: the fixed part carries these two
-_NOT_IN_RECORD = frozenset({OFFSET_HEADER, "timestamp"})
+_NOT_IN_RECORD: Final = frozenset({OFFSET_HEADER, "timestamp"})
 
 
 def _escape(value: str, version: str) -> str:

@@ -3,9 +3,9 @@ extension modules that Python imports instead of the sources beside them.
 
 The metadata is in pyproject.toml; this file only adds those modules. Without the
 variable (`pip install pairmq`, the editable install of the virtualenv) nothing is
-compiled and pairmq is the pure-Python package. `make compiled` builds it into build/compiled with
-the virtualenv's mypyc (the `dev` extra) and a C compiler; docs/operations.md,
-"The compiled build", says what it gains and how to run it.
+compiled and pairmq is the pure-Python package. `make compiled` builds it into
+build/compiled with the virtualenv's mypyc (the `dev` extra) and a C compiler;
+docs/operations.md, "The compiled build", says what it gains and how to run it.
 """
 
 import os

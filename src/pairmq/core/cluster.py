@@ -198,8 +198,8 @@ def _never_carried(entry: Entry) -> bool:
 # Headers of a MESSAGE that belong to its delivery, not to the message: a bridge leaves them
 # out when it hands the message on.
 DELIVERY_HEADERS: Final = frozenset({"message-id", "subscription", "ack", "destination",
-                              "redelivered", "delivery-count", "content-length", "receipt",
-                              "transaction", "dup-id"})
+                                     "redelivered", "delivery-count", "content-length",
+                                     "receipt", "transaction", "dup-id"})
 PRODUCER_DUP_ID: Final = "pairmq_dup_id"  # a carried message's producer's dup-id, kept for readers
 
 

@@ -14,7 +14,7 @@ STREAM: Final = "stream"
 STREAM_PREFIX: Final = "/stream/"
 
 _PREFIXES: Final = (("/queue/", QUEUE), ("/topic/", TOPIC), ("/temp-queue/", TEMP),
-             ("/reply-queue/", REPLY), (STREAM_PREFIX, STREAM))
+                    ("/reply-queue/", REPLY), (STREAM_PREFIX, STREAM))
 
 
 _parsed: dict[str, tuple[str, str]] = {}

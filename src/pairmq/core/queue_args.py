@@ -51,8 +51,8 @@ DROP_HEAD: Final = "drop-head"
 REJECT_PUBLISH: Final = "reject-publish"
 
 # Every header this module reads: a SUBSCRIBE with none of them configures nothing.
-HEADERS: Final = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY, QUEUE_TYPE,
-           MAX_PRIORITY, EXPIRES)
+HEADERS: Final = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY,
+                  QUEUE_TYPE, MAX_PRIORITY, EXPIRES)
 # The settings that change a queue, in the order its journal text lists them.
 _KEPT: Final = (MAX_LENGTH, MAX_LENGTH_BYTES, MESSAGE_TTL, OVERFLOW, DLX, DLX_KEY)
 _BIGGEST: Final = 2 ** 62  # any count or time past this is a typo, not a setting

@@ -88,8 +88,8 @@ class LoopWatch:
         self._due = self.loop.time() + INTERVAL_S
         self._last = (self.loop.time(), time.thread_time())
         self._timer = self.loop.call_at(self._due, self._tick)
-        self._watchdog_thread = threading.Thread(target=self._watchdog, name="pairmq-loopwatch",
-                                        daemon=True)
+        self._watchdog_thread = threading.Thread(target=self._watchdog,
+                                                 name="pairmq-loopwatch", daemon=True)
         self._watchdog_thread.start()
 
     def stop(self) -> None:

@@ -77,8 +77,8 @@ TRANSITIONS: dict[tuple[Phase, str], Phase] = {
 }
 
 CONNECTS: Final = frozenset({"CONNECT", "STOMP"})
-COMMANDS: Final = frozenset({"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
-                      "BEGIN", "COMMIT", "ABORT", "DISCONNECT"})
+COMMANDS: Final = frozenset({"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK",
+                             "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT"})
 OWN_RECEIPTS: Final = frozenset({"CONNECT", "STOMP", "DISCONNECT"})  # answered by their handler
 COUNTED: Final = COMMANDS - CONNECTS  # applied, they count among a resumed session's `frames`
 

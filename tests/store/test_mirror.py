@@ -14,7 +14,15 @@ from pairmq.store.records import RECORD_HEADER
 from pairmq.store.segments import list_segments, read_records
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
+from tests.store.test_journal import (
+    NOW,
+    PERSISTENT,
+    close,
+    open_broker,
+    persist,
+    queue_bodies,
+    synced,
+)
 from tests.support.journal import broker_snapshot, content_only
 
 LIMIT = 60_000  # a destination past it pages: /queue/work and the topic's do
@@ -53,7 +61,7 @@ class Backup:
         if self.stopped:
             return  # a backup that stopped: the active's stream no longer reaches it
         epoch = RECORD_HEADER.unpack_from(record, 0)[3]
-        self.store.append_mirrored(seq, epoch, record)
+        self.store.append_mirrored([(seq, epoch, record)])
 
 
 async def workload(broker: Broker, store: Store, rounds: int) -> None:
@@ -212,6 +220,49 @@ def test_a_full_resynchronisation_resets_the_backup_broker(tmp_path):
     assert_same(served, recovered(tmp_path / "backup", dups))
     assert_same(served, recovered(tmp_path / "other", dups))
     assert [e[:3] for e in served["queues"]["/queue/after"]] == [(b"after the copy", 4, 0)]
+
+
+def test_a_mirrored_batch_goes_to_the_disk_before_it_is_applied(tmp_path):
+    """A backup hands a chunk of the active's records to its writer thread first and
+    applies them while they are written and synced: its acknowledgement waits for the
+    sync, and no longer for the apply as well. It still follows the apply: the sync is
+    reported on the loop, after the whole chunk is applied."""
+
+    async def go():
+        broker, store = await open_broker(tmp_path / "active", **SETTINGS)
+        store.begin_epoch(1)
+        broker.open_session(1, "1.2")
+        for i in range(20):
+            broker.send(1, "/queue/batch", PERSISTENT, b"%02d" % i, NOW)
+        persist(broker, store)
+        await synced(store)
+        backup = Backup(tmp_path / "backup", 0)
+        records = [(seq, RECORD_HEADER.unpack_from(record, 0)[3], record)
+                   for seq, record in _existing(store.directory, 1, store.appended_seq)]
+        writer = backup.store.writer
+        assert writer is not None
+        held_when_written: list[int] = []
+        synced_after: list[int] = []
+
+        def guard() -> bool:  # asked on the loop as the group is handed to the thread
+            if not held_when_written:
+                held_when_written.append(len(queue_bodies(backup.broker, "/queue/batch")))
+            return True
+
+        writer.guard = guard
+        writer.when_synced(records[-1][0], lambda: synced_after.append(
+            len(queue_bodies(backup.broker, "/queue/batch"))))
+        backup.store.append_mirrored(records)
+        applied = len(queue_bodies(backup.broker, "/queue/batch"))
+        await synced(backup.store)
+        await close(store)
+        await close(backup.store)
+        return held_when_written, applied, synced_after
+
+    held_when_written, applied, synced_after = asyncio.run(go())
+    assert held_when_written == [0], "the batch was written only after it was applied"
+    assert applied == 20
+    assert synced_after == [20]
 
 
 def assert_same(served: dict, expected: dict) -> None:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Final
 
 from pairmq.core import Broker, Message
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.store import records as disk
 from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
-from pairmq.store.records import RECORD_HEADER, DecodedEntry, decode_entries
+from pairmq.store.records import RECORD_HEADER, AckEntry, DecodedEntry, decode_entries
 from pairmq.store.segments import list_segments
 from pairmq.store.store_state import KEY_OVERHEAD, StoreState
 from pairmq.store.summary import remove_all_summaries
@@ -30,6 +31,7 @@ from pairmq.store.summary_builder import SummaryBuilder, summarise_entries
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
+ACK_KINDS: Final = (disk.DEL_ORDER, disk.DELIVERED_ORDER)  # `disk.decode_acks` reads these
 
 
 class Mirroring(StoreState):
@@ -54,10 +56,24 @@ class Mirroring(StoreState):
         self.mirror = False
         self._maybe_compact()
 
-    def append_mirrored(self, seq: int, epoch: int, record: bytes) -> None:
+    def append_mirrored(self, records: list[tuple[int, int, bytes]]) -> None:
+        """Append the active's records (seq, epoch, bytes) and apply them to the broker.
+        All are queued and handed to the writer thread first, then applied while the thread
+        writes and syncs them: the backup's acknowledgement, which waits for the sync, no
+        longer waits for the apply too. It cannot overtake the apply either: the sync is
+        reported on this loop, after this call returns. So every record the backup has
+        acknowledged is applied, and a takeover (which runs on the loop) finds them all."""
         writer = self.writer
         assert writer is not None and self.mirror
-        _, segment_id, offset = writer.append_record(seq, record)
+        places = [writer.append_record(seq, record) for seq, _, record in records]
+        writer.write_now()
+        for (seq, epoch, record), (_, segment_id, offset) in zip(records, places, strict=True):
+            self._apply_mirrored(seq, epoch, record, segment_id, offset)
+
+    def _apply_mirrored(self, seq: int, epoch: int, record: bytes, segment_id: int,
+                        offset: int) -> None:
+        writer = self.writer
+        assert writer is not None
         if epoch != self.epoch:
             self.epochs.append((epoch, seq))
             self.epoch = epoch
@@ -66,6 +82,11 @@ class Mirroring(StoreState):
         lone = disk.decode_lone_add(payload) if payload[0] == disk.ADD else None
         end = offset + len(payload)
         if lone is None:
+            acks = disk.decode_acks(payload) if payload[0] in ACK_KINDS else None
+            if acks is not None:  # the other common record: consumers' acknowledgements
+                self.summaries.opaque(seq, epoch, segment_id, offset, end)
+                self._follow_acks(acks)
+                return
             entries = decode_entries(payload, load_bodies=False)
             summarise_entries(self.summaries, entries, seq, epoch, segment_id, offset, end)
             self._follow(entries, payload, seq, info, offset)
@@ -107,17 +128,9 @@ class Mirroring(StoreState):
                                  info, offset,
                                  disk.add_span(e.body_offset, e.body_length, e.meta_length))
             elif kind == disk.DEL:
-                removed = broker.follow_remove(entry[1], entry[2], entry[3])
-                if removed is not None:
-                    if removed.journal_delivered:
-                        removed.journal_delivered.pop(entry[1], None)
-                    self._release(removed, entry[1])
+                self._follow_remove(broker, entry[1], entry[2], entry[3])
             elif kind == disk.DELIVERED:
-                delivered = broker.follow_delivered(entry[1], entry[2], entry[3], entry[4])
-                if delivered is not None:
-                    if delivered.journal_delivered is None:
-                        delivered.journal_delivered = {}
-                    delivered.journal_delivered[entry[1]] = entry[3]
+                self._follow_delivered(broker, entry[1], entry[2], entry[3], entry[4])
             elif kind == disk.DURABLE:
                 self._release_each(broker.follow_durable(entry[1], entry[2]),
                                    f"durable:{entry[1]}")
@@ -170,6 +183,39 @@ class Mirroring(StoreState):
             info.live_bytes += KEY_OVERHEAD
         for key in forget:
             self._forget(key)
+        self._followed(broker, paged_before)
+
+    def _follow_acks(self, acks: list[AckEntry]) -> None:
+        """Apply a record of acknowledgements and deliveries only (`disk.decode_acks`):
+        one for every few messages a consumer acknowledges, as many as the messages."""
+        broker = self.broker
+        assert broker is not None
+        paged_before = self.paged.total
+        for kind, queue_key, message_id, count, order in acks:
+            if kind == disk.DEL:
+                self._follow_remove(broker, queue_key, message_id, order)
+            else:
+                self._follow_delivered(broker, queue_key, message_id, count, order)
+        self._followed(broker, paged_before)
+
+    def _follow_remove(self, broker: Broker, queue_key: str, message_id: str,
+                       order: int) -> None:
+        removed = broker.follow_remove(queue_key, message_id, order)
+        if removed is not None:
+            if removed.journal_delivered:
+                removed.journal_delivered.pop(queue_key, None)
+            self._release(removed, queue_key)
+
+    def _follow_delivered(self, broker: Broker, queue_key: str, message_id: str, count: int,
+                          order: int) -> None:
+        delivered = broker.follow_delivered(queue_key, message_id, count, order)
+        if delivered is not None:
+            if delivered.journal_delivered is None:
+                delivered.journal_delivered = {}
+            delivered.journal_delivered[queue_key] = count
+
+    def _followed(self, broker: Broker, paged_before: int) -> None:
+        """What every applied record ends with."""
         for log in broker.take_moved_logs():  # entries acknowledged on the active
             self.pages.release(log)
         broker.take_records()  # what following changed is this record, already written

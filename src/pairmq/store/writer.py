@@ -133,6 +133,13 @@ class JournalWriter:
             self.loop.call_soon(self._kick)
         return seq, current.segment_id, offset
 
+    def write_now(self) -> None:
+        """Hand what is queued to the writer thread now rather than on the loop's next
+        turn, so that its fdatasync runs while the caller goes on with other work (a
+        backup applies a chunk of records while the chunk is written)."""
+        if not self.writing:
+            self._kick()
+
     def when_synced(self, seq: int, callback: Callable[[], None]) -> None:
         """Call back once every record up to seq is on disk (at once if it already is)."""
         if seq <= self.synced_seq:

@@ -14,7 +14,7 @@ from pairmq.store.records import (
     encode_user,
 )
 from pairmq.store.segments import list_segments
-from tests.store.test_journal import churn, close, open_broker, persist, run
+from tests.support.stores import churn, close, open_broker, persist, run
 
 
 def test_user_records_round_trip() -> None:

@@ -19,7 +19,7 @@ from pairmq.store.records import (
     encode_delivered,
 )
 from pairmq.store.segments import list_segments
-from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
+from tests.support.stores import NOW, PERSISTENT, close, persist, run, synced
 from tests.support.summaries import copied, open_store, recovered
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from pairmq.core.broker.paging import PAGE_WINDOW_BYTES
 from pairmq.store.segments import list_segments
-from tests.store.test_journal import NOW, PERSISTENT, close, persist, run
 from tests.support.page_cache import drop, resident
+from tests.support.stores import NOW, PERSISTENT, close, persist, run
 from tests.support.summaries import open_store
 
 BODY = 4000

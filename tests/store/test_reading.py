@@ -12,8 +12,8 @@ from pairmq.core import Broker, CoreSettings
 from pairmq.store.segments import list_segments
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
 from tests.support.journal import broker_snapshot
+from tests.support.stores import NOW, PERSISTENT, close, open_broker, persist, synced
 
 SMALL = 48 * 1024  # segments small enough that compaction deletes some during a test
 

@@ -15,8 +15,8 @@ from pairmq.core.broker.committing import COMMIT_SLICE, STAGE_SLICE
 from pairmq.store.segments import list_segments
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from tests.store.test_journal import NOW, PERSISTENT, close, open_broker, persist, synced
-from tests.store.test_mirror import Backup
+from tests.support.mirror import Backup
+from tests.support.stores import NOW, PERSISTENT, close, open_broker, persist, synced
 
 N = STAGE_SLICE + 2 * COMMIT_SLICE + 7  # two slices to stage, four to route
 STEPS = 2 + 4

@@ -14,8 +14,8 @@ from pairmq.core.stream_log import HOT
 from pairmq.store.segments import list_segments
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from tests.store.test_journal import NOW, close, persist, synced
-from tests.store.test_mirror import Backup
+from tests.support.mirror import Backup
+from tests.support.stores import NOW, close, persist, synced
 
 STORE = {"segment_bytes": 32 * 1024, "compact_ratio": 0.9}
 CORE = CoreSettings(stream_retention=Retention(max_bytes=20_000))

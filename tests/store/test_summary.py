@@ -24,8 +24,8 @@ from pairmq.store.records import (
 )
 from pairmq.store.store import Store
 from pairmq.store.summary import decode_summary
-from tests.store.test_journal import NOW, PERSISTENT, close, persist, run
-from tests.store.test_mirror import workload
+from tests.support.mirror import workload
+from tests.support.stores import NOW, PERSISTENT, close, persist, run
 from tests.support.summaries import (
     a_backup_follows_more_traffic,
     more_traffic,

@@ -36,7 +36,7 @@ from pairmq.store.summary import (
     encode_summary,
     read_summary,
 )
-from tests.store.test_journal import close, run
+from tests.support.stores import close, run
 from tests.support.summaries import (
     SAID,
     begin_mixed,

@@ -39,7 +39,7 @@ from pairmq.store.summary import (
     summary_path,
 )
 from pairmq.store.summary_builder import PendingSummary, SummaryBuilder, summarise_entries
-from tests.store.test_journal import close, run
+from tests.support.stores import close, run
 from tests.support.summaries import (
     a_backup_follows_more_traffic,
     begin_mixed,

@@ -18,9 +18,9 @@ from pairmq.store.segments import list_segments, scan_segment
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
 from pairmq.store.summary import SegmentSummary, decode_summary, encode_summary
-from tests.store.test_journal import NOW, PERSISTENT, close, persist, run, synced
-from tests.store.test_mirror import LIMIT, Backup
 from tests.support.journal import broker_snapshot, streams_snapshot
+from tests.support.mirror import LIMIT, Backup
+from tests.support.stores import NOW, PERSISTENT, close, persist, run, synced
 
 CORE = CoreSettings(dup_cache_size=50, max_size_bytes=LIMIT,
                     stream_retention=Retention(max_bytes=400_000))

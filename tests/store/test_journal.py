@@ -14,6 +14,7 @@ from pairmq.store.check import check_journal, repair_journal
 from pairmq.store.reading import JournalCorrupt
 from pairmq.store.records import (
     ADD,
+    BAD_BYTES,
     DEL,
     DELIVERED,
     DUP,
@@ -74,6 +75,33 @@ def test_a_record_of_messages_and_their_producers_takes_the_fast_path():
     assert decode_entries(payload)[-1] == producers[0]
     with pytest.raises(CorruptRecord):
         decode_entries(payload[:-3])
+
+
+def test_a_turn_of_messages_delivered_at_once_is_read_with_its_acknowledgements_in_order():
+    """A turn in which messages were added and handed to a consumer at once (ADD and
+    DELIVERED by turns, a DEL when the consumer acknowledged in that turn too): with
+    `acks`, decode_adds reads it, each acknowledgement placed after the ADDs before it;
+    without, it leaves it to the general loop, as recovery expects. A cut one is corrupt."""
+    one, _ = encode_add(1, "m1", "/queue/q", 4, 0, True, 0, {}, b"a", ["/queue/q"])
+    two, _ = encode_add(2, "m\n2", "/queue/q", 4, 0, True, 0, {"x": "y"}, b"bb", ["/queue/q"])
+    payload = (one + encode_delivered("/queue/q", "m1", 1, 1) + two
+               + encode_producer("/queue/q", "p", 1, 7, 100)
+               + encode_delivered("/queue/q", "m\n2", 1, 2) + encode_del("/queue/q", "m1", 1))
+    assert decode_adds(memoryview(payload), []) is None
+    producers: list[tuple] = []
+    acks: list[tuple] = []
+    adds = decode_adds(memoryview(payload), producers, acks)
+    assert adds is not None and [(a[5], a[7]) for a in adds] == [("m1", {}), ("m\n2", {"x": "y"})]
+    assert acks == [(1, (DELIVERED, "/queue/q", "m1", 1, 1)),
+                    (2, (DELIVERED, "/queue/q", "m\n2", 1, 2)),
+                    (2, (DEL, "/queue/q", "m1", 0, 1))]
+    assert producers == [(PRODUCER, "/queue/q", "p", 1, 7, 100)]
+    general = decode_entries(payload)
+    assert [e[0] for e in general] == [ADD, DELIVERED, ADD, PRODUCER, DELIVERED, DEL]
+    assert decode_adds(memoryview(payload + encode_dup("q", "d")), [], []) is None
+    for cut in (1, 5, 9):
+        with pytest.raises((CorruptRecord, *BAD_BYTES)):
+            decode_adds(memoryview(payload[:-cut]), [], [])
 
 
 def test_a_record_of_acknowledgements_takes_the_fast_path():

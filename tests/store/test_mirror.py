@@ -15,7 +15,14 @@ from pairmq.store.segments import list_segments
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
 from tests.support.journal import broker_snapshot, content_only
-from tests.support.mirror import SETTINGS, Backup, core, existing_records, workload
+from tests.support.mirror import (
+    SETTINGS,
+    Backup,
+    active_and_backup,
+    core,
+    existing_records,
+    workload,
+)
 from tests.support.stores import (
     NOW,
     PERSISTENT,
@@ -45,11 +52,7 @@ def test_a_backup_following_the_stream_holds_what_recovery_of_its_journal_builds
     dups = 50
 
     async def go():
-        broker, store = await open_broker(tmp_path / "active", **SETTINGS)
-        broker.settings = core(dups)
-        store.begin_epoch(1)
-        backup = Backup(tmp_path / "backup", dups)
-        await backup.attach(store)
+        broker, store, backup = await active_and_backup(tmp_path, dups)
         horizon = []
         store.writer.on_synced(lambda _seq: horizon.append(store.oldest_seq))
         await workload(broker, store, 400)
@@ -93,11 +96,7 @@ def test_a_full_resynchronisation_resets_the_backup_broker(tmp_path):
     dups = 50
 
     async def go():
-        broker, store = await open_broker(tmp_path / "active", **SETTINGS)
-        broker.settings = core(dups)
-        store.begin_epoch(1)
-        backup = Backup(tmp_path / "backup", dups)
-        await backup.attach(store)
+        broker, store, backup = await active_and_backup(tmp_path, dups)
         await workload(broker, store, 60)  # the backup follows a first history
         await synced(backup.store)
         await close(store)
@@ -114,18 +113,50 @@ def test_a_full_resynchronisation_resets_the_backup_broker(tmp_path):
         other.open_session(9, "1.2")
         other.send(9, "/queue/after", PERSISTENT, b"after the copy", NOW)
         persist(other, store)
-        await synced(store)
-        await synced(backup.store)
-        backup.store.serve_mirrored()
-        served = broker_snapshot(backup.broker, backup.store)
-        await close(store)
-        await close(backup.store)
-        return served
+        return await backup.take_over(store)
 
     served = asyncio.run(go())
     assert_same(served, recovered(tmp_path / "backup", dups))
     assert_same(served, recovered(tmp_path / "other", dups))
     assert [e[:3] for e in served["queues"]["/queue/after"]] == [(b"after the copy", 4, 0)]
+
+
+def test_a_backup_follows_turns_of_messages_handed_to_a_consumer_as_they_arrive(tmp_path):
+    """The record a pair writes most under a consumer that keeps up: a turn's SENDs, each
+    added and handed to the consumer at once (ADD and DELIVERED by turns), with their
+    producers' sequences, and some acknowledged in the same turn (store/mirror.py
+    `_follow_adds`). Served, the backup holds what recovery of either journal builds: the
+    unacknowledged ones redelivered, the producers' sequences, nothing acknowledged."""
+    dups = 50
+
+    async def go():
+        broker, store, backup = await active_and_backup(tmp_path, dups)
+        broker.open_session(2, "1.2")
+        broker.subscribe(2, "f", "/queue/fast", NOW, ack="client-individual", prefetch=1000)
+        numbers = [0, 0]  # each producer's next sequence
+        for turn in range(120):
+            for k in range(5):
+                numbers[k % 2] += 1
+                broker.send(2, "/queue/fast", {**PERSISTENT, "pairmq-producer": f"p{k % 2}",
+                                               "pairmq-producer-epoch": "1",
+                                               "pairmq-seq": str(numbers[k % 2])},
+                            b"%d.%d" % (turn, k), NOW + turn * 5 + k)  # seen: no ties
+            deliveries = broker.take_outbox().get(2, [])
+            assert len(deliveries) == 5
+            for d in deliveries[:2 if turn % 3 else 5]:  # the rest stay unacknowledged
+                broker.ack(2, d.ack_id, NOW)
+            persist(broker, store)
+            if turn % 10 == 0:
+                await synced(store)
+        return await backup.take_over(store)
+
+    served = asyncio.run(go())
+    assert_same(served, recovered(tmp_path / "backup", dups))
+    assert_same(served, recovered(tmp_path / "active", dups))
+    waiting = served["queues"]["/queue/fast"]
+    assert len(waiting) == 80 * 3  # two of five acknowledged in 80 turns, five in 40
+    assert all(e[1:3] == (4, 1) for e in waiting), "delivered once: redelivered now"
+    assert [p for p, *_ in served["producers"]["/queue/fast"]] == ["p1", "p0"]
 
 
 def test_a_mirrored_batch_goes_to_the_disk_before_it_is_applied(tmp_path):

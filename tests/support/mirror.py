@@ -12,7 +12,8 @@ from pairmq.store.records import RECORD_HEADER
 from pairmq.store.segments import list_segments, read_records
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from tests.support.stores import NOW, PERSISTENT, persist, synced
+from tests.support.journal import broker_snapshot
+from tests.support.stores import NOW, PERSISTENT, close, open_broker, persist, synced
 
 LIMIT = 60_000  # a destination past it pages: /queue/work and the topic's do
 
@@ -46,11 +47,34 @@ class Backup:
         assert active.writer is not None
         active.writer.on_append(self.take)
 
+    async def take_over(self, active: Store) -> dict:
+        """Once it has everything the active wrote: stop following and serve; what its
+        broker holds then (tests/support/journal.py `broker_snapshot`). Both stores end."""
+        await synced(active)
+        await synced(self.store)
+        self.store.serve_mirrored()
+        served = broker_snapshot(self.broker, self.store)
+        await close(active)
+        await close(self.store)
+        return served
+
     def take(self, seq: int, record: bytes) -> None:
         if self.stopped:
             return  # a backup that stopped: the active's stream no longer reaches it
         epoch = RECORD_HEADER.unpack_from(record, 0)[3]
         self.store.append_mirrored([(seq, epoch, record)])
+
+
+async def active_and_backup(directory: Path, dup_cache_size: int
+                            ) -> tuple[Broker, Store, Backup]:
+    """An active broker and store in epoch 1 (`directory`/active) and a backup
+    (`directory`/backup) following its stream from the start."""
+    broker, store = await open_broker(directory / "active", **SETTINGS)
+    broker.settings = core(dup_cache_size)
+    store.begin_epoch(1)
+    backup = Backup(directory / "backup", dup_cache_size)
+    await backup.attach(store)
+    return broker, store, backup
 
 
 async def workload(broker: Broker, store: Store, rounds: int) -> None:

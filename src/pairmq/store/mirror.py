@@ -23,7 +23,13 @@ from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.store import records as disk
 from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
-from pairmq.store.records import RECORD_HEADER, AckEntry, DecodedEntry, decode_entries
+from pairmq.store.records import (
+    RECORD_HEADER,
+    AckEntry,
+    DecodedEntry,
+    LoneAdd,
+    decode_entries,
+)
 from pairmq.store.segments import list_segments
 from pairmq.store.store_state import KEY_OVERHEAD, StoreState
 from pairmq.store.summary import remove_all_summaries
@@ -79,37 +85,86 @@ class Mirroring(StoreState):
             self.epoch = epoch
         payload = memoryview(record)[RECORD_HEADER.size:]
         info = writer.segments[segment_id]
-        lone = disk.decode_lone_add(payload) if payload[0] == disk.ADD else None
         end = offset + len(payload)
-        if lone is None:
-            acks = disk.decode_acks(payload) if payload[0] in ACK_KINDS else None
-            if acks is not None:  # the other common record: consumers' acknowledgements
-                self.summaries.opaque(seq, epoch, segment_id, offset, end)
-                self._follow_acks(acks)
+        kind = payload[0]
+        if kind == disk.ADD or kind == disk.PRODUCER:
+            lone = disk.decode_lone_add(payload) if kind == disk.ADD else None
+            if lone is not None:  # the common record, one message added
+                if lone[4]:  # delivered before: not a summary's plain add
+                    self.summaries.opaque(seq, epoch, segment_id, offset, end)
+                else:
+                    self.summaries.adds(seq, epoch, segment_id, offset, end,
+                                        [(lone[6], lone[8], 0, len(payload), lone[0], lone[7])],
+                                        [], [])
+                self._follow_lone_add(lone, payload, seq, info, offset, (0, len(payload)))
+                broker = self.broker
+                assert broker is not None
+                broker.take_records()
+                broker.take_events()
                 return
-            entries = decode_entries(payload, load_bodies=False)
-            summarise_entries(self.summaries, entries, seq, epoch, segment_id, offset, end)
-            self._follow(entries, payload, seq, info, offset)
-            return
-        # The common record, one message added: its headers stay packed, as recovery
-        # keeps them (a million of them are held).
+            producers: list[DecodedEntry] = []
+            acks: list[tuple[int, AckEntry]] = []
+            adds = disk.decode_adds(payload, producers, acks)
+            if adds is not None:  # a turn's messages, handed to consumers in the same turn
+                self._follow_adds(adds, producers, acks, payload, seq, epoch, info, offset)
+                return
+        elif kind in ACK_KINDS:
+            only_acks = disk.decode_acks(payload)
+            if only_acks is not None:  # the other common record: consumers' acknowledgements
+                self.summaries.opaque(seq, epoch, segment_id, offset, end)
+                self._follow_acks(only_acks)
+                return
+        entries = decode_entries(payload, load_bodies=False)
+        summarise_entries(self.summaries, entries, seq, epoch, segment_id, offset, end)
+        self._follow(entries, payload, seq, info, offset)
+
+    def _follow_lone_add(self, add: LoneAdd, payload: memoryview, seq: int, info: SegmentInfo,
+                         offset: int, span: tuple[int, int]) -> None:
+        """One message added, from its `disk.decode_lone_add` fields: its headers stay
+        packed, as recovery keeps them (a million of them are held)."""
         (order, expires, priority, persistent, deliveries, message_id, destination, headers,
-         queues, body_at, body_length, meta_length) = lone
-        if deliveries:
-            self.summaries.opaque(seq, epoch, segment_id, offset, end)
-        else:
-            self.summaries.adds(seq, epoch, segment_id, offset, end,
-                                [(destination, queues, 0, len(payload), order, headers)], [],
-                                [])
+         queues, body_at, body_length, meta_length) = add
         message = Message(message_id, destination, headers, None, bool(persistent), priority,
                           expires, body_length + meta_length + 64, order)
         message.body_length = body_length
-        self._follow_add(message, queues, deliveries, payload, body_at, seq, info, offset,
-                         (0, len(payload)))
+        self._follow_add(message, queues, deliveries, payload, body_at, seq, info, offset, span)
+
+    def _follow_adds(self, adds: list[LoneAdd], producers: list[DecodedEntry],
+                     acks: list[tuple[int, AckEntry]], payload: memoryview, seq: int,
+                     epoch: int, info: SegmentInfo, offset: int) -> None:
+        """A record of ADDs, their producers' sequences, and the deliveries and
+        acknowledgements of the same turn (`disk.decode_adds`): applied in the record's
+        order, as `_follow` would, without an AddEntry for each message."""
         broker = self.broker
         assert broker is not None
-        broker.take_records()
-        broker.take_events()
+        end = offset + len(payload)
+        spans = [disk.add_span(add[9], add[10], add[11]) for add in adds]
+        if acks or not adds or any(add[4] for add in adds):  # not plain adds to summarise
+            self.summaries.opaque(seq, epoch, info.segment_id, offset, end)
+        else:
+            self.summaries.adds(seq, epoch, info.segment_id, offset, end,
+                                [(add[6], add[8], span[0], span[1], add[0], add[7])
+                                 for add, span in zip(adds, spans, strict=True)],
+                                [producer[1:] for producer in producers], [])
+        paged_before = self.paged.total
+        keys: list[LiveKey] = []
+        forget: list[LiveKey] = []
+        for _, destination, producer, producer_epoch, producer_seq, seen in producers:
+            evicted = broker.follow_producer(destination, producer, producer_epoch,
+                                             producer_seq, seen)
+            keys.append(("producer", destination, producer))
+            if evicted is not None:
+                forget.append(("producer", destination, evicted))
+        next_ack = 0
+        for index, add in enumerate(adds):
+            while next_ack < len(acks) and acks[next_ack][0] <= index:
+                self._follow_ack(broker, acks[next_ack][1])
+                next_ack += 1
+            self._follow_lone_add(add, payload, seq, info, offset, spans[index])
+        for _, ack in acks[next_ack:]:
+            self._follow_ack(broker, ack)
+        self._keep_alive(info, keys, forget)
+        self._followed(broker, paged_before)
 
     def _follow(self, entries: list[DecodedEntry], payload: memoryview, seq: int,
                 info: SegmentInfo, offset: int) -> None:
@@ -177,13 +232,18 @@ class Mirroring(StoreState):
                 keys.append(("producer", entry[1], entry[2]))
                 if evicted is not None:
                     forget.append(("producer", entry[1], evicted))
+        self._keep_alive(info, keys, forget)
+        self._followed(broker, paged_before)
+
+    def _keep_alive(self, info: SegmentInfo, keys: list[LiveKey], forget: list[LiveKey]) -> None:
+        """`keys` live in this record's segment now (no longer where they were before);
+        `forget`, nowhere."""
         for key in keys:
             self._forget(key)
             info.live.add(key)
             info.live_bytes += KEY_OVERHEAD
         for key in forget:
             self._forget(key)
-        self._followed(broker, paged_before)
 
     def _follow_acks(self, acks: list[AckEntry]) -> None:
         """Apply a record of acknowledgements and deliveries only (`disk.decode_acks`):
@@ -191,12 +251,16 @@ class Mirroring(StoreState):
         broker = self.broker
         assert broker is not None
         paged_before = self.paged.total
-        for kind, queue_key, message_id, count, order in acks:
-            if kind == disk.DEL:
-                self._follow_remove(broker, queue_key, message_id, order)
-            else:
-                self._follow_delivered(broker, queue_key, message_id, count, order)
+        for ack in acks:
+            self._follow_ack(broker, ack)
         self._followed(broker, paged_before)
+
+    def _follow_ack(self, broker: Broker, ack: AckEntry) -> None:
+        kind, queue_key, message_id, count, order = ack
+        if kind == disk.DEL:
+            self._follow_remove(broker, queue_key, message_id, order)
+        else:
+            self._follow_delivered(broker, queue_key, message_id, count, order)
 
     def _follow_remove(self, broker: Broker, queue_key: str, message_id: str,
                        order: int) -> None:

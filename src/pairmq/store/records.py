@@ -340,6 +340,7 @@ DecodedEntry = tuple[Any, ...]
 # expires, priority, persistent, deliveries, message id, destination, headers, queues, body
 # offset, body length, metadata length
 LoneAdd = tuple[int, int, int, int, int, str, str, Mapping[str, str], list[str], int, int, int]
+AckEntry = tuple[int, str, str, int, int]  # (DEL or DELIVERED, queue, id, count, order)
 
 
 def decode_lone_add(buf: memoryview) -> LoneAdd | None:
@@ -359,22 +360,32 @@ def decode_lone_add(buf: memoryview) -> LoneAdd | None:
             queues, body_at, body_length, n)
 
 
-def decode_adds(buf: memoryview, producers: list[DecodedEntry]) -> list[LoneAdd] | None:
+def decode_adds(buf: memoryview, producers: list[DecodedEntry],
+                acks: list[tuple[int, AckEntry]] | None = None) -> list[LoneAdd] | None:
     """A record made only of ADD entries (one SEND, or a group of them written together)
     and the PRODUCER entries of their producers, decoded without AddEntry objects and with
     headers left packed: one tuple per message, as `decode_lone_add` returns them (the
     PRODUCER entries appended to `producers`), or None when the record holds other entries
     (the general loop decodes it then). A recovery reads a million of these. Raises
-    BAD_BYTES or CorruptRecord on damaged bytes."""
+    BAD_BYTES or CorruptRecord on damaged bytes.
+
+    With `acks`, DEL_ORDER and DELIVERED_ORDER entries are read too, each appended as
+    (how many ADDs came before it, its `decode_acks` tuple): a record of a turn in which
+    messages were added and handed to a consumer at once, ADD and DELIVERED by turns,
+    which a backup follows as fast as the active serves them."""
     end = len(buf)
     pos = 0
     out: list[LoneAdd] = []
     head, u32, head_size = _ADD_HEAD.unpack_from, _U32.unpack_from, _ADD_HEAD.size
     while pos < end:
         if buf[pos] != ADD:
-            if buf[pos] != PRODUCER:
+            kind = buf[pos]
+            if kind == PRODUCER:
+                pos = _decode_producer(buf, pos, producers)
+            elif acks is not None and kind in (DEL_ORDER, DELIVERED_ORDER):
+                pos = _decode_ack(buf, pos, len(out), acks)
+            else:
                 return None
-            pos = _decode_producer(buf, pos, producers)
             continue
         _, order, expires, priority, persistent, deliveries, n = head(buf, pos)
         meta_at = pos + head_size
@@ -391,6 +402,25 @@ def decode_adds(buf: memoryview, producers: list[DecodedEntry]) -> list[LoneAdd]
         out.append((order, expires, priority, persistent, deliveries, message_id, destination,
                     headers, queues, body_at, body_length, n))
     return out
+
+
+def _decode_ack(buf: memoryview, pos: int, adds_before: int,
+                out: list[tuple[int, AckEntry]]) -> int:
+    """One DEL_ORDER or DELIVERED_ORDER entry at `pos` into `out`, as `decode_acks` reads
+    it; returns where the next entry starts."""
+    etype, n = _U8_U32.unpack_from(buf, pos)
+    queue = str(buf[pos + 5:pos + 5 + n], "utf-8")
+    pos += 5 + n
+    (n,) = _U32.unpack_from(buf, pos)
+    message_id = str(buf[pos + 4:pos + 4 + n], "utf-8")
+    pos += 4 + n
+    if etype == DEL_ORDER:
+        (order,) = _U64.unpack_from(buf, pos)
+        out.append((adds_before, (DEL, queue, message_id, 0, order)))
+        return pos + 8
+    count, order = _U32_U64.unpack_from(buf, pos)
+    out.append((adds_before, (DELIVERED, queue, message_id, count, order)))
+    return pos + 12
 
 
 def _decode_producer(buf: memoryview, pos: int, out: list[DecodedEntry]) -> int:
@@ -419,9 +449,6 @@ def _single_add(buf: memoryview, load_bodies: bool) -> AddEntry | None:
     body = bytes(buf[body_at:body_at + body_length]) if load_bodies else None
     return AddEntry(order, message_id, destination, priority, expires, bool(persistent),
                     deliveries, headers, queues, body, body_at, body_length, meta_length)
-
-
-AckEntry = tuple[int, str, str, int, int]  # (DEL or DELIVERED, queue, id, count, order)
 
 
 def decode_acks(buf: memoryview, held_below: Callable[[str], int] | None = None

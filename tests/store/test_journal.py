@@ -102,6 +102,14 @@ def test_a_turn_of_messages_delivered_at_once_is_read_with_its_acknowledgements_
     for cut in (1, 5, 9):
         with pytest.raises((CorruptRecord, *BAD_BYTES)):
             decode_adds(memoryview(payload[:-cut]), [], [])
+    for name in (b"m1", b"/queue/q"):  # bytes that are not UTF-8: in an ADD, in an ack
+        with pytest.raises(UnicodeDecodeError):
+            decode_adds(memoryview(payload.replace(name, b"\xff" + name[1:], 1)), [], [])
+        with pytest.raises(UnicodeDecodeError):
+            decode_adds(memoryview(payload[len(one):].replace(name, b"\xff" + name[1:], 1)),
+                        [], [])
+    with pytest.raises(CorruptRecord):
+        decode_acks(memoryview(encode_del("/queue/q", "m1", 1).replace(b"m1", b"\xff1")))
 
 
 def test_a_record_of_acknowledgements_takes_the_fast_path():

@@ -372,58 +372,53 @@ def decode_adds(buf: memoryview, producers: list[DecodedEntry],
     With `acks`, DEL_ORDER and DELIVERED_ORDER entries are read too, each appended as
     (how many ADDs came before it, its `decode_acks` tuple): a record of a turn in which
     messages were added and handed to a consumer at once, ADD and DELIVERED by turns,
-    which a backup follows as fast as the active serves them.
-
-    The record is read from a copy in bytes: a string is then made by `bytes.decode`,
-    which the compiled build calls directly, at about half the cost of `str()` over a
-    memoryview's slice; the copy costs less than what one string saves."""
-    data = bytes(buf)
-    end = len(data)
+    which a backup follows as fast as the active serves them."""
+    end = len(buf)
     pos = 0
     out: list[LoneAdd] = []
     head, u32, head_size = _ADD_HEAD.unpack_from, _U32.unpack_from, _ADD_HEAD.size
     while pos < end:
-        if data[pos] != ADD:
-            kind = data[pos]
+        if buf[pos] != ADD:
+            kind = buf[pos]
             if kind == PRODUCER:
                 pos = _decode_producer(buf, pos, producers)
             elif acks is not None and kind in (DEL_ORDER, DELIVERED_ORDER):
-                pos = _decode_ack(data, pos, len(out), acks)
+                pos = _decode_ack(buf, pos, len(out), acks)
             else:
                 return None
             continue
-        _, order, expires, priority, persistent, deliveries, n = head(data, pos)
+        _, order, expires, priority, persistent, deliveries, n = head(buf, pos)
         meta_at = pos + head_size
         body_len_at = meta_at + n
         if body_len_at + 4 > end:
             raise CorruptRecord("metadata runs past the end of its record")
-        (body_length,) = u32(data, body_len_at)
+        (body_length,) = u32(buf, body_len_at)
         body_at = body_len_at + 4
         pos = body_at + body_length
         if pos > end:
             raise CorruptRecord("body runs past the end of its record")
         message_id, destination, headers, queues = decode_meta_lazily(
-            data[meta_at:body_len_at].decode())
+            str(buf[meta_at:body_len_at], "utf-8"))
         out.append((order, expires, priority, persistent, deliveries, message_id, destination,
                     headers, queues, body_at, body_length, n))
     return out
 
 
-def _decode_ack(data: bytes, pos: int, adds_before: int,
+def _decode_ack(buf: memoryview, pos: int, adds_before: int,
                 out: list[tuple[int, AckEntry]]) -> int:
     """One DEL_ORDER or DELIVERED_ORDER entry at `pos` into `out`, as `decode_acks` reads
     it; returns where the next entry starts."""
-    etype, n = _U8_U32.unpack_from(data, pos)
-    queue = data[pos + 5:pos + 5 + n].decode()
+    etype, n = _U8_U32.unpack_from(buf, pos)
+    queue = str(buf[pos + 5:pos + 5 + n], "utf-8")
     pos += 5 + n
-    (n,) = _U32.unpack_from(data, pos)
-    message_id = data[pos + 4:pos + 4 + n].decode()
+    (n,) = _U32.unpack_from(buf, pos)
+    message_id = str(buf[pos + 4:pos + 4 + n], "utf-8")
     pos += 4 + n
     if etype == DEL_ORDER:
-        (order,) = _U64.unpack_from(data, pos)
+        (order,) = _U64.unpack_from(buf, pos)
         out.append((adds_before, (DEL, queue, message_id, 0, order)))
         return pos + 8
-    count, order = _U32_U64.unpack_from(data, pos)
+    count, order = _U32_U64.unpack_from(buf, pos)
     out.append((adds_before, (DELIVERED, queue, message_id, count, order)))
     return pos + 12
 
@@ -471,7 +466,11 @@ def decode_acks(buf: memoryview, held_below: Callable[[str], int] | None = None
     pos, end = 0, len(buf)
     if end and buf[0] != DEL_ORDER and buf[0] != DELIVERED_ORDER:
         return None  # before the copy: most records are not these
-    data = bytes(buf)  # strings made by bytes.decode: see decode_adds
+    # Only short strings and numbers: copied once into bytes, the record's strings are made
+    # by bytes.decode, which the compiled build calls directly, at about half the cost of
+    # str() over a memoryview's slice. (Not for ADD records: a large body would be copied
+    # to save a string.)
+    data = bytes(buf)
     head, u32, u64, u32_u64 = (_U8_U32.unpack_from, _U32.unpack_from, _U64.unpack_from,
                                _U32_U64.unpack_from)
     try:

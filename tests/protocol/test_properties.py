@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pairmq.protocol import Frame, FrameParser, ProtocolError, serialize
+from pairmq.protocol.escaping import unescape_header
+from pairmq.protocol.headers import parse_header_block
 from tests.protocol.helpers import feed_chunks, split_at, to_crlf
 
 pytestmark = pytest.mark.timeout(60)
@@ -184,3 +186,49 @@ def test_truncated_streams_never_raise_and_finish_later(stream, keep):
     except ProtocolError as err:  # pragma: no cover - would be a bug
         raise AssertionError(f"valid stream refused: {err}") from err
     same_in_order(head + tail, want)
+
+
+def read_by_lines(text: str, version: str, max_headers: int) -> tuple[str, dict[str, str]]:
+    """The header grammar read the plain way, line by line (the reference that
+    headers.py's index-based reading must agree with, errors included)."""
+    if "\0" in text:
+        raise ProtocolError("NUL (octet 0) in the command or a header: not allowed by STOMP")
+    text = text.replace("\r\n", "\n")
+    text = text[:-1] if text.endswith("\r") else text
+    command, *lines = text.split("\n")
+    if not command:
+        raise ProtocolError("empty command")
+    if len(lines) > max_headers:
+        raise ProtocolError(f"too many headers: more than {max_headers}")
+    escapes = version != "1.0" and command not in CONNECT_COMMANDS
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon:
+            shown = line if len(line) <= 40 else line[:40] + "..."
+            raise ProtocolError(f"header line without colon: {shown!r}")
+        if escapes:
+            name, value = unescape_header(name, version), unescape_header(value, version)
+        headers.setdefault(name, value)
+    if "" in headers:
+        raise ProtocolError("empty header name")
+    return command, headers
+
+
+def outcome(read, text: str, version: str) -> tuple[object, ...]:
+    try:
+        command, headers = read(text, version, 4)
+    except ProtocolError as e:
+        return ("error", str(e))
+    return (command, list(headers.items()))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(["SEND", "CONNECT", "a", "b", ":", "\n", "\r", "\r\n", "\\",
+                                 "\\c", "\\n", "\\r", "\\\\", "\\x", "\0", "é"]), max_size=16),
+       st.sampled_from(VERSIONS))
+def test_a_header_section_reads_as_its_lines_do(pieces, version):
+    """Lines found by index, escapes undone only where a backslash is: the same headers,
+    and the same error, as reading the section line by line."""
+    text = "".join(pieces)
+    assert outcome(parse_header_block, text, version) == outcome(read_by_lines, text, version)

@@ -215,7 +215,7 @@ def read_by_lines(text: str, version: str, max_headers: int) -> tuple[str, dict[
     return command, headers
 
 
-def outcome(read, text: str, version: str) -> tuple[object, ...]:
+def section_outcome(read, text: str, version: str) -> tuple[object, ...]:
     try:
         command, headers = read(text, version, 4)
     except ProtocolError as e:
@@ -231,4 +231,5 @@ def test_a_header_section_reads_as_its_lines_do(pieces, version):
     """Lines found by index, escapes undone only where a backslash is: the same headers,
     and the same error, as reading the section line by line."""
     text = "".join(pieces)
-    assert outcome(parse_header_block, text, version) == outcome(read_by_lines, text, version)
+    assert section_outcome(parse_header_block, text, version) == \
+        section_outcome(read_by_lines, text, version)

@@ -47,8 +47,11 @@ class Message:
     # Routed to its address's paged log (core/paged_log.py) and not located yet: the store
     # hands it to this log once its record is on disk, and the object is dropped.
     log: PagedLog | None = field(repr=False)
-    # The serializer caches the encoded header block here; it is not broker state.
-    wire: dict[str, bytes] | None = field(repr=False)
+    # The serializer caches the encoded header block here, for one STOMP version (two
+    # slots, not a dict per message: subscribers of one message seldom mix versions); it
+    # is not broker state.
+    wire: bytes | None = field(repr=False)
+    wire_version: str = field(repr=False)
 
     def __init__(self, message_id: str, destination: str, headers: Mapping[str, str],
                  body: bytes | None, persistent: bool = False,
@@ -57,7 +60,7 @@ class Message:
                  journal_queues: list[str] | None = None, body_offset: int = -1,
                  body_length: int = 0, journal_delivered: dict[str, int] | None = None,
                  journal_seq: int = 0, page_out: bool = False, log: PagedLog | None = None,
-                 wire: dict[str, bytes] | None = None) -> None:
+                 wire: bytes | None = None, wire_version: str = "") -> None:
         self.message_id = message_id
         self.destination = destination
         self.headers = headers
@@ -76,6 +79,7 @@ class Message:
         self.page_out = page_out
         self.log = log
         self.wire = wire
+        self.wire_version = wire_version
 
 
 @dataclass(slots=True, eq=False, init=False)

@@ -1,7 +1,8 @@
 """Fast encoding of the frames the server sends most: MESSAGE, RECEIPT, ERROR.
 
-A message's header lines are encoded once per STOMP version and cached on the message,
-so a topic with many subscribers or a redelivery does not re-escape anything.
+A message's header lines are encoded once and cached on the message (for the version of
+its last delivery), so a topic with many subscribers or a redelivery does not re-escape
+anything.
 """
 
 from __future__ import annotations
@@ -43,12 +44,10 @@ def message_parts(message: Message, version: str,
     if body is None:  # paged out: read it back, cache nothing
         body = read_body(message)
         return _encode_head(message, version, len(body)), body
-    wire = message.wire
-    if wire is None:
-        wire = message.wire = {}
-    head = wire.get(version)
-    if head is None:
-        head = wire[version] = _encode_head(message, version, len(body))
+    head = message.wire
+    if head is None or message.wire_version != version:
+        head = message.wire = _encode_head(message, version, len(body))
+        message.wire_version = version
     return head, body
 
 

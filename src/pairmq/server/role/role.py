@@ -51,7 +51,6 @@ READS_FLOOR: Final = 1024
 
 log = logging.getLogger("pairmq.server")
 T = TypeVar("T")
-Conn = TypeVar("Conn")  # the connection a frame handler is called with (server/stomp/)
 
 
 class RoleKind(StrEnum):
@@ -298,25 +297,6 @@ class Role:
         if self._batch is None:
             self._batch = Ticket()
         return self._batch
-
-    def apply_frame(self, handler: Callable[[Conn, Frame], object], conn: Conn, frame: Frame
-                    ) -> tuple[object, Ticket | None]:
-        """`handler(conn, frame)`, and what the frame's RECEIPT waits for: frame_mark,
-        the handler and ticket_since in one call, for the frames of every connection (a
-        call and a tuple fewer a frame than the three)."""
-        broker = self.broker
-        before = len(broker.records)
-        duplicates = broker.stats["duplicates"]
-        result = handler(conn, frame)
-        if len(broker.records) > before:
-            ticket = self._batch
-            if ticket is None:
-                ticket = self._batch = Ticket()
-            return result, ticket
-        if broker.stats["duplicates"] != duplicates:
-            return result, self._batch_ticket() if broker.records \
-                else Ticket(self.store.appended_seq)
-        return result, None
 
     def confirmed(self, ticket: Ticket) -> bool:
         return ticket.seq is not None and ticket.seq <= self.confirmed_seq

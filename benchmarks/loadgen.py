@@ -8,9 +8,11 @@ queue: ("ready", role, index, None) once connected (and subscribed), then
 from __future__ import annotations
 
 import math
+import os
 import queue
 import resource
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -84,6 +86,33 @@ def cpu_seconds() -> float:
     """User+system CPU seconds of this process (all its threads)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def run_time_seconds(pid: int) -> float | None:
+    """CPU seconds the live threads of a process have run, to the microsecond: the
+    scheduler's `se.sum_exec_runtime` in /proc/PID/task/*/sched, where user and system time
+    come in 10 ms ticks (over 20,000 messages a tick is 0.5 µs a message). A thread that
+    ended is not counted: a server's event loop and journal writer live as long as it does.
+    None on a kernel without those files (CONFIG_SCHED_DEBUG)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total = 0.0
+    for tid in tasks:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/sched").read_text()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("se.sum_exec_runtime"):
+                total += float(line.rsplit(":", 1)[1]) / 1000.0  # in ms there
+                break
+        else:
+            return None
+    return total
 
 
 def process_cpu(proc: psutil.Process | None) -> float | None:

@@ -4,7 +4,9 @@ compared and how it is reported. The alternating runs themselves are a benchmark
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,20 @@ def test_fail_above_exits_non_zero_when_a_ratio_is_over(monkeypatch: pytest.Monk
     assert compare.main([*args, "--fail-above", "1.25"]) == 0
     assert compare.main([*args, "--fail-above", "1.05"]) == 1
 
+
+
+def test_a_servers_cpu_is_read_finer_than_the_clock_tick() -> None:
+    """compare.py and pair_compare.py read a process's run time to the microsecond: 3 ms of
+    CPU (under a 10 ms tick, which user and system time come in) show, and no more than
+    the process spent."""
+    from benchmarks.loadgen import run_time_seconds
+
+    pid = os.getpid()
+    before, cpu_before = run_time_seconds(pid), time.process_time()
+    if before is None:
+        pytest.skip("this kernel has no /proc/PID/task/*/sched")
+    while time.process_time() - cpu_before < 0.003:
+        pass
+    after, cpu_after = run_time_seconds(pid), time.process_time()
+    assert after is not None
+    assert 0.002 <= after - before <= (cpu_after - cpu_before) + 0.002

@@ -528,6 +528,44 @@ def test_header_values_cannot_forge_headers_for_a_1_0_subscriber(broker, bystand
     assert_others_unaffected(broker, bystander)
 
 
+def test_one_message_reaches_subscribers_of_every_version_each_in_its_own_escaping(
+        broker, bystander):
+    """A MESSAGE's head is encoded once and cached on the message for the version it was
+    encoded for: a topic whose subscribers speak 1.2, 1.0, 1.1 and 1.2 again must give
+    each the head of its own version (escaped LF for 1.1 and 1.2, a space for 1.0), not
+    the one cached for the subscriber before it."""
+    own = f"/topic/versions-{uuid.uuid4().hex}"
+    subscribers = [RawClient(broker.address) for _ in range(4)]
+    publisher = RawClient(broker.address)
+    try:
+        for client, version in zip(subscribers, ("1.2", "1.0", "1.1", "1.2"), strict=True):
+            if version == "1.0":
+                client.send(b"CONNECT\nhost:localhost\n\n\x00")  # no accept-version: 1.0
+                got = client.read_frame()
+                assert got is not None and got.command == "CONNECTED", got
+            else:
+                client.connect(version)
+            assert client.version == version
+            client.subscribe(own)
+        publisher.connect()
+        publisher.send(frame("SEND", [("destination", own), ("x-lf", "a\nb"),
+                                      ("x-colon", "k:v"), ("receipt", "sent")], b"one"))
+        got = publisher.read_frame()
+        assert got is not None and got.command == "RECEIPT", got
+        for client in subscribers:
+            got = client.read_frame()
+            assert got is not None and got.command == "MESSAGE", got
+            assert got.body == b"one"
+            want = "a b" if client.version == "1.0" else "a\nb"
+            assert got.headers.get("x-lf") == want, (client.version, got)
+            assert got.headers.get("x-colon") == "k:v", (client.version, got)
+            assert got.headers.get("message-id", "").startswith("ID:"), got
+    finally:
+        for client in (*subscribers, publisher):
+            client.close()
+    assert_others_unaffected(broker, bystander)
+
+
 # --------------------------------------------------------------------------- session rules
 
 

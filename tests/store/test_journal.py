@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from pathlib import Path
@@ -34,7 +35,8 @@ from pairmq.store.records import (
 from pairmq.store.segments import list_segments
 from pairmq.store.settings import StoreSettings
 from pairmq.store.store import Store
-from pairmq.store.writer import IOV_MAX, write_all
+from pairmq.store.writer import IOV_MAX, RWF_DSYNC, write_all
+from tests.support.disk import DiskCalls
 from tests.support.stores import (
     NOW,
     PERSISTENT,
@@ -407,14 +409,109 @@ def test_paging_keeps_bodies_on_disk_and_delivers_them_in_order(tmp_path):
     run(again())
 
 
+needs_synchronous_writes = pytest.mark.skipif(
+    not RWF_DSYNC, reason="this platform's os module has no RWF_DSYNC (pwritev2, Linux 4.7+)")
+
+
+@needs_synchronous_writes
+def test_a_group_for_one_segment_is_written_and_synced_by_one_system_call(tmp_path, monkeypatch):
+    """The writer thread takes the GIL back after every system call: a group of a few
+    records is one pwritev2 with RWF_DSYNC, not a writev and an fdatasync."""
+    calls = DiskCalls(monkeypatch)
+
+    async def go():
+        broker, store = await open_broker(tmp_path)
+        broker.open_session(1, "1.2")
+        for i in range(20):
+            for j in range(3):
+                broker.send(1, "/queue/q", PERSISTENT, b"%d-%d" % (i, j), NOW)
+                persist(broker, store)
+            await synced(store)
+        await close(store)
+
+    run(go())
+    assert calls.fdatasyncs == [] and calls.writevs == []
+    assert 20 <= len(calls.synced_writes) <= 22  # a group a round (and the segment's header)
+    assert recovered_bodies(tmp_path) == [b"%d-%d" % (i, j) for i in range(20) for j in range(3)]
+
+
+@needs_synchronous_writes
+def test_a_segment_written_by_more_than_one_writev_is_synced_by_fdatasync(tmp_path, monkeypatch):
+    """RWF_DSYNC makes durable the bytes of its own write only: a group holding more than
+    IOV_MAX records of one segment is written by several writevs, then fdatasynced."""
+    calls = DiskCalls(monkeypatch)
+
+    async def go():
+        broker, store = await open_broker(tmp_path)
+        broker.open_session(1, "1.2")
+        for i in range(IOV_MAX + 10):  # one group: nothing waits for the disk in between
+            broker.send(1, "/queue/q", PERSISTENT, b"%d" % i, NOW)
+            persist(broker, store)
+        await close(store)
+
+    run(go())
+    assert calls.writevs == [IOV_MAX, 11] and calls.synced_writes == []  # 11: and the header
+    assert len(calls.fdatasyncs) == 1
+    assert len(recovered_bodies(tmp_path)) == IOV_MAX + 10
+
+
+@needs_synchronous_writes
+def test_a_kernel_that_refuses_synchronous_writes_gets_writes_then_fdatasync(
+        tmp_path, monkeypatch, caplog):
+    calls = DiskCalls(monkeypatch)
+    refused = []
+
+    def pwritev(fd, buffers, offset, flags=0):
+        refused.append(flags)
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "pwritev", pwritev)
+
+    async def go():
+        broker, store = await open_broker(tmp_path)
+        broker.open_session(1, "1.2")
+        for i in range(5):
+            broker.send(1, "/queue/q", PERSISTENT, b"%d" % i, NOW)
+            persist(broker, store)
+            await synced(store)
+        await close(store)
+
+    with caplog.at_level(logging.INFO, logger="pairmq.journal"):
+        run(go())
+    assert refused == [RWF_DSYNC]  # asked once, then never again
+    assert "refused a synchronous write" in caplog.text
+    assert len(calls.fdatasyncs) >= 5 and len(calls.writevs) == len(calls.fdatasyncs)
+    assert recovered_bodies(tmp_path) == [b"%d" % i for i in range(5)]
+
+
+@needs_synchronous_writes
+def test_a_short_synchronous_write_is_finished_and_synced(tmp_path, monkeypatch):
+    calls = DiskCalls(monkeypatch)
+    real_pwritev = os.pwritev
+    cut = []
+
+    def pwritev(fd, buffers, offset, flags=0):  # the kernel wrote 3 bytes of the first
+        cut.append(flags)
+        return real_pwritev(fd, [bytes(buffers[0])[:3]], offset, flags)
+
+    monkeypatch.setattr(os, "pwritev", pwritev)
+
+    async def go():
+        broker, store = await open_broker(tmp_path)
+        broker.open_session(1, "1.2")
+        for i in range(4):
+            broker.send(1, "/queue/q", PERSISTENT, b"body %d" % i, NOW)
+            persist(broker, store)
+            await synced(store)
+        await close(store)
+
+    run(go())
+    assert len(cut) >= 4 and len(calls.fdatasyncs) == len(cut)
+    assert recovered_bodies(tmp_path) == [b"body %d" % i for i in range(4)]
+
+
 def test_group_commit_covers_many_records_with_one_sync(tmp_path, monkeypatch):
-    syncs = []
-    real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
-    writes = []
-    real_writev = os.writev
-    monkeypatch.setattr(os, "writev", lambda fd, bufs: (writes.append(len(bufs)),
-                                                        real_writev(fd, bufs))[1])
+    calls = DiskCalls(monkeypatch)
 
     async def go():
         broker, store = await open_broker(tmp_path)
@@ -425,8 +522,9 @@ def test_group_commit_covers_many_records_with_one_sync(tmp_path, monkeypatch):
         await close(store)
 
     run(go())
-    assert len(syncs) < 50, f"{len(syncs)} fdatasync calls for 2000 records"
+    assert calls.syncs < 50, f"{calls.syncs} syncs for 2000 records"
     # Records bound for one segment go out in one writev (at most IOV_MAX buffers each).
+    writes = calls.writevs + calls.synced_writes
     assert len(writes) < 60 and max(writes) == IOV_MAX, writes
     assert len(recovered_bodies(tmp_path)) == 2000
 

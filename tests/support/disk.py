@@ -1,5 +1,6 @@
 """Small real file systems for a server's data directory: a tmpfs to fill up on purpose,
-and a loop-mounted ext4 to freeze (fsfreeze: writes and fdatasync block until thawed).
+and a loop-mounted ext4 to freeze (fsfreeze: writes and fdatasync block until thawed);
+and a count of the journal's writing system calls, passed through to the real ones.
 
 Mounting needs root or CAP_SYS_ADMIN: where it is not permitted the test is skipped,
 saying why. The mount is always undone, lazily if something still holds it, and a frozen
@@ -8,6 +9,7 @@ file system is always thawed.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pairmq.store.writer import RWF_DSYNC
 from tests.support.cli import run
 
 
@@ -82,3 +85,34 @@ def frozen(mountpoint: Path) -> Iterator[None]:
         yield
     finally:
         thaw(mountpoint)
+
+
+class DiskCalls:
+    """The journal's writing system calls, counted as they pass through to the real ones."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.fdatasyncs: list[int] = []
+        self.writevs: list[int] = []  # buffers in each
+        self.synced_writes: list[int] = []  # pwritev with RWF_DSYNC: buffers in each
+        real_sync, real_writev, real_pwritev = os.fdatasync, os.writev, os.pwritev
+
+        def fdatasync(fd):
+            self.fdatasyncs.append(fd)
+            return real_sync(fd)
+
+        def writev(fd, buffers):
+            self.writevs.append(len(buffers))
+            return real_writev(fd, buffers)
+
+        def pwritev(fd, buffers, offset, flags=0):
+            if flags & RWF_DSYNC:
+                self.synced_writes.append(len(buffers))
+            return real_pwritev(fd, buffers, offset, flags)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        monkeypatch.setattr(os, "writev", writev)
+        monkeypatch.setattr(os, "pwritev", pwritev)
+
+    @property
+    def syncs(self) -> int:
+        return len(self.fdatasyncs) + len(self.synced_writes)

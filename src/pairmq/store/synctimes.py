@@ -1,4 +1,5 @@
-"""How long the journal's fdatasyncs take: a histogram the writer's thread fills.
+"""How long the journal's group commits take (a group's writes and their data sync): a
+histogram the writer's thread fills.
 
 Kept in store/ without a metrics library (the management port turns it into Prometheus'
 form). One per process: a server has one journal open at a time, whatever its role, and

@@ -98,7 +98,9 @@ class Collector:
                      1 if server.serving else 0)
         buckets, total = SYNC_TIMES.snapshot()
         yield HistogramMetricFamily(
-            "pairmq_journal_fsync_seconds", "time of each group commit's fdatasync",
+            "pairmq_journal_fsync_seconds",
+            "time of each group commit's writes and their data sync (one pwritev2 with "
+            "RWF_DSYNC, or writev and fdatasync)",
             buckets=buckets, sum_value=total)
         yield from self._disk()
         if server.database is not None:

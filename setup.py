@@ -25,6 +25,7 @@ COMPILED = ("pairmq/protocol/*.py", "pairmq/core/*.py", "pairmq/core/broker/*.py
             "pairmq/server/stomp/unfinished_frame.py", "pairmq/store/store.py",
             "pairmq/store/store_state.py", "pairmq/store/recovery.py",
             "pairmq/store/compaction.py", "pairmq/store/mirror.py", "pairmq/store/records.py",
+            "pairmq/store/record_decoding.py",
             "pairmq/store/writer.py", "pairmq/store/writer_thread.py",
             "pairmq/store/gcpause.py", "pairmq/server/role/*.py",
             "pairmq/server/clock.py", "pairmq/server/loop_lag.py")

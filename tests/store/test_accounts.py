@@ -6,13 +6,8 @@ from __future__ import annotations
 
 from pairmq.core.accounts import Accounts
 from pairmq.core.permissions import Permission, Rule, SecurityRules
-from pairmq.store.records import (
-    decode_entries,
-    encode_rule,
-    encode_unrule,
-    encode_unuser,
-    encode_user,
-)
+from pairmq.store.record_decoding import decode_entries
+from pairmq.store.records import encode_rule, encode_unrule, encode_unuser, encode_user
 from pairmq.store.segments import list_segments
 from tests.support.stores import churn, close, open_broker, persist, run
 

@@ -11,13 +11,8 @@ import pytest
 
 import pairmq.store.reading as reading
 from pairmq.core.replay import Replay
-from pairmq.store.records import (
-    DEL,
-    DELIVERED,
-    decode_acks,
-    encode_del,
-    encode_delivered,
-)
+from pairmq.store.record_decoding import decode_acks
+from pairmq.store.records import DEL, DELIVERED, encode_del, encode_delivered
 from pairmq.store.segments import list_segments
 from tests.support.stores import NOW, PERSISTENT, close, persist, run, synced
 from tests.support.summaries import copied, open_store, recovered
@@ -85,7 +80,7 @@ def test_a_start_after_a_long_drain_rebuilds_the_same_passing_over_old_acks(
     assert list_segments(journal)[0][0] > 1  # the first segments were let go
 
     decoded = {"kept": 0, "all": 0}
-    original = reading.disk.decode_acks
+    original = reading.decoding.decode_acks
 
     def counting(buf: memoryview, held_below=None):  # type: ignore[no-untyped-def]
         kept = original(buf, held_below)
@@ -95,7 +90,7 @@ def test_a_start_after_a_long_drain_rebuilds_the_same_passing_over_old_acks(
             decoded["all"] += len(everything)
         return kept
 
-    monkeypatch.setattr(reading.disk, "decode_acks", counting)
+    monkeypatch.setattr(reading.decoding, "decode_acks", counting)
     passing_over, _ = recovered(copied(journal, tmp_path / "a"))
     assert decoded["all"] > 1000 and 0 < decoded["kept"] < decoded["all"] / 2, decoded
 

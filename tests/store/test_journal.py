@@ -13,6 +13,7 @@ import pytest
 from pairmq.core import Broker, CoreSettings
 from pairmq.store.check import check_journal, repair_journal
 from pairmq.store.reading import JournalCorrupt
+from pairmq.store.record_decoding import decode_acks, decode_adds, decode_entries, decode_lone_add
 from pairmq.store.records import (
     ADD,
     BAD_BYTES,
@@ -22,10 +23,6 @@ from pairmq.store.records import (
     PRODUCER,
     CorruptRecord,
     PackedHeaders,
-    decode_acks,
-    decode_adds,
-    decode_entries,
-    decode_lone_add,
     encode_add,
     encode_del,
     encode_delivered,

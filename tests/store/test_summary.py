@@ -15,13 +15,8 @@ import pytest
 from pairmq.core.replay import Replay
 from pairmq.store import reading
 from pairmq.store.reading import JournalCorrupt
-from pairmq.store.records import (
-    ADD_SIZE_OVER_ENTRY,
-    RECORD_HEADER,
-    SEGMENT_HEADER,
-    decode_lone_add,
-    encode_add,
-)
+from pairmq.store.record_decoding import decode_lone_add
+from pairmq.store.records import ADD_SIZE_OVER_ENTRY, RECORD_HEADER, SEGMENT_HEADER, encode_add
 from pairmq.store.store import Store
 from pairmq.store.summary import decode_summary
 from tests.support.mirror import workload

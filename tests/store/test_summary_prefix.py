@@ -29,7 +29,8 @@ from pairmq.store import writer as writer_module
 from pairmq.store.check import check_journal
 from pairmq.store.database import resume
 from pairmq.store.reading import JournalReading
-from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, decode_entries
+from pairmq.store.record_decoding import decode_entries
+from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER
 from pairmq.store.segments import list_segments, scan_segment
 from pairmq.store.store import Store
 from pairmq.store.summary import (

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pairmq.store.records import ADD, KIND_BATCH, decode_entries
+from pairmq.store.record_decoding import decode_entries
+from pairmq.store.records import ADD, KIND_BATCH
 from pairmq.store.segments import list_segments, scan_segment
 
 

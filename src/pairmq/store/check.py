@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, CorruptRecord, decode_entries
+from pairmq.store.record_decoding import decode_entries
+from pairmq.store.records import RECORD_HEADER, SEGMENT_HEADER, CorruptRecord
 from pairmq.store.segments import SegmentScan, list_segments, scan_segment
 from pairmq.store.summary import (
     decode_summary,

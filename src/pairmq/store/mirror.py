@@ -2,11 +2,11 @@
 backup's broker as they arrive, so that taking over is switching the journal to appends.
 
 One part of the Store (store/store_state.py). Each mirrored record is decoded as recovery
-decodes it (store/records.py) and applied by the broker's follower (core/broker/follow.py);
-the store keeps the same liveness it keeps when serving (which segment holds the newest
-record of each live object) and pages bodies the same way (over the paging budget, or for
-a full destination under address_full_policy page, a body stays in the journal once synced
-and the broker keeps its index). A backup never compacts: the
+decodes it (store/record_decoding.py) and applied by the broker's follower
+(core/broker/follow.py); the store keeps the same liveness it keeps when serving (which
+segment holds the newest record of each live object) and pages bodies the same way (over
+the paging budget, or for a full destination under address_full_policy page, a body stays
+in the journal once synced and the broker keeps its index). A backup never compacts: the
 active's compaction copies come through the stream and its horizon drops the segments
 they emptied. `serve_mirrored` ends following; compaction then runs as on any active.
 """
@@ -20,16 +20,12 @@ from typing import Final
 
 from pairmq.core import Broker, Message
 from pairmq.core.destinations import STREAM_PREFIX
+from pairmq.store import record_decoding as decoding
 from pairmq.store import records as disk
 from pairmq.store.paging import PagedBytes
 from pairmq.store.reading import COMMIT_ENTRIES, follow_commit, message_of
-from pairmq.store.records import (
-    RECORD_HEADER,
-    AckEntry,
-    DecodedEntry,
-    LoneAdd,
-    decode_entries,
-)
+from pairmq.store.record_decoding import AckEntry, DecodedEntry, LoneAdd, decode_entries
+from pairmq.store.records import RECORD_HEADER
 from pairmq.store.segments import list_segments
 from pairmq.store.store_state import KEY_OVERHEAD, StoreState
 from pairmq.store.summary import remove_all_summaries
@@ -37,7 +33,7 @@ from pairmq.store.summary_builder import SummaryBuilder, summarise_entries
 from pairmq.store.writer import JournalWriter, LiveKey, SegmentInfo
 
 log = logging.getLogger("pairmq.store")
-ACK_KINDS: Final = (disk.DEL_ORDER, disk.DELIVERED_ORDER)  # `disk.decode_acks` reads these
+ACK_KINDS: Final = (disk.DEL_ORDER, disk.DELIVERED_ORDER)  # `decoding.decode_acks` reads these
 
 
 class Mirroring(StoreState):
@@ -88,7 +84,7 @@ class Mirroring(StoreState):
         end = offset + len(payload)
         kind = payload[0]
         if kind == disk.ADD or kind == disk.PRODUCER:
-            lone = disk.decode_lone_add(payload) if kind == disk.ADD else None
+            lone = decoding.decode_lone_add(payload) if kind == disk.ADD else None
             if lone is not None:  # the common record, one message added
                 if lone[4]:  # delivered before: not a summary's plain add
                     self.summaries.opaque(seq, epoch, segment_id, offset, end)
@@ -104,12 +100,12 @@ class Mirroring(StoreState):
                 return
             producers: list[DecodedEntry] = []
             acks: list[tuple[int, AckEntry]] = []
-            adds = disk.decode_adds(payload, producers, acks)
+            adds = decoding.decode_adds(payload, producers, acks)
             if adds is not None:  # a turn's messages, handed to consumers in the same turn
                 self._follow_adds(adds, producers, acks, payload, seq, epoch, info, offset)
                 return
         elif kind in ACK_KINDS:
-            only_acks = disk.decode_acks(payload)
+            only_acks = decoding.decode_acks(payload)
             if only_acks is not None:  # the other common record: consumers' acknowledgements
                 self.summaries.opaque(seq, epoch, segment_id, offset, end)
                 self._follow_acks(only_acks)
@@ -120,7 +116,7 @@ class Mirroring(StoreState):
 
     def _follow_lone_add(self, add: LoneAdd, payload: memoryview, seq: int, info: SegmentInfo,
                          offset: int, span: tuple[int, int]) -> None:
-        """One message added, from its `disk.decode_lone_add` fields: its headers stay
+        """One message added, from its `decoding.decode_lone_add` fields: its headers stay
         packed, as recovery keeps them (a million of them are held)."""
         (order, expires, priority, persistent, deliveries, message_id, destination, headers,
          queues, body_at, body_length, meta_length) = add
@@ -133,7 +129,7 @@ class Mirroring(StoreState):
                      acks: list[tuple[int, AckEntry]], payload: memoryview, seq: int,
                      epoch: int, info: SegmentInfo, offset: int) -> None:
         """A record of ADDs, their producers' sequences, and the deliveries and
-        acknowledgements of the same turn (`disk.decode_adds`): applied in the record's
+        acknowledgements of the same turn (`decoding.decode_adds`): applied in the record's
         order, as `_follow` would, without an AddEntry for each message."""
         broker = self.broker
         assert broker is not None
@@ -246,7 +242,7 @@ class Mirroring(StoreState):
             self._forget(key)
 
     def _follow_acks(self, acks: list[AckEntry]) -> None:
-        """Apply a record of acknowledgements and deliveries only (`disk.decode_acks`):
+        """Apply a record of acknowledgements and deliveries only (`decoding.decode_acks`):
         one for every few messages a consumer acknowledges, as many as the messages."""
         broker = self.broker
         assert broker is not None

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from pairmq.core import Message
 from pairmq.core.paged_log import Chunk, PagedLog
-from pairmq.store.records import decode_lone_add
+from pairmq.store.record_decoding import decode_lone_add
 from pairmq.store.writer import SegmentInfo
 
 _RUN_GAP = 64 * 1024  # bytes between two entries read along with them

@@ -33,14 +33,10 @@ from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.replay import Replay
 from pairmq.core.session import PendingSend
 from pairmq.core.stream_log import OFFSET_HEADER
+from pairmq.store import record_decoding as decoding
 from pairmq.store import records as disk
-from pairmq.store.records import (
-    BAD_BYTES,
-    SEGMENT_HEADER,
-    CorruptRecord,
-    DecodedEntry,
-    decode_entries,
-)
+from pairmq.store.record_decoding import DecodedEntry, decode_entries
+from pairmq.store.records import BAD_BYTES, SEGMENT_HEADER, CorruptRecord
 from pairmq.store.segments import Visitor, list_segments, scan_segment
 from pairmq.store.summary import (
     ADDS,
@@ -412,7 +408,7 @@ def follow_commit(commits: CommitLedger, entry: DecodedEntry, segment_id: int) -
         commits.dropped(entry[1])
 
 
-def message_of(e: disk.AddEntry) -> Message:
+def message_of(e: decoding.AddEntry) -> Message:
     """The message an ADD entry read back from a journal describes (body left on disk)."""
     message = Message(e.message_id, e.destination, e.headers, None, e.persistent, e.priority,
                       e.expires, e.body_length + e.meta_length + 64, e.order)
@@ -436,7 +432,7 @@ def _apply_acks(replay: Replay, payload: memoryview) -> bool:
     when it holds other entries."""
     # the entries of messages older than all a queue holds change nothing: most of a
     # start's after a long drain (the record adds nothing, so a bound holds through it)
-    entries = disk.decode_acks(payload, replay.held_below)
+    entries = decoding.decode_acks(payload, replay.held_below)
     if entries is None:
         return False
     remove, delivered, removal = replay.remove, replay.delivered, disk.DEL
@@ -455,7 +451,7 @@ def _apply_adds(replay: Replay, where: dict[LiveKey, int], payload: memoryview, 
     shared-store backup. False when the record holds other entries (the general path
     decodes it then)."""
     producers: list[DecodedEntry] = []
-    adds = disk.decode_adds(payload, producers)
+    adds = decoding.decode_adds(payload, producers)
     if adds is None:
         return False
     for _, destination, producer, epoch, seq, seen in producers:

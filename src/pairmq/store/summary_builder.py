@@ -49,6 +49,7 @@ from pathlib import Path
 
 from pairmq.core.destinations import STREAM_PREFIX
 from pairmq.core.stream_log import OFFSET_HEADER
+from pairmq.store.record_decoding import DecodedEntry
 from pairmq.store.records import (
     ADD,
     ADD_SIZE_OVER_ENTRY,
@@ -56,7 +57,6 @@ from pairmq.store.records import (
     PRODUCER,
     RECORD_HEADER,
     SEGMENT_HEADER,
-    DecodedEntry,
     add_span,
 )
 from pairmq.store.summary import (

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from array import array
 
-from pairmq.store.records import RECORD_HEADER, DecodedEntry
+from pairmq.store.record_decoding import DecodedEntry
+from pairmq.store.records import RECORD_HEADER
 from pairmq.store.summary import ADDS, Item, SegmentSummary, summary_incoherence
 from pairmq.store.summary_builder import SummaryBuilder, summarise_entries
 

@@ -5,6 +5,8 @@ decision."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pairmq.ha import channel as ch
 from pairmq.ha import events as ev
@@ -105,3 +107,29 @@ def test_a_control_message_that_does_not_say_what_it_must_is_refused() -> None:
                           (ch.FAILBACK, {}), (ch.FAILBACK, {"phase": "go", "seq": "7"})]:
         with pytest.raises(MessageError):
             ev.from_channel(kind, message)
+
+
+@given(st.lists(st.tuples(st.integers(1, 13), st.binary(max_size=300)), max_size=12),
+       st.lists(st.integers(1, 400), max_size=30))
+def test_the_channel_reads_its_messages_whatever_the_cuts_between_reads(
+        messages: list[tuple[int, bytes]], cuts: list[int]) -> None:
+    """Messages are read whole and in order, whichever bytes each socket read brings; a
+    header written ahead of its payload's pieces (`Link.send_parts`: the replication
+    stream's records, not joined) makes the bytes `encode` makes."""
+    wire = b"".join(ch.header(kind, len(payload)) + payload for kind, payload in messages)
+    assert wire == b"".join(ch.encode(kind, payload) for kind, payload in messages)
+    reader = ch.MessageReader()
+    read: list[tuple[int, bytes]] = []
+    pos = 0
+    for cut in cuts:
+        read += reader.feed(wire[pos:pos + cut])
+        pos += cut
+    read += reader.feed(wire[pos:])
+    assert read == messages
+
+
+def test_a_message_past_the_limit_is_refused_by_its_header() -> None:
+    reader = ch.MessageReader(max_message=100)
+    assert reader.feed(ch.encode(ch.RECORDS, b"x" * 100)) == [(ch.RECORDS, b"x" * 100)]
+    with pytest.raises(ch.ChannelError, match="message of 101 bytes exceeds 100"):
+        reader.feed(ch.header(ch.RECORDS, 101))

@@ -45,6 +45,11 @@ def encode(kind: int, payload: bytes) -> bytes:
     return HEADER.pack(len(payload), kind) + payload
 
 
+def header(kind: int, length: int) -> bytes:
+    """A message's header alone: its payload follows in pieces (`Link.send_parts`)."""
+    return HEADER.pack(length, kind)
+
+
 def encode_json(kind: int, obj: dict[str, Any]) -> bytes:
     return encode(kind, json.dumps(obj, separators=(",", ":")).encode())
 
@@ -72,15 +77,16 @@ class MessageReader:
         out = []
         pos = 0
         size = HEADER.size
-        while len(buf) - pos >= size:
-            length, kind = HEADER.unpack_from(buf, pos)
-            if length > self._max:
-                raise ChannelError(f"message of {length} bytes exceeds {self._max}")
-            end = pos + size + length
-            if end > len(buf):
-                break
-            out.append((kind, bytes(buf[pos + size:end])))
-            pos = end
+        with memoryview(buf) as view:  # a payload is copied once, not sliced then copied
+            while len(buf) - pos >= size:
+                length, kind = HEADER.unpack_from(buf, pos)
+                if length > self._max:
+                    raise ChannelError(f"message of {length} bytes exceeds {self._max}")
+                end = pos + size + length
+                if end > len(buf):
+                    break
+                out.append((kind, bytes(view[pos + size:end])))
+                pos = end
         if pos:
             del buf[:pos]
         return out

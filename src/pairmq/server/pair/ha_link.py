@@ -50,6 +50,12 @@ class Link:
         if not self.writer.is_closing():
             self.writer.write(data)
 
+    def send_parts(self, parts: list[bytes]) -> None:
+        """One message in pieces (a header, then records), written as they are: the
+        transport sends them with one vectored write, nothing joined."""
+        if not self.writer.is_closing():
+            self.writer.writelines(parts)
+
     def send_json(self, kind: int, obj: dict[str, Any]) -> None:
         self.send(ch.encode_json(kind, obj))
 

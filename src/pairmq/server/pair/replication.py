@@ -81,7 +81,7 @@ class ReplicationDriver:
         self.live_buffer: list[bytes] | None = None  # records appended during a sync
         self.lag = ReplicationLag()  # the backup's, as this server counts it while active
         self.following = FollowerLag()  # its own, as this server counts it while a backup
-        self.outgoing: list[bytes] = []
+        self.outgoing: list[bytes] = []  # records appended, not yet sent to the backup
         self._flush_scheduled = False
         self._throttled = False  # clients paused: the replication stream is too far ahead
         self._timer: asyncio.TimerHandle | None = None  # the next `_on_timer`
@@ -503,13 +503,14 @@ class ReplicationDriver:
     def _flush_records(self) -> None:
         self._flush_scheduled = False
         link = self.link
-        if link is not None and self.outgoing:
-            batch = b"".join(self.outgoing)
-            link.send(ch.encode(ch.RECORDS, batch))
-            self.lag.sent(self.server.store.appended_seq, len(batch), time.monotonic())
+        outgoing = self.outgoing
+        if link is not None and outgoing:
+            size = sum(map(len, outgoing))
+            link.send_parts([ch.header(ch.RECORDS, size), *outgoing])  # the records not joined
+            self.lag.sent(self.server.store.appended_seq, size, time.monotonic())
             if self._unapplied(link) > REPLICATION_HIGH and not self._throttled:
                 self._throttle(link)
-        self.outgoing.clear()
+        outgoing.clear()
 
     def _unapplied(self, link: Link) -> int:
         """Bytes of the stream the backup has not applied: unsent here, or sent and not yet

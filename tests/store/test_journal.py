@@ -39,6 +39,7 @@ from tests.support.stores import (
     PERSISTENT,
     churn,
     close,
+    journal_groups,
     open_broker,
     persist,
     queue_bodies,
@@ -416,17 +417,7 @@ def test_a_group_for_one_segment_is_written_and_synced_by_one_system_call(tmp_pa
     records is one pwritev2 with RWF_DSYNC, not a writev and an fdatasync."""
     calls = DiskCalls(monkeypatch)
 
-    async def go():
-        broker, store = await open_broker(tmp_path)
-        broker.open_session(1, "1.2")
-        for i in range(20):
-            for j in range(3):
-                broker.send(1, "/queue/q", PERSISTENT, b"%d-%d" % (i, j), NOW)
-                persist(broker, store)
-            await synced(store)
-        await close(store)
-
-    run(go())
+    journal_groups(tmp_path, [[b"%d-%d" % (i, j) for j in range(3)] for i in range(20)])
     assert calls.fdatasyncs == [] and calls.writevs == []
     assert 20 <= len(calls.synced_writes) <= 22  # a group a round (and the segment's header)
     assert recovered_bodies(tmp_path) == [b"%d-%d" % (i, j) for i in range(20) for j in range(3)]
@@ -438,15 +429,7 @@ def test_a_segment_written_by_more_than_one_writev_is_synced_by_fdatasync(tmp_pa
     IOV_MAX records of one segment is written by several writevs, then fdatasynced."""
     calls = DiskCalls(monkeypatch)
 
-    async def go():
-        broker, store = await open_broker(tmp_path)
-        broker.open_session(1, "1.2")
-        for i in range(IOV_MAX + 10):  # one group: nothing waits for the disk in between
-            broker.send(1, "/queue/q", PERSISTENT, b"%d" % i, NOW)
-            persist(broker, store)
-        await close(store)
-
-    run(go())
+    journal_groups(tmp_path, [[b"%d" % i for i in range(IOV_MAX + 10)]])  # one group
     assert calls.writevs == [IOV_MAX, 11] and calls.synced_writes == []  # 11: and the header
     assert len(calls.fdatasyncs) == 1
     assert len(recovered_bodies(tmp_path)) == IOV_MAX + 10
@@ -464,17 +447,8 @@ def test_a_kernel_that_refuses_synchronous_writes_gets_writes_then_fdatasync(
 
     monkeypatch.setattr(os, "pwritev", pwritev)
 
-    async def go():
-        broker, store = await open_broker(tmp_path)
-        broker.open_session(1, "1.2")
-        for i in range(5):
-            broker.send(1, "/queue/q", PERSISTENT, b"%d" % i, NOW)
-            persist(broker, store)
-            await synced(store)
-        await close(store)
-
     with caplog.at_level(logging.INFO, logger="pairmq.journal"):
-        run(go())
+        journal_groups(tmp_path, [[b"%d" % i] for i in range(5)])
     assert refused == [RWF_DSYNC]  # asked once, then never again
     assert "refused a synchronous write" in caplog.text
     assert len(calls.fdatasyncs) >= 5 and len(calls.writevs) == len(calls.fdatasyncs)
@@ -493,16 +467,7 @@ def test_a_short_synchronous_write_is_finished_and_synced(tmp_path, monkeypatch)
 
     monkeypatch.setattr(os, "pwritev", pwritev)
 
-    async def go():
-        broker, store = await open_broker(tmp_path)
-        broker.open_session(1, "1.2")
-        for i in range(4):
-            broker.send(1, "/queue/q", PERSISTENT, b"body %d" % i, NOW)
-            persist(broker, store)
-            await synced(store)
-        await close(store)
-
-    run(go())
+    journal_groups(tmp_path, [[b"body %d" % i] for i in range(4)])
     assert len(cut) >= 4 and len(calls.fdatasyncs) == len(cut)
     assert recovered_bodies(tmp_path) == [b"body %d" % i for i in range(4)]
 

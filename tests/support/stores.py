@@ -53,6 +53,24 @@ async def close(store: Store) -> None:
     store.close()
 
 
+def journal_groups(directory: Path, groups: list[list[bytes]]) -> None:
+    """Persistent SENDs to /queue/q, a group at a time: each group's records are appended
+    without waiting, then the sync of all of them is waited for (one group commit, unless
+    the writer was already busy). The store is closed at the end."""
+
+    async def go() -> None:
+        broker, store = await open_broker(directory)
+        broker.open_session(1, "1.2")
+        for group in groups:
+            for body in group:
+                broker.send(1, "/queue/q", PERSISTENT, body, NOW)
+                persist(broker, store)
+            await synced(store)
+        await close(store)
+
+    run(go())
+
+
 def queue_bodies(broker: Broker, name: str) -> list[bytes]:
     q = broker.queues.get(name)
     return [e.message.body for e in q.entries()] if q else []
